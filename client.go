@@ -1,0 +1,217 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is the engine every primitive of this package runs on: it holds the
+// Redis client, renews the leases of every lock acquired through it with one
+// goroutine, and receives release notifications on one shared pub/sub
+// connection.
+//
+// Create a Client with New and share it: it is safe for concurrent use, and
+// primitives made from it are cheap. Close it when done; Close releases the
+// locks it still holds and stops its goroutines. The zero Client is not usable.
+type Client struct {
+	rdb redis.UniversalClient
+	cfg config
+	log *slog.Logger
+	id  string        // random, unique per Client: the stem of every owner id
+	seq atomic.Uint64 // makes each acquisition's owner id unique
+
+	ren  *renewer
+	note *notifier
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed when Close starts
+}
+
+// New returns a Client working on rdb, which may be a *redis.Client or a
+// *redis.FailoverClient (Sentinel). The options set the defaults of every
+// primitive made from this Client; the Client-only ones (WithPrefix,
+// WithLogger, WithHooks) configure the Client itself. New does not contact
+// Redis.
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	if rdb == nil {
+		return nil, errors.New("dlock: New: nil Redis client")
+	}
+	cfg, err := defaultConfig().with(opts, true)
+	if err != nil {
+		return nil, err
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("dlock: New: make client id: %w", err)
+	}
+	c := &Client{
+		rdb:     rdb,
+		cfg:     cfg,
+		log:     cfg.logger,
+		id:      hex.EncodeToString(id[:]),
+		closing: make(chan struct{}),
+	}
+	c.ren = newRenewer(c)
+	c.note = newNotifier(c)
+	return c, nil
+}
+
+// Close releases every lock still held through c (best effort, bounded by a
+// few seconds), ends their leases with an error matching ErrClosed, wakes every
+// waiting Lock (which returns ErrClosed), and stops c's goroutines, waiting for
+// them. It does not close the Redis client. Calling Close again does nothing.
+func (c *Client) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		close(c.closing)
+		holds := c.ren.stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var errs []error
+		for _, h := range holds {
+			if _, rerr := c.release(ctx, h.k, h.owner, true); rerr != nil {
+				errs = append(errs, rerr)
+			}
+			h.end(fmt.Errorf("%w: lock %q ended by Close", ErrClosed, h.k.name))
+		}
+		c.note.close()
+		err = errors.Join(errs...)
+	})
+	return err
+}
+
+// closed reports whether Close has started.
+func (c *Client) closed() bool {
+	select {
+	case <-c.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// newOwner returns an owner id unique across Clients and acquisitions.
+func (c *Client) newOwner() string {
+	return c.id + ":" + strconv.FormatUint(c.seq.Add(1), 10)
+}
+
+// keys names everything in Redis that belongs to one lock. Every name carries
+// the same {hash tag}, so they share a Redis Cluster slot and one script can
+// touch them all.
+//
+// Layout, for prefix "dlock:" and name "orders":
+//
+//	dlock:{orders}            hash   owner id -> hold count, PX = lease TTL
+//	dlock:{orders}:fence      string the fence counter, no expiry
+//	dlock:{orders}:released   pub/sub channel, told when the lock becomes free
+type keys struct {
+	name    string // as the caller gave it
+	lock    string
+	fence   string
+	channel string
+}
+
+func (c *Client) keys(name string) keys {
+	tag := c.cfg.prefix + "{" + escapeName(name) + "}"
+	return keys{name: name, lock: tag, fence: tag + ":fence", channel: tag + ":released"}
+}
+
+// nameEscaper makes any byte string safe inside a hash tag: '{' and '}' would
+// end the tag early and change the slot. '%' is escaped too, so the mapping is
+// one-to-one.
+var nameEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+func escapeName(name string) string { return nameEscaper.Replace(name) }
+
+// checkCall rejects a call that cannot proceed: a nil context, a closed Client.
+func (c *Client) checkCall(ctx context.Context, op, name string) error {
+	if ctx == nil {
+		return fmt.Errorf("dlock: %s %q: nil context", op, name)
+	}
+	if c.closed() {
+		return fmt.Errorf("%w: %s %q", ErrClosed, op, name)
+	}
+	return nil
+}
+
+// acquireResult is what acquire.lua answered.
+type acquireResult struct {
+	code  int64
+	value int64 // fence when acquired, remaining TTL in ms when held by another
+}
+
+// acquire runs acquire.lua once: one round trip.
+func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Duration, reenter bool) (acquireResult, error) {
+	mode := "0"
+	if reenter {
+		mode = "1"
+	}
+	v, err := scripts.acquire.Run(ctx, c.rdb, []string{k.lock, k.fence}, owner, ttl.Milliseconds(), mode).Int64Slice()
+	if err != nil {
+		return acquireResult{}, fmt.Errorf("dlock: acquire %q: %w", k.name, err)
+	}
+	if len(v) != 2 {
+		return acquireResult{}, fmt.Errorf("dlock: acquire %q: unexpected reply %v", k.name, v)
+	}
+	return acquireResult{code: v[0], value: v[1]}, nil
+}
+
+// release runs release.lua once: one round trip. last frees the lock; without
+// it one of several holds is given back.
+func (c *Client) release(ctx context.Context, k keys, owner string, last bool) (int64, error) {
+	mode := "0"
+	if last {
+		mode = "1"
+	}
+	code, err := scripts.release.Run(ctx, c.rdb, []string{k.lock}, owner, k.channel, mode).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("dlock: release %q: %w", k.name, err)
+	}
+	return code, nil
+}
+
+// extend runs extend.lua once over a batch of holds: one round trip.
+func (c *Client) extend(ctx context.Context, batch []extendItem) ([]int64, error) {
+	ks := make([]string, len(batch))
+	args := make([]any, 0, 2*len(batch))
+	for i, it := range batch {
+		ks[i] = it.k.lock
+		args = append(args, it.owner, it.ttl.Milliseconds())
+	}
+	codes, err := scripts.extend.Run(ctx, c.rdb, ks, args...).Int64Slice()
+	if err != nil {
+		if len(batch) == 1 {
+			return nil, fmt.Errorf("dlock: extend %q: %w", batch[0].k.name, err)
+		}
+		return nil, fmt.Errorf("dlock: extend %d leases: %w", len(batch), err)
+	}
+	if len(codes) != len(batch) {
+		return nil, fmt.Errorf("dlock: extend %d leases: unexpected reply %v", len(batch), codes)
+	}
+	return codes, nil
+}
+
+// extendItem is one lease in an extend batch.
+type extendItem struct {
+	k     keys
+	owner string
+	ttl   time.Duration
+}
+
+// cleanupContext returns a context for releasing a lock after the caller's
+// context may have ended: it keeps ctx's values but not its cancellation, and
+// is bounded by a timeout.
+func cleanupContext(ctx context.Context, ttl time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), min(max(ttl, time.Second), 5*time.Second))
+}

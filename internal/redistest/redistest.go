@@ -1,0 +1,223 @@
+// Package redistest starts private redis-server processes for tests, examples
+// and benchmarks: on a free loopback port, with persistence off, stopped by
+// PID. It never uses a server it did not start.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// InstallHint says how to get redis-server when it is missing.
+const InstallHint = "redis-server was not found on PATH; install it (Debian/Ubuntu: apt-get install redis-server, macOS: brew install redis) and run again"
+
+// Server is one redis-server process started by Launch or Start.
+type Server struct {
+	Addr string // host:port on loopback
+	Port int
+
+	args []string
+	dir  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// Launch starts a redis-server on a free loopback port, with persistence off
+// and DEBUG allowed from loopback, plus extra configuration as command-line
+// arguments (e.g. "--maxmemory", "1mb"). dir holds its log. It returns once
+// the server answers PING.
+func Launch(dir string, extra ...string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New(InstallHint)
+	}
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
+		s.args = append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no",
+			"--dir", dir, "--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)),
+			"--enable-debug-command", "local",
+		}, extra...)
+		if lastErr = s.start(bin); lastErr == nil {
+			return s, nil
+		}
+	}
+	return nil, lastErr
+}
+
+// Start is Launch for a test: the server is killed when the test ends, and a
+// failure to start fails the test.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	s, err := Launch(t.TempDir(), extra...)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// StartN starts n independent servers.
+func StartN(t testing.TB, n int, extra ...string) []*Server {
+	t.Helper()
+	ss := make([]*Server, n)
+	for i := range ss {
+		ss[i] = Start(t, extra...)
+	}
+	return ss
+}
+
+// Client returns a go-redis client for s, closed when the test ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	rdb := redis.NewClient(s.Options())
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// Options returns go-redis options for s.
+func (s *Server) Options() *redis.Options {
+	return &redis.Options{Addr: s.Addr}
+}
+
+// PID returns the server's process id, or 0 if it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Pause stops the server with SIGSTOP: it keeps its connections but answers
+// nothing, as a stalled server would.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+
+// Kill ends the server with SIGKILL and waits for it to exit. Its data, which
+// is in memory only, is gone.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process must run to die
+	if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-exited
+	return nil
+}
+
+// Restart kills the server and starts a new, empty one on the same port.
+func (s *Server) Restart() error {
+	if err := s.Kill(); err != nil {
+		return err
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return errors.New(InstallHint)
+	}
+	var lastErr error
+	for range 50 { // the port may take a moment to be free again
+		if lastErr = s.start(bin); lastErr == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return lastErr
+}
+
+// Close kills the server.
+func (s *Server) Close() error { return s.Kill() }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return errors.New("redistest: server is not running")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+func (s *Server) start(bin string) error {
+	cmd := exec.Command(bin, s.args...)
+	dieWithParent(cmd)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redistest: start redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.Port)))
+			return fmt.Errorf("redistest: redis-server on port %d exited at start: %s%s", s.Port, out.String(), lastLines(string(log), 5))
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			s.cmd, s.exited = cmd, exited
+			s.mu.Unlock()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("redistest: redis-server on port %d did not answer: %w", s.Port, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("redistest: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,222 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Mutex is a reentrant mutual-exclusion lock shared by every process that uses
+// the same name on the same Redis.
+//
+// A Mutex is a cheap, immutable description of a lock: make one wherever it is
+// needed, or share one between goroutines; it is safe for concurrent use. It
+// holds no state: each successful Lock or TryLock returns a Lease, and the
+// Lease is what is unlocked. The zero Mutex is not usable; get one from
+// Client.Mutex.
+//
+// Every acquisition is a new owner, even from the same goroutine or Client,
+// unless it is made with a context that carries a Lease of the same lock on the
+// same Client (see Lease.Context and Do): then it re-enters that Lease's hold,
+// and the lock is free again once every re-entry and the original are
+// unlocked. Ownership is never tied to goroutines: any goroutine holding the
+// Lease may unlock it.
+//
+// The lock is not fair: when it is released, the waiters that are woken and any
+// newcomer race for it. A woken waiter that loses the race waits again.
+type Mutex struct {
+	c     *Client
+	k     keys
+	ttl   time.Duration
+	renew bool
+	err   error // an invalid name or option, returned by every call
+}
+
+// Mutex returns the lock called name. Any byte string is a valid name; the
+// empty one is not, and neither is an invalid option: those errors are
+// returned by every call on the Mutex.
+func (c *Client) Mutex(name string, opts ...Option) *Mutex {
+	if c == nil {
+		return &Mutex{err: errors.New("dlock: Mutex of a nil Client")}
+	}
+	m := &Mutex{c: c, k: c.keys(name)}
+	cfg, err := c.cfg.with(opts, false)
+	switch {
+	case name == "":
+		m.err = errors.New("dlock: Mutex: empty lock name")
+	case err != nil:
+		m.err = fmt.Errorf("dlock: Mutex %q: %w", name, err)
+	}
+	m.ttl, m.renew = cfg.ttl, cfg.renew
+	return m
+}
+
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.k.name }
+
+// Lock acquires the lock, waiting until it is free or ctx is done. ctx bounds
+// the wait only, never the lease: a Lease outlives the ctx it was acquired
+// with until it is unlocked or lost.
+//
+// A waiting Lock sleeps until a release of the lock is announced, or until the
+// holder's lease would expire, then tries again; it never polls. If ctx ends
+// first, the error matches both ErrNotAcquired and ctx.Err(). If ctx carries a
+// Lease of this lock (see Lease.Context), Lock re-enters it at once.
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) { return m.lock(ctx, "lock", true) }
+
+// TryLock makes one attempt to acquire the lock, one round trip. If another
+// owner holds it, the error matches ErrNotAcquired. If ctx carries a Lease of
+// this lock (see Lease.Context), TryLock re-enters it.
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, "trylock", false) }
+
+// Do acquires the lock as Lock does, runs fn, and unlocks, also when fn panics.
+// fn's context is cancelled if the lease is lost (context.Cause then matches
+// ErrLockLost), and it carries the Lease, so that a Lock of the same name
+// within fn re-enters instead of deadlocking. Do returns fn's error joined
+// with Unlock's; an Unlock error matching ErrNotHeld means fn ran, at least at
+// the end, without the lock.
+func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	if fn == nil {
+		return fmt.Errorf("dlock: Do %q: nil function", m.k.name)
+	}
+	l, err := m.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	lctx, cancel := l.Context(ctx)
+	defer func() {
+		cancel()
+		err = errors.Join(err, l.Unlock(ctx))
+	}()
+	return fn(lctx)
+}
+
+func (m *Mutex) lock(ctx context.Context, op string, wait bool) (*Lease, error) {
+	if m == nil {
+		return nil, fmt.Errorf("dlock: %s on a nil Mutex", op)
+	}
+	if m.err != nil {
+		return nil, m.err
+	}
+	if err := m.c.checkCall(ctx, op, m.k.name); err != nil {
+		return nil, err
+	}
+	if h := heldIn(ctx).find(m.c, m.k); h != nil {
+		return h.reenter(ctx)
+	}
+	if ctx.Err() != nil {
+		return nil, m.gaveUp(ctx)
+	}
+	start := time.Now()
+	owner := m.c.newOwner()
+	l, pttl, err := m.attempt(ctx, owner, start)
+	if l != nil || err != nil {
+		return l, err
+	}
+	if !wait {
+		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, m.k.name)
+	}
+	if f := m.c.cfg.hooks; f != nil && f.Contended != nil {
+		f.Contended(m.k.name)
+	}
+	return m.wait(ctx, owner, start, pttl)
+}
+
+// wait subscribes to the lock's releases, then tries again each time one is
+// announced or the holder's lease would have expired.
+func (m *Mutex) wait(ctx context.Context, owner string, start time.Time, pttl time.Duration) (*Lease, error) {
+	g, err := m.c.note.join(ctx, m.k.channel)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, m.gaveUp(ctx)
+		}
+		if errors.Is(err, ErrClosed) {
+			return nil, fmt.Errorf("%w: lock %q", ErrClosed, m.k.name)
+		}
+		return nil, fmt.Errorf("dlock: lock %q: %w", m.k.name, err)
+	}
+	defer m.c.note.leave(g)
+	woken := false // holding a wake-up that another waiter must get if this one leaves
+	defer func() {
+		if woken {
+			g.signal()
+		}
+	}()
+	timer := time.NewTimer(pttl)
+	defer timer.Stop()
+	for {
+		// Subscribed: a release from now on wakes the gate, so try again
+		// first, in case the lock was released before the subscription.
+		l, pttl, err := m.attempt(ctx, owner, start)
+		if l != nil {
+			woken = false
+			return l, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, m.gaveUp(ctx)
+			}
+			return nil, err
+		}
+		woken = false
+		timer.Reset(pttl)
+		select {
+		case <-g.wake:
+			woken = true
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, m.gaveUp(ctx)
+		case <-m.c.closing:
+			return nil, fmt.Errorf("%w: lock %q", ErrClosed, m.k.name)
+		}
+	}
+}
+
+// attempt runs the acquire script once. It returns the Lease if the lock was
+// taken, else how long the holder's lease has left (never less than 1ms; the
+// lock's own TTL if the holder's key has no expiry).
+func (m *Mutex) attempt(ctx context.Context, owner string, start time.Time) (*Lease, time.Duration, error) {
+	sent := time.Now()
+	r, err := m.c.acquire(ctx, m.k, owner, m.ttl, false)
+	if err != nil {
+		m.abandon(ctx, owner)
+		return nil, 0, err
+	}
+	if r.code != codeAcquired {
+		if r.value < 0 {
+			return nil, m.ttl, nil
+		}
+		return nil, max(time.Duration(r.value)*time.Millisecond, time.Millisecond), nil
+	}
+	h, err := m.c.newHold(m.k, owner, r.value, m.ttl, m.renew, sent)
+	if err != nil {
+		m.abandon(ctx, owner)
+		return nil, 0, err
+	}
+	waited := time.Since(start)
+	m.c.log.Debug("dlock: acquired", "lock", m.k.name, "fence", r.value, "waited", waited)
+	if f := m.c.cfg.hooks; f != nil && f.Acquired != nil {
+		f.Acquired(m.k.name, r.value, waited)
+	}
+	return &Lease{h: h}, 0, nil
+}
+
+// abandon releases whatever owner may hold after an acquire whose outcome is
+// unknown: the script may have run even though its reply never arrived.
+func (m *Mutex) abandon(ctx context.Context, owner string) {
+	cctx, cancel := cleanupContext(ctx, m.ttl)
+	defer cancel()
+	if _, err := m.c.release(cctx, m.k, owner, true); err != nil {
+		m.c.log.Debug("dlock: cleanup after failed acquire", "lock", m.k.name, "err", err)
+	}
+}
+
+// gaveUp is the error of a wait that ended with its context.
+func (m *Mutex) gaveUp(ctx context.Context) error {
+	err := fmt.Errorf("%w: lock %q: gave up waiting: %w", ErrNotAcquired, m.k.name, ctx.Err())
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		err = fmt.Errorf("%w (cause: %w)", err, cause)
+	}
+	return err
+}

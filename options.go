@@ -1,0 +1,150 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Defaults and limits.
+const (
+	// DefaultTTL is the lease TTL when WithTTL is not given.
+	DefaultTTL = 30 * time.Second
+	// MinTTL is the smallest TTL accepted. Below it a lease cannot be renewed
+	// reliably: a renewal every TTL/3 leaves too little room for one round trip,
+	// a scheduling delay and the clock drift allowance.
+	MinTTL = 100 * time.Millisecond
+	// DefaultPrefix starts every key and channel name unless WithPrefix says otherwise.
+	DefaultPrefix = "dlock:"
+)
+
+// Option configures a Client (given to New, it sets the default for every
+// primitive of that Client) or one primitive (given to Client.Mutex, it
+// overrides the Client's default for that primitive). Options that make sense
+// only for a Client say so; giving them to a primitive is an error.
+type Option struct {
+	name       string
+	clientOnly bool
+	apply      func(*config) error
+}
+
+// config is everything an Option can set.
+type config struct {
+	prefix string       // default: DefaultPrefix
+	logger *slog.Logger // default: discards everything
+	hooks  *Hooks       // default: none
+	ttl    time.Duration
+	renew  bool // default: true
+}
+
+func defaultConfig() config {
+	return config{
+		prefix: DefaultPrefix,
+		logger: slog.New(slog.DiscardHandler),
+		ttl:    DefaultTTL,
+		renew:  true,
+	}
+}
+
+// with returns a copy of cfg with opts applied. forClient tells whether the
+// options configure a Client or a single primitive.
+func (cfg config) with(opts []Option, forClient bool) (config, error) {
+	for _, o := range opts {
+		if o.apply == nil {
+			return cfg, errors.New("dlock: zero Option value; build options with the With… functions")
+		}
+		if o.clientOnly && !forClient {
+			return cfg, fmt.Errorf("dlock: %s applies to a Client only: pass it to dlock.New", o.name)
+		}
+		if err := o.apply(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+// WithTTL sets the lease TTL: how long a lock outlives a holder that stopped
+// renewing it (crashed, paused or cut off). While the lock is held it is
+// renewed every TTL/3, unless WithoutRenewal is given. Default: DefaultTTL
+// (30s). It must be at least MinTTL (100ms).
+func WithTTL(ttl time.Duration) Option {
+	return Option{name: "WithTTL", apply: func(c *config) error {
+		if ttl < MinTTL {
+			return fmt.Errorf("dlock: WithTTL(%v): the TTL must be at least %v", ttl, MinTTL)
+		}
+		c.ttl = ttl
+		return nil
+	}}
+}
+
+// WithoutRenewal makes every lease a fixed one: it expires TTL after it was
+// acquired (or last extended with Lease.Extend), whether or not the holder is
+// done. When that time passes the lease counts as lost. Default: leases are
+// renewed every TTL/3 while held.
+func WithoutRenewal() Option {
+	return Option{name: "WithoutRenewal", apply: func(c *config) error {
+		c.renew = false
+		return nil
+	}}
+}
+
+// WithPrefix sets the text that starts every Redis key and channel name the
+// Client uses, so that several applications can share one Redis. It must not
+// contain '{' or '}', which delimit the hash tag. Client only. Default:
+// DefaultPrefix ("dlock:").
+func WithPrefix(prefix string) Option {
+	return Option{name: "WithPrefix", clientOnly: true, apply: func(c *config) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("dlock: WithPrefix(%q): a prefix must not contain '{' or '}'", prefix)
+		}
+		c.prefix = prefix
+		return nil
+	}}
+}
+
+// WithLogger sets the logger for state changes: a lease lost, a renewal that
+// failed and is being retried, a release that failed. Acquisitions and
+// releases are logged at Debug level. Client only. Default: nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return Option{name: "WithLogger", clientOnly: true, apply: func(c *config) error {
+		if l == nil {
+			return errors.New("dlock: WithLogger(nil): pass a logger, or omit the option to log nothing")
+		}
+		c.logger = l
+		return nil
+	}}
+}
+
+// WithHooks sets functions called on lock events, for metrics. Client only.
+// Default: none.
+func WithHooks(h Hooks) Option {
+	return Option{name: "WithHooks", clientOnly: true, apply: func(c *config) error {
+		c.hooks = &h
+		return nil
+	}}
+}
+
+// Hooks are optional functions called on lock events, in the manner of
+// net/http/httptrace.ClientTrace. A nil field is skipped. They are called
+// synchronously from the goroutine that observed the event, possibly from many
+// goroutines at once, so they must be quick and safe for concurrent use. name
+// is the lock's name as the caller gave it.
+type Hooks struct {
+	// Acquired is called when a lock is acquired (not re-entered). waited is the
+	// time from the call to Lock or TryLock until then.
+	Acquired func(name string, fence int64, waited time.Duration)
+	// Contended is called when Lock finds the lock held and starts waiting.
+	Contended func(name string)
+	// Extended is called after a lease was renewed or extended.
+	Extended func(name string)
+	// ExtendFailed is called when a renewal failed for a reason that may pass
+	// (Redis unreachable, say); renewal is retried until the lease's deadline.
+	ExtendFailed func(name string, err error)
+	// Lost is called when a lease is lost; err matches ErrLockLost.
+	Lost func(name string, err error)
+	// Released is called after the last hold of a lease was released. held is
+	// the time since it was acquired.
+	Released func(name string, held time.Duration)
+}

@@ -1,0 +1,43 @@
+package dlock
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts, one file each under lua/. Each file's header names its
+// KEYS, ARGV and return codes. They run with Script.Run: EVALSHA, falling back
+// to EVAL when the server does not know the script (after a restart, a
+// failover or SCRIPT FLUSH).
+var (
+	//go:embed lua/acquire.lua
+	acquireLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/extend.lua
+	extendLua string
+	//go:embed lua/ttl.lua
+	ttlLua string
+
+	scripts = scriptSet{
+		acquire: redis.NewScript(acquireLua),
+		release: redis.NewScript(releaseLua),
+		extend:  redis.NewScript(extendLua),
+		ttl:     redis.NewScript(ttlLua),
+	}
+)
+
+// scriptSet is a variable rather than constants so that tests can swap a
+// script for a deliberately broken one and show that the safety checks fail.
+type scriptSet struct {
+	acquire, release, extend, ttl *redis.Script
+}
+
+// Result codes shared by the scripts.
+const (
+	codeGone      = -1 // nobody holds the lock
+	codeOther     = 0  // another owner holds the lock
+	codeAcquired  = 1  // acquire: taken; release: freed; extend: extended
+	codeReentered = 2  // acquire: hold count + 1; release: still held
+)
