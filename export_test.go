@@ -1,0 +1,33 @@
+package dlock
+
+import "github.com/redis/go-redis/v9"
+
+// Deliberately broken scripts: the multi-process safety tests run them in
+// their worker processes to show that their checks catch a broken lock.
+var mutants = map[string]string{
+	// The lock is granted whether or not someone holds it: the check-then-set
+	// race of the naive lock, made certain.
+	"acquire-ignores-holder": `
+local fence = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], ARGV[1], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, fence}`,
+	// Acquires correctly but hands every holder the same fence.
+	"constant-fence": `
+if redis.call('HLEN', KEYS[1]) > 0 then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('HSET', KEYS[1], ARGV[1], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, 1}`,
+}
+
+// UseMutant replaces the acquire script by the named broken one. It reports
+// false if there is no such mutant.
+func UseMutant(name string) bool {
+	src, ok := mutants[name]
+	if ok {
+		scripts.acquire = redis.NewScript(src)
+	}
+	return ok
+}
