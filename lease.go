@@ -205,7 +205,9 @@ func (c *Client) newHold(k keys, owner string, fence int64, ttl time.Duration, r
 		holds: 1, ttl: ttl, deadline: sent.Add(ttl - drift(ttl)),
 		index: -1,
 	}
+	h.mu.Lock() // expire reads h.timer, and may run before the assignment
 	h.timer = time.AfterFunc(time.Until(h.deadline), h.expire)
+	h.mu.Unlock()
 	if err := c.ren.add(h); err != nil {
 		h.timer.Stop()
 		cancel(err)

@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,3 +66,434 @@ func TestLockUnlock(t *testing.T) {
 		t.Fatalf("second Unlock: %v, want ErrNotHeld", err)
 	}
 }
+
+// within waits until cond holds or d passes, and reports whether it held.
+func within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return cond()
+}
+
+func closedWithin(ch <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	if _, err := dlock.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	for _, tc := range []struct {
+		name string
+		opts []dlock.Option
+	}{
+		{"zero TTL", []dlock.Option{dlock.WithTTL(0)}},
+		{"negative TTL", []dlock.Option{dlock.WithTTL(-time.Second)}},
+		{"TTL too small to renew", []dlock.Option{dlock.WithTTL(dlock.MinTTL - time.Millisecond)}},
+		{"prefix with a brace", []dlock.Option{dlock.WithPrefix("a{b")}},
+		{"nil logger", []dlock.Option{dlock.WithLogger(nil)}},
+		{"zero Option", []dlock.Option{{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := dlock.New(rdb, tc.opts...); err == nil {
+				t.Errorf("New with %s succeeded", tc.name)
+			}
+		})
+	}
+
+	c := clientOn(t, rdb)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		m    *dlock.Mutex
+	}{
+		{"empty name", c.Mutex("")},
+		{"TTL too small", c.Mutex("x", dlock.WithTTL(time.Millisecond))},
+		{"client-only option", c.Mutex("x", dlock.WithPrefix("p:"))},
+		{"nil client", (*dlock.Client)(nil).Mutex("x")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := tc.m.Lock(ctx); err == nil {
+				t.Errorf("Lock succeeded")
+			}
+			if _, err := tc.m.TryLock(ctx); err == nil {
+				t.Errorf("TryLock succeeded")
+			}
+			if err := tc.m.Do(ctx, func(context.Context) error { return nil }); err == nil {
+				t.Errorf("Do succeeded")
+			}
+		})
+	}
+	//nolint:staticcheck // a nil context is the bad input under test
+	if _, err := c.Mutex("x").Lock(nil); err == nil {
+		t.Error("Lock(nil) succeeded")
+	}
+	if err := c.Mutex("x").Do(ctx, nil); err == nil {
+		t.Error("Do with a nil function succeeded")
+	}
+	l, err := c.Mutex("x").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx, time.Millisecond); err == nil {
+		t.Error("Extend below MinTTL succeeded")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := (*dlock.Lease)(nil).Unlock(ctx); err == nil {
+		t.Error("Unlock of a nil Lease succeeded")
+	}
+}
+
+func TestClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	held, err := c.Mutex("held").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := clientOn(t, rdb)
+	blocker, err := other.Mutex("busy").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := c.Mutex("busy").Lock(ctx)
+		waitErr <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let it start waiting
+
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-waitErr; !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("waiting Lock after Close: %v, want ErrClosed", err)
+	}
+	if !closedWithin(held.Done(), time.Second) || !errors.Is(held.Err(), dlock.ErrClosed) {
+		t.Errorf("held lease after Close: Err %v, want ErrClosed", held.Err())
+	}
+	if n := rdb.Exists(ctx, "dlock:{held}").Val(); n != 0 {
+		t.Error("Close left its lock in Redis")
+	}
+	if _, err := c.Mutex("held").Lock(ctx); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Lock after Close: %v, want ErrClosed", err)
+	}
+	if _, err := c.Mutex("held").TryLock(ctx); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("TryLock after Close: %v, want ErrClosed", err)
+	}
+	if err := held.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock after Close: %v, want ErrNotHeld", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := blocker.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKeyLayout: every key of a lock shares one hash tag, whatever bytes the
+// name holds, and distinct names never share keys.
+func TestKeyLayout(t *testing.T) {
+	c, rdb, _ := newClient(t, dlock.WithPrefix("app:"))
+	ctx := context.Background()
+	names := []string{"plain", "a{b}c", "}{", "{", "%7B", "50%", "\x00\xff bytes", "空"}
+	seen := map[string]string{}
+	for _, name := range names {
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Fatalf("Lock(%q): %v", name, err)
+		}
+		keys := rdb.Keys(ctx, "*").Val()
+		var tags []string
+		for _, k := range keys {
+			if !strings.HasPrefix(k, "app:{") {
+				t.Errorf("key %q lacks the prefix", k)
+			}
+			open, end := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
+			if strings.Count(k, "{") != 1 || strings.Count(k, "}") != 1 || end < open {
+				t.Errorf("key %q does not hold exactly one hash tag", k)
+				continue
+			}
+			tags = append(tags, k[open:end+1])
+		}
+		if len(keys) != 2 || tags[0] != tags[1] {
+			t.Errorf("name %q: keys %q, want a lock and a fence key with one hash tag", name, keys)
+		} else if prev, dup := seen[tags[0]]; dup {
+			t.Errorf("names %q and %q share the hash tag %s", prev, name, tags[0])
+		} else {
+			seen[tags[0]] = name
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rdb.FlushAll(ctx)
+	}
+}
+
+// TestFence: fences rise strictly across holders, Clients, expiry and the lock
+// key's deletion; a re-entry has its hold's fence.
+func TestFence(t *testing.T) {
+	c1, rdb, _ := newClient(t)
+	c2 := clientOn(t, rdb)
+	ctx := context.Background()
+	var last int64
+	next := func(c *dlock.Client, opts ...dlock.Option) *dlock.Lease {
+		t.Helper()
+		l, err := c.Mutex("f", opts...).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() <= last {
+			t.Fatalf("fence %d after %d", l.Fence(), last)
+		}
+		last = l.Fence()
+		return l
+	}
+	for i := range 5 {
+		l := next([]*dlock.Client{c1, c2}[i%2])
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A lease that expires: the next holder still gets a higher fence.
+	l := next(c1, dlock.WithTTL(dlock.MinTTL), dlock.WithoutRenewal())
+	if !closedWithin(l.Done(), time.Second) {
+		t.Fatal("fixed lease did not end")
+	}
+	l = next(c2)
+	lctx, cancel := l.Context(ctx)
+	defer cancel()
+	inner, err := c2.Mutex("f").Lock(lctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inner.Fence() != l.Fence() {
+		t.Errorf("re-entry fence %d, want the hold's %d", inner.Fence(), l.Fence())
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, "dlock:{f}").Val() != 0 {
+		t.Fatal("lock key left")
+	}
+	next(c1).Unlock(ctx)
+}
+
+// TestReleaseNeverFreesAnother: a release by a former holder leaves the
+// current holder's lock alone, and tells "another owner" apart from "expired".
+func TestReleaseNeverFreesAnother(t *testing.T) {
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		steal func()
+	}{
+		{"held by another", func() {
+			rdb.Del(ctx, "dlock:{r}")
+			rdb.HSet(ctx, "dlock:{r}", "intruder", 1)
+		}},
+		{"expired", func() { rdb.Del(ctx, "dlock:{r}") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := c.Mutex("r").Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.steal()
+			err = l.Unlock(ctx)
+			if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLockLost) {
+				t.Fatalf("Unlock of a taken lock: %v, want ErrNotHeld and ErrLockLost", err)
+			}
+			if want := map[bool]string{true: "held by another owner", false: "expired"}[tc.name == "held by another"]; !strings.Contains(err.Error(), want) {
+				t.Errorf("Unlock error %q does not say %q", err, want)
+			}
+			if tc.name == "held by another" && rdb.HGet(ctx, "dlock:{r}", "intruder").Val() != "1" {
+				t.Error("Unlock removed the other owner's lock")
+			}
+			if !errors.Is(l.Err(), dlock.ErrLockLost) {
+				t.Errorf("Err after the loss: %v", l.Err())
+			}
+			rdb.Del(ctx, "dlock:{r}")
+		})
+	}
+}
+
+func TestRenewal(t *testing.T) {
+	var extended atomic.Int64
+	c, rdb, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Extended: func(string) { extended.Add(1) }}))
+	ctx := context.Background()
+	ttl := 300 * time.Millisecond
+	l, err := c.Mutex("renewed", dlock.WithTTL(ttl)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * ttl)
+	if l.Err() != nil {
+		t.Fatalf("lease lost while renewed: %v", l.Err())
+	}
+	left, err := l.TTL(ctx)
+	if err != nil || left <= 0 || left > ttl {
+		t.Fatalf("TTL = %v, %v; want in (0, %v]", left, err, ttl)
+	}
+	// Renewed every TTL/3, or up to TTL/6 early: 4 TTLs hold 6 to 24 renewals.
+	if n := extended.Load(); n < 6 || n > 24 {
+		t.Errorf("%d renewals in 4 TTLs, want about 12", n)
+	}
+	if err := l.Extend(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := l.TTL(ctx); left < 9*time.Second {
+		t.Errorf("TTL after Extend(10s) = %v", left)
+	}
+	time.Sleep(ttl) // renewals now keep the extended TTL
+	if left, _ := l.TTL(ctx); left < 9*time.Second {
+		t.Errorf("TTL after a renewal that followed Extend(10s) = %v", left)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := extended.Load()
+	time.Sleep(ttl)
+	if extended.Load() != n {
+		t.Error("renewal went on after Unlock")
+	}
+	if rdb.Exists(ctx, "dlock:{renewed}").Val() != 0 {
+		t.Error("lock key left after Unlock")
+	}
+}
+
+// TestLossSeenPromptly: when another owner takes the lock, the holder's Done
+// closes within one renewal period, and so does the context derived from it.
+func TestLossSeenPromptly(t *testing.T) {
+	var lost atomic.Int64
+	c, rdb, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Lost: func(string, error) { lost.Add(1) }}))
+	ctx := context.Background()
+	ttl := 600 * time.Millisecond
+	l, err := c.Mutex("lost", dlock.WithTTL(ttl)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := l.Context(ctx)
+	defer cancel()
+	taken := time.Now()
+	rdb.Del(ctx, "dlock:{lost}")
+	rdb.HSet(ctx, "dlock:{lost}", "intruder", 1)
+	if !closedWithin(l.Done(), ttl/3+200*time.Millisecond) {
+		t.Fatal("Done not closed within a renewal period of the takeover")
+	}
+	t.Logf("loss seen %v after the takeover", time.Since(taken))
+	if !errors.Is(l.Err(), dlock.ErrLockLost) {
+		t.Errorf("Err = %v, want ErrLockLost", l.Err())
+	}
+	if !closedWithin(lctx.Done(), time.Second) || !errors.Is(context.Cause(lctx), dlock.ErrLockLost) {
+		t.Errorf("derived context: cause %v, want ErrLockLost", context.Cause(lctx))
+	}
+	if lost.Load() != 1 {
+		t.Errorf("Lost hook called %d times, want 1", lost.Load())
+	}
+	if _, err := c.Mutex("lost").Lock(lctx); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("re-entry with a lost lease's context: %v, want ErrNotAcquired and ErrLockLost", err)
+	}
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Extend after loss: %v, want ErrNotHeld", err)
+	}
+	if rdb.HGet(ctx, "dlock:{lost}", "intruder").Val() != "1" {
+		t.Error("the loser changed the new owner's lock")
+	}
+}
+
+// TestRedisStalled: with Redis stopped, renewal cannot succeed; the lease is
+// lost at its local deadline, not later.
+func TestRedisStalled(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second})
+	t.Cleanup(func() { rdb.Close() })
+	var failed atomic.Int64
+	c := clientOn(t, rdb, dlock.WithHooks(dlock.Hooks{ExtendFailed: func(string, error) { failed.Add(1) }}))
+	ctx := context.Background()
+	ttl := 500 * time.Millisecond
+	l, err := c.Mutex("stalled", dlock.WithTTL(ttl)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	gotLoss := closedWithin(l.Done(), ttl+200*time.Millisecond)
+	took := time.Since(paused)
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if !gotLoss {
+		t.Fatalf("lease not lost %v after Redis stopped (TTL %v)", took, ttl)
+	}
+	if !errors.Is(l.Err(), dlock.ErrLockLost) {
+		t.Errorf("Err = %v", l.Err())
+	}
+	t.Logf("lost %v after Redis stopped: %v", took, l.Err())
+}
+
+func TestFixedLease(t *testing.T) {
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	ttl := 200 * time.Millisecond
+	start := time.Now()
+	l, err := c.Mutex("fixed", dlock.WithTTL(ttl), dlock.WithoutRenewal()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(l.Done(), 2*ttl) {
+		t.Fatal("fixed lease did not end")
+	}
+	if took := time.Since(start); took < ttl-drift(ttl) {
+		t.Errorf("fixed lease ended after %v, before its TTL %v", took, ttl)
+	}
+	if !errors.Is(l.Err(), dlock.ErrLockLost) {
+		t.Errorf("Err = %v, want ErrLockLost", l.Err())
+	}
+	if !within(time.Second, func() bool { return rdb.Exists(ctx, "dlock:{fixed}").Val() == 0 }) {
+		t.Error("fixed lease's key did not expire")
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Unlock after the fixed lease ran out: %v", err)
+	}
+	// Extend gives a fixed lease more time.
+	l, err = c.Mutex("fixed", dlock.WithTTL(ttl), dlock.WithoutRenewal()).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if closedWithin(l.Done(), 2*ttl) {
+		t.Fatal("extended fixed lease ended early")
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }

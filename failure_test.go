@@ -1,0 +1,194 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestRedisErrors: Redis failures come back wrapped, saying what was being
+// done, never as a panic or a false success.
+func TestRedisErrors(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("connection refused", func(t *testing.T) {
+		srv := redistest.Start(t)
+		addr := srv.Addr
+		srv.Kill()
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		t.Cleanup(func() { rdb.Close() })
+		c := clientOn(t, rdb)
+		_, err := c.Mutex("x").Lock(ctx)
+		if err == nil || !strings.Contains(err.Error(), `acquire "x"`) || !strings.Contains(err.Error(), "refused") {
+			t.Errorf("Lock with Redis down: %v", err)
+		}
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("a Redis failure reads as contention: %v", err)
+		}
+	})
+
+	t.Run("READONLY replica", func(t *testing.T) {
+		master := redistest.Start(t)
+		replica := redistest.Start(t, "--replicaof", "127.0.0.1", itoa(master.Port))
+		c := clientOn(t, replica.Client(t))
+		_, err := c.Mutex("x").TryLock(ctx)
+		if err == nil || !strings.Contains(err.Error(), "READONLY") || !strings.Contains(err.Error(), `acquire "x"`) {
+			t.Errorf("TryLock on a replica: %v", err)
+		}
+	})
+
+	t.Run("OOM", func(t *testing.T) {
+		c, rdb, _ := newClient(t)
+		rdb.ConfigSet(ctx, "maxmemory", "1")
+		defer rdb.ConfigSet(ctx, "maxmemory", "0")
+		_, err := c.Mutex("x").TryLock(ctx)
+		if err == nil || !strings.Contains(err.Error(), "OOM") {
+			t.Errorf("TryLock with Redis out of memory: %v", err)
+		}
+		rdb.ConfigSet(ctx, "maxmemory", "0")
+		if n := rdb.Exists(ctx, "dlock:{x}", "dlock:{x}:fence").Val(); n != 0 {
+			t.Errorf("a failed acquire left %d keys", n)
+		}
+	})
+
+	t.Run("NOSCRIPT after SCRIPT FLUSH", func(t *testing.T) {
+		c, rdb, _ := newClient(t)
+		l, err := c.Mutex("x").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb.ScriptFlush(ctx)
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock after SCRIPT FLUSH: %v", err)
+		}
+		rdb.ScriptFlush(ctx)
+		l, err = c.Mutex("x").Lock(ctx)
+		if err != nil {
+			t.Fatalf("Lock after SCRIPT FLUSH: %v", err)
+		}
+		l.Unlock(ctx)
+	})
+
+	t.Run("WRONGTYPE", func(t *testing.T) {
+		c, rdb, _ := newClient(t)
+		rdb.Set(ctx, "dlock:{str}", "not a lock", 0)
+		if _, err := c.Mutex("str").TryLock(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("TryLock over a string key: %v", err)
+		}
+		if v := rdb.Get(ctx, "dlock:{str}").Val(); v != "not a lock" {
+			t.Errorf("the foreign key changed to %q", v)
+		}
+		rdb.LPush(ctx, "dlock:{fence}:fence", "x")
+		if _, err := c.Mutex("fence").TryLock(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("TryLock over a foreign fence key: %v", err)
+		}
+		if n := rdb.Exists(ctx, "dlock:{fence}").Val(); n != 0 {
+			t.Error("a failed acquire left the lock key set")
+		}
+	})
+}
+
+// TestRedisRestart: a restart that loses every key makes the holder's lease
+// lost (renewal finds it gone), and a waiter whose release message was lost
+// with the connection still gets the lock.
+func TestRedisRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c := clientOn(t, rdb, dlock.WithTTL(300*time.Millisecond))
+	ctx := context.Background()
+	l, err := c.Mutex("r").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := clientOn(t, srv.Client(t))
+	blocker, err := other.Mutex("w", dlock.WithTTL(time.Second)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := c.Mutex("w").Lock(wctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if !closedWithin(l.Done(), 2*time.Second) {
+		t.Fatal("lease not lost after Redis lost it")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLockLost) {
+		t.Errorf("Err = %v", l.Err())
+	}
+	if err := <-got; err != nil {
+		t.Errorf("waiter across the restart: %v", err)
+	}
+	_ = blocker.Unlock(ctx) // lost with the restart
+}
+
+// TestRenewalBatches: 250 held locks are renewed with one script call per 100
+// locks per renewal period, by the Client's one renewal goroutine.
+func TestRenewalBatches(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	cmds := countCommands(rdb)
+	ttl := 600 * time.Millisecond
+	var mu sync.Mutex
+	renewed := map[string]int{}
+	c := clientOn(t, rdb, dlock.WithTTL(ttl), dlock.WithHooks(dlock.Hooks{Extended: func(n string) {
+		mu.Lock()
+		renewed[n]++
+		mu.Unlock()
+	}}))
+	ctx := context.Background()
+	const n = 250
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		l, err := c.Mutex("b" + itoa(i)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	cmds.scripts()
+	const periods = 6
+	time.Sleep(periods * ttl / 3)
+	calls := cmds.scripts()
+	// Every lease due within TTL/6 of the first is renewed in the same pass,
+	// so about ceil(250/100) = 3 calls per period.
+	if max := periods * 3 * 3 / 2; calls > max {
+		t.Errorf("%d extend calls for %d locks over %d periods, want at most %d", calls, n, periods, max)
+	}
+	mu.Lock()
+	for i := range n {
+		if renewed["b"+itoa(i)] < periods/2 {
+			t.Errorf("lock b%d renewed %d times in %d periods", i, renewed["b"+itoa(i)], periods)
+			break
+		}
+	}
+	mu.Unlock()
+	for _, l := range leases {
+		if l.Err() != nil {
+			t.Fatalf("lease lost: %v", l.Err())
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d extend calls for %d locks over %d renewal periods", calls, n, periods)
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

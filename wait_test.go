@@ -1,0 +1,453 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// counter counts the commands a go-redis client sends, by name.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func countCommands(rdb *redis.Client) *counter {
+	c := &counter{n: map[string]int{}}
+	rdb.AddHook(c)
+	return c
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.mu.Lock()
+		c.n[cmd.Name()]++
+		c.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.mu.Lock()
+		for _, cmd := range cmds {
+			c.n[cmd.Name()]++
+		}
+		c.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// scripts returns how many scripts were run, and resets the count.
+func (c *counter) scripts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n["evalsha"] + c.n["eval"]
+	clear(c.n)
+	return n
+}
+
+// TestWaitWokenByRelease: a waiting Lock is woken by the release, long before
+// the holder's 30s lease would have run out, and waiting sends no commands.
+func TestWaitWokenByRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	holder := clientOn(t, srv.Client(t))
+	wrdb := srv.Client(t)
+	cmds := countCommands(wrdb)
+	waiter := clientOn(t, wrdb)
+	ctx := context.Background()
+	l, err := holder.Mutex("w").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := waiter.Mutex("w").Lock(ctx)
+		if err != nil {
+			t.Errorf("waiting Lock: %v", err)
+		}
+		got <- l
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if n := cmds.scripts(); n != 2 {
+		t.Errorf("the waiter ran %d scripts before the release, want 2 (try, subscribe, try again)", n)
+	}
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l2 := <-got:
+		t.Logf("hand-off %v after the release", time.Since(released))
+		if l2 != nil {
+			l2.Unlock(ctx)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("waiter not woken by the release")
+	}
+}
+
+// TestWaitWakesOne: one release wakes one waiter of a Client, not all.
+func TestWaitWakesOne(t *testing.T) {
+	srv := redistest.Start(t)
+	holder := clientOn(t, srv.Client(t))
+	wrdb := srv.Client(t)
+	cmds := countCommands(wrdb)
+	waiter := clientOn(t, wrdb)
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := holder.Mutex("one").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 5
+	var wg sync.WaitGroup
+	var acquired atomic.Int64
+	for range waiters {
+		wg.Go(func() {
+			l, err := waiter.Mutex("one").Lock(ctx)
+			if err != nil {
+				return
+			}
+			acquired.Add(1)
+			<-ctx.Done()
+			l.Unlock(context.Background())
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	cmds.scripts()
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !within(2*time.Second, func() bool { return acquired.Load() == 1 }) {
+		t.Fatal("no waiter acquired after the release")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := cmds.scripts(); n != 1 {
+		t.Errorf("%d acquire attempts after one release, want 1", n)
+	}
+	cancel()
+	wg.Wait()
+	if n := acquired.Load(); n != 1 {
+		t.Errorf("%d waiters acquired, want 1", n)
+	}
+}
+
+// TestWaitUntilExpiry: a holder that never releases (it stopped renewing)
+// frees the lock at its TTL, and the waiter, woken by its own timer, gets it.
+func TestWaitUntilExpiry(t *testing.T) {
+	c, _, _ := newClient(t)
+	ctx := context.Background()
+	ttl := 400 * time.Millisecond
+	if _, err := c.Mutex("exp", dlock.WithTTL(ttl), dlock.WithoutRenewal()).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l, err := c.Mutex("exp").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > ttl+200*time.Millisecond {
+		t.Errorf("waited %v for a lock with %v left", took, ttl)
+	}
+	l.Unlock(ctx)
+}
+
+// TestWaitGivesUp: a Lock whose context ends returns promptly, with an error
+// matching both ErrNotAcquired and the context's error, and leaves nothing
+// behind in Redis.
+func TestWaitGivesUp(t *testing.T) {
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	l, err := c.Mutex("busy").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, 200*time.Millisecond)
+		}, context.DeadlineExceeded},
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			cctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(200*time.Millisecond, cancel)
+			return cctx, cancel
+		}, context.Canceled},
+		{"already cancelled", func() (context.Context, context.CancelFunc) {
+			cctx, cancel := context.WithCancel(ctx)
+			cancel()
+			return cctx, cancel
+		}, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wctx, cancel := tc.ctx()
+			defer cancel()
+			start := time.Now()
+			_, err := c.Mutex("busy").Lock(wctx)
+			if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, tc.want) {
+				t.Fatalf("Lock: %v, want ErrNotAcquired and %v", err, tc.want)
+			}
+			if took := time.Since(start); took > 400*time.Millisecond {
+				t.Errorf("gave up after %v, want about 200ms", took)
+			}
+		})
+	}
+	if owners := rdb.HKeys(ctx, "dlock:{busy}").Val(); len(owners) != 1 {
+		t.Errorf("owners after the waits gave up: %v, want the holder only", owners)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMutualExclusionInProcess: many goroutines on several Clients; never two
+// inside at once.
+func TestMutualExclusionInProcess(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var inside, max, total atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		c := clientOn(t, srv.Client(t))
+		for range 4 {
+			wg.Go(func() {
+				for range 25 {
+					err := c.Mutex("mx").Do(ctx, func(context.Context) error {
+						n := inside.Add(1)
+						if n > max.Load() {
+							max.Store(n)
+						}
+						time.Sleep(100 * time.Microsecond)
+						total.Add(1)
+						inside.Add(-1)
+						return nil
+					})
+					if err != nil {
+						t.Errorf("Do: %v", err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if max.Load() != 1 || total.Load() != 400 {
+		t.Errorf("at most %d inside at once over %d sections, want 1 over 400", max.Load(), total.Load())
+	}
+}
+
+// TestReentry: a Lock with a context from Do or Lease.Context re-enters: hold
+// count up in Redis, same fence; the lock is free once all holds are given
+// back. Without such a context the same Client is another owner.
+func TestReentry(t *testing.T) {
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	m := c.Mutex("re")
+	count := func() string {
+		vals := rdb.HVals(ctx, "dlock:{re}").Val()
+		return strings.Join(vals, ",")
+	}
+	err := m.Do(ctx, func(ctx context.Context) error {
+		if _, err := m.TryLock(context.Background()); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryLock without the context: %v, want ErrNotAcquired", err)
+		}
+		inner, err := m.Lock(ctx)
+		if err != nil {
+			return err
+		}
+		if got := count(); got != "2" {
+			t.Errorf("hold count %s after re-entry, want 2", got)
+		}
+		ictx, cancel := inner.Context(ctx)
+		defer cancel()
+		innermost, err := m.TryLock(ictx)
+		if err != nil {
+			return err
+		}
+		if got := count(); got != "3" {
+			t.Errorf("hold count %s, want 3", got)
+		}
+		if err := innermost.Unlock(ctx); err != nil {
+			return err
+		}
+		if err := inner.Unlock(ctx); err != nil {
+			return err
+		}
+		if got := count(); got != "1" {
+			t.Errorf("hold count %s after two unlocks, want 1", got)
+		}
+		if err := inner.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("second Unlock of a re-entry: %v, want ErrNotHeld", err)
+		}
+		if got := count(); got != "1" {
+			t.Errorf("hold count %s after a repeated unlock, want 1", got)
+		}
+		// Another lock inside is a different lock: no re-entry.
+		other, err := c.Mutex("other").TryLock(ctx)
+		if err != nil {
+			return err
+		}
+		return other.Unlock(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, "dlock:{re}").Val() != 0 {
+		t.Error("lock left after Do")
+	}
+
+	// Outer unlocked before inner: the lock stays held until the inner goes.
+	outer, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, cancel := outer.Context(ctx)
+	defer cancel()
+	inner, err := m.Lock(octx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outer.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Mutex("re").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("lock free while a re-entry still holds it: %v", err)
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, "dlock:{re}").Val() != 0 {
+		t.Error("lock left after the last hold")
+	}
+	// A context from a Lease of another Client does not re-enter.
+	c2 := clientOn(t, rdb)
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel2 := l.Context(ctx)
+	defer cancel2()
+	if _, err := c2.Mutex("re").TryLock(lctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("another Client re-entered: %v", err)
+	}
+	l.Unlock(ctx)
+}
+
+// TestDo: Do unlocks after fn returns, after fn fails and after fn panics, and
+// reports a loss during fn.
+func TestDo(t *testing.T) {
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	m := c.Mutex("do", dlock.WithTTL(300*time.Millisecond))
+	boom := errors.New("boom")
+	if err := m.Do(ctx, func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Errorf("Do: %v, want fn's error", err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("panic swallowed")
+			}
+		}()
+		m.Do(ctx, func(context.Context) error { panic("fn") })
+	}()
+	if rdb.Exists(ctx, "dlock:{do}").Val() != 0 {
+		t.Fatal("lock left after fn failed or panicked")
+	}
+	err := m.Do(ctx, func(ctx context.Context) error {
+		rdb.Del(ctx, "dlock:{do}")
+		rdb.HSet(ctx, "dlock:{do}", "intruder", 1)
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, dlock.ErrLockLost) || !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Do that lost its lock: %v, want ErrLockLost and ErrNotHeld", err)
+	}
+}
+
+// TestUnlockWithCancelledContext: cleanup in a defer after the caller's
+// context ended still releases the lock.
+func TestUnlockWithCancelledContext(t *testing.T) {
+	c, rdb, _ := newClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := c.Mutex("cc").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with a cancelled context: %v", err)
+	}
+	if rdb.Exists(context.Background(), "dlock:{cc}").Val() != 0 {
+		t.Error("lock left")
+	}
+}
+
+// TestHooksAndLog: every hook fires with the lock's name.
+func TestHooksAndLog(t *testing.T) {
+	var mu sync.Mutex
+	events := map[string]int{}
+	note := func(ev, name string) {
+		if name != "h" {
+			t.Errorf("%s hook for %q", ev, name)
+		}
+		mu.Lock()
+		events[ev]++
+		mu.Unlock()
+	}
+	var logged strings.Builder
+	var logMu sync.Mutex
+	c, rdb, _ := newClient(t,
+		dlock.WithLogger(slogTo(&logged, &logMu)),
+		dlock.WithHooks(dlock.Hooks{
+			Acquired:     func(n string, fence int64, waited time.Duration) { note("acquired", n) },
+			Contended:    func(n string) { note("contended", n) },
+			Extended:     func(n string) { note("extended", n) },
+			ExtendFailed: func(n string, err error) { note("extendfailed", n) },
+			Lost:         func(n string, err error) { note("lost", n) },
+			Released:     func(n string, held time.Duration) { note("released", n) },
+		}))
+	ctx := context.Background()
+	m := c.Mutex("h", dlock.WithTTL(300*time.Millisecond))
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		l.Unlock(ctx)
+	}()
+	l2, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	owners := rdb.HKeys(ctx, "dlock:{h}").Val()
+	rdb.HSet(ctx, "dlock:{h}", "intruder", 1)
+	rdb.HDel(ctx, "dlock:{h}", owners...)
+	<-l2.Done()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, ev := range []string{"acquired", "contended", "extended", "lost", "released"} {
+		if events[ev] == 0 {
+			t.Errorf("no %s event: %v", ev, events)
+		}
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if !strings.Contains(logged.String(), "lease lost") {
+		t.Errorf("loss not logged: %s", logged.String())
+	}
+}
