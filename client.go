@@ -83,7 +83,7 @@ func (c *Client) Close() error {
 			if _, rerr := c.release(ctx, h.k, h.owner, true); rerr != nil {
 				errs = append(errs, rerr)
 			}
-			h.end(fmt.Errorf("%w: lock %q ended by Close", ErrClosed, h.k.name))
+			h.end(fmt.Errorf("%w: lock %q ended by Close", ErrClosed, h.k.name), nil)
 		}
 		c.note.close()
 		err = errors.Join(errs...)

@@ -123,7 +123,11 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		h.lose(lost)
 		return fmt.Errorf("%w: extend: %w", ErrNotHeld, lost)
 	}
-	if !h.extended(sent, ttl) {
+	h.mu.Lock()
+	h.ttlGen++
+	gen := h.ttlGen
+	h.mu.Unlock()
+	if !h.extended(sent, ttl, gen) {
 		return h.endedErr("extend")
 	}
 	h.c.ren.reschedule(h)
@@ -182,6 +186,7 @@ type hold struct {
 	ttl      time.Duration
 	deadline time.Time // after this, without a renewal, the lease counts as lost
 	lastErr  error     // the last renewal error, for the loss message
+	ttlGen   uint64    // counts changes of ttl by Extend
 	ended    bool
 
 	// Renewal schedule, guarded by the renewer's mutex.
@@ -242,13 +247,13 @@ func (h *hold) unlock(ctx context.Context) error {
 		h.mu.Unlock()
 		return nil
 	case code == codeAcquired && last:
-		if h.end(fmt.Errorf("%w: lock %q was unlocked", ErrNotHeld, h.k.name)) {
+		h.end(fmt.Errorf("%w: lock %q was unlocked", ErrNotHeld, h.k.name), func() {
 			held := time.Since(h.acquired)
 			h.c.log.Debug("dlock: released", "lock", h.k.name, "fence", h.fence, "held", held)
 			if f := h.c.cfg.hooks; f != nil && f.Released != nil {
 				f.Released(h.k.name, held)
 			}
-		}
+		})
 		return nil
 	}
 	lost := h.lostErr(code)
@@ -293,12 +298,14 @@ func (h *hold) endedErr(op string) error {
 	return fmt.Errorf("%w: %s %q: %w", ErrNotHeld, op, h.k.name, context.Cause(h.ctx))
 }
 
-// extended records a successful renewal or extension sent at sent. It reports
-// false if the hold had already ended.
-func (h *hold) extended(sent time.Time, ttl time.Duration) bool {
+// extended records a successful renewal or extension sent at sent, made with
+// the TTL of generation gen. It reports false if the hold had ended, or if
+// Extend changed the TTL meanwhile (then Redis may hold either TTL, and the
+// renewal must be done again with the new one).
+func (h *hold) extended(sent time.Time, ttl time.Duration, gen uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ended {
+	if h.ended || gen != h.ttlGen {
 		return false
 	}
 	h.ttl = ttl
@@ -338,31 +345,33 @@ func (h *hold) lostErr(code int64) error {
 	return fmt.Errorf("%w: %q expired", ErrLockLost, h.k.name)
 }
 
-// lose ends h as lost, once, and tells the hooks and the log.
+// lose ends h as lost, once, and tells the log and the hooks.
 func (h *hold) lose(err error) {
-	if !h.end(err) {
-		return
-	}
-	h.c.log.Error("dlock: lease lost", "lock", h.k.name, "fence", h.fence, "err", err)
-	if f := h.c.cfg.hooks; f != nil && f.Lost != nil {
-		f.Lost(h.k.name, err)
-	}
+	h.end(err, func() {
+		h.c.log.Error("dlock: lease lost", "lock", h.k.name, "fence", h.fence, "err", err)
+		if f := h.c.cfg.hooks; f != nil && f.Lost != nil {
+			f.Lost(h.k.name, err)
+		}
+	})
 }
 
 // end ends h with cause, once: it stops the deadline timer and the renewal,
-// and closes Done. It reports whether this call ended it.
-func (h *hold) end(cause error) bool {
+// runs report (if not nil), and then closes Done, so that whoever sees Done
+// closed also sees what report recorded.
+func (h *hold) end(cause error, report func()) {
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
-		return false
+		return
 	}
 	h.ended = true
 	h.timer.Stop()
 	h.mu.Unlock()
 	h.c.ren.remove(h)
+	if report != nil {
+		report()
+	}
 	h.cancel(cause)
-	return true
 }
 
 // heldKey is the context key under which Lease.Context stores held leases.
@@ -532,10 +541,12 @@ func (r *renewer) renewDue() {
 // renewBatch extends a batch of holds with one script call and requeues them.
 func (r *renewer) renewBatch(batch []*hold) {
 	items := make([]extendItem, len(batch))
+	gens := make([]uint64, len(batch))
 	var latest time.Time
 	for i, h := range batch {
 		h.mu.Lock()
 		items[i] = extendItem{k: h.k, owner: h.owner, ttl: h.ttl}
+		gens[i] = h.ttlGen
 		latest = later(latest, h.deadline)
 		h.mu.Unlock()
 	}
@@ -561,11 +572,13 @@ func (r *renewer) renewBatch(batch []*hold) {
 			}
 			r.requeue(h, time.Now().Add(retryDelay(ttl)), 0)
 		case codes[i] == codeAcquired:
-			if h.extended(sent, items[i].ttl) {
+			if h.extended(sent, items[i].ttl, gens[i]) {
 				if hooks != nil && hooks.Extended != nil {
 					hooks.Extended(h.k.name)
 				}
 				r.requeue(h, sent.Add(items[i].ttl/3), items[i].ttl/6)
+			} else {
+				r.requeue(h, time.Now(), 0) // Extend changed the TTL meanwhile: renew again with it
 			}
 		default:
 			h.lose(h.lostErr(codes[i]))

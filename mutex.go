@@ -110,22 +110,23 @@ func (m *Mutex) lock(ctx context.Context, op string, wait bool) (*Lease, error) 
 	}
 	start := time.Now()
 	owner := m.c.newOwner()
-	l, pttl, err := m.attempt(ctx, owner, start)
+	if wait {
+		// If this process is subscribed to the lock's releases already (others
+		// wait for it here, or did lately), every attempt can be followed by
+		// a sleep: no need for a first attempt before subscribing.
+		if g := m.c.note.joinSubscribed(m.k.channel); g != nil {
+			defer m.c.note.leave(g)
+			return m.wait(ctx, g, owner, start, true)
+		}
+	}
+	l, _, err := m.attempt(ctx, owner, start)
 	if l != nil || err != nil {
 		return l, err
 	}
 	if !wait {
 		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, m.k.name)
 	}
-	if f := m.c.cfg.hooks; f != nil && f.Contended != nil {
-		f.Contended(m.k.name)
-	}
-	return m.wait(ctx, owner, start, pttl)
-}
-
-// wait subscribes to the lock's releases, then tries again each time one is
-// announced or the holder's lease would have expired.
-func (m *Mutex) wait(ctx context.Context, owner string, start time.Time, pttl time.Duration) (*Lease, error) {
+	m.contended()
 	g, err := m.c.note.join(ctx, m.k.channel)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -137,17 +138,35 @@ func (m *Mutex) wait(ctx context.Context, owner string, start time.Time, pttl ti
 		return nil, fmt.Errorf("dlock: lock %q: %w", m.k.name, err)
 	}
 	defer m.c.note.leave(g)
+	// Subscribed now: a release from here on wakes the gate. The lock may
+	// have been released before the subscription, so wait starts by trying
+	// again.
+	return m.wait(ctx, g, owner, start, false)
+}
+
+func (m *Mutex) contended() {
+	if f := m.c.cfg.hooks; f != nil && f.Contended != nil {
+		f.Contended(m.k.name)
+	}
+}
+
+// wait tries to acquire, and after each failed attempt sleeps until a release
+// is announced on g or the holder's lease would have run out. announce says
+// whether a first failed attempt is news for the Contended hook.
+func (m *Mutex) wait(ctx context.Context, g *gate, owner string, start time.Time, announce bool) (*Lease, error) {
 	woken := false // holding a wake-up that another waiter must get if this one leaves
 	defer func() {
 		if woken {
 			g.signal()
 		}
 	}()
-	timer := time.NewTimer(pttl)
-	defer timer.Stop()
-	for {
-		// Subscribed: a release from now on wakes the gate, so try again
-		// first, in case the lock was released before the subscription.
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for tries := 0; ; tries++ {
 		l, pttl, err := m.attempt(ctx, owner, start)
 		if l != nil {
 			woken = false
@@ -159,8 +178,15 @@ func (m *Mutex) wait(ctx context.Context, owner string, start time.Time, pttl ti
 			}
 			return nil, err
 		}
+		if tries == 0 && announce {
+			m.contended()
+		}
 		woken = false
-		timer.Reset(pttl)
+		if timer == nil {
+			timer = time.NewTimer(pttl)
+		} else {
+			timer.Reset(pttl)
+		}
 		select {
 		case <-g.wake:
 			woken = true

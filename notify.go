@@ -97,6 +97,23 @@ func (n *notifier) join(ctx context.Context, channel string) (*gate, error) {
 	}
 }
 
+// joinSubscribed is join for a channel whose subscription is in place
+// already; it returns nil, and joins nothing, otherwise.
+func (n *notifier) joinSubscribed(channel string) *gate {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	g := n.gates[channel]
+	if n.closed || g == nil || !g.readyOK {
+		return nil
+	}
+	if g.idle != nil {
+		n.idle.Remove(g.idle)
+		g.idle = nil
+	}
+	g.refs++
+	return g
+}
+
 // drop forgets a gate whose subscription failed, so the next join tries again.
 func (n *notifier) drop(g *gate) {
 	n.mu.Lock()
