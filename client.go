@@ -120,11 +120,16 @@ type keys struct {
 	lock    string
 	fence   string
 	channel string
+
+	lockFence []string // KEYS of acquire.lua, made once
+	lockOnly  []string // KEYS of release.lua and ttl.lua, made once
 }
 
 func (c *Client) keys(name string) keys {
 	tag := c.cfg.prefix + "{" + escapeName(name) + "}"
-	return keys{name: name, lock: tag, fence: tag + ":fence", channel: tag + ":released"}
+	k := keys{name: name, lock: tag, fence: tag + ":fence", channel: tag + ":released"}
+	k.lockFence, k.lockOnly = []string{k.lock, k.fence}, []string{k.lock}
+	return k
 }
 
 // nameEscaper makes any byte string safe inside a hash tag: '{' and '}' would
@@ -145,10 +150,12 @@ func (c *Client) checkCall(ctx context.Context, op, name string) error {
 	return nil
 }
 
-// acquireResult is what acquire.lua answered.
+// acquireResult is what acquire.lua answered, decoded.
 type acquireResult struct {
-	code  int64
-	value int64 // fence when acquired, remaining TTL in ms when held by another
+	fence     int64         // > 0 when the lock was taken
+	reentered bool          // the owner's hold count went up
+	gone      bool          // re-entry asked, but the owner holds nothing
+	pttl      time.Duration // when held by another: its remaining TTL, -1ms if none
 }
 
 // acquire runs acquire.lua once: one round trip.
@@ -157,14 +164,19 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Dur
 	if reenter {
 		mode = "1"
 	}
-	v, err := scripts.acquire.Run(ctx, c.rdb, []string{k.lock, k.fence}, owner, ttl.Milliseconds(), mode).Int64Slice()
+	v, err := scripts.acquire.Run(ctx, c.rdb, k.lockFence, owner, ttl.Milliseconds(), mode).Int64()
 	if err != nil {
 		return acquireResult{}, fmt.Errorf("dlock: acquire %q: %w", k.name, err)
 	}
-	if len(v) != 2 {
-		return acquireResult{}, fmt.Errorf("dlock: acquire %q: unexpected reply %v", k.name, v)
+	switch {
+	case v > 0:
+		return acquireResult{fence: v}, nil
+	case v == 0:
+		return acquireResult{reentered: true}, nil
+	case v == -1:
+		return acquireResult{gone: true}, nil
 	}
-	return acquireResult{code: v[0], value: v[1]}, nil
+	return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}, nil
 }
 
 // release runs release.lua once: one round trip. last frees the lock; without
@@ -174,7 +186,7 @@ func (c *Client) release(ctx context.Context, k keys, owner string, last bool) (
 	if last {
 		mode = "1"
 	}
-	code, err := scripts.release.Run(ctx, c.rdb, []string{k.lock}, owner, k.channel, mode).Int64()
+	code, err := scripts.release.Run(ctx, c.rdb, k.lockOnly, owner, k.channel, mode).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: release %q: %w", k.name, err)
 	}
@@ -211,7 +223,11 @@ type extendItem struct {
 
 // cleanupContext returns a context for releasing a lock after the caller's
 // context may have ended: it keeps ctx's values but not its cancellation, and
-// is bounded by a timeout.
+// is bounded by a timeout. A context that can never be cancelled is used as it
+// is; the Redis client's own timeouts bound the call.
 func cleanupContext(ctx context.Context, ttl time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
 	return context.WithTimeout(context.WithoutCancel(ctx), min(max(ttl, time.Second), 5*time.Second))
 }

@@ -11,15 +11,15 @@ var mutants = map[string]string{
 local fence = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], ARGV[1], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, fence}`,
+return fence`,
 	// Acquires correctly but hands every holder the same fence.
 	"constant-fence": `
 if redis.call('HLEN', KEYS[1]) > 0 then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return -redis.call('PTTL', KEYS[1]) - 3
 end
 redis.call('HSET', KEYS[1], ARGV[1], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, 1}`,
+return 1`,
 }
 
 // UseMutant replaces the acquire script by the named broken one. It reports

@@ -118,7 +118,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if codes[0] != codeAcquired {
+	if codes[0] != codeDone {
 		lost := h.lostErr(codes[0])
 		h.lose(lost)
 		return fmt.Errorf("%w: extend: %w", ErrNotHeld, lost)
@@ -147,7 +147,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := h.endedErr("ttl"); err != nil {
 		return 0, err
 	}
-	ms, err := scripts.ttl.Run(ctx, h.c.rdb, []string{h.k.lock}, h.owner).Int64()
+	ms, err := scripts.ttl.Run(ctx, h.c.rdb, h.k.lockOnly, h.owner).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: ttl %q: %w", h.k.name, err)
 	}
@@ -161,6 +161,9 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
+
+// errUnlocked is the cause of a lease's end by Unlock.
+var errUnlocked = fmt.Errorf("%w: the lease was unlocked", ErrNotHeld)
 
 // hold is the state shared by every Lease of one owner on one lock: the
 // original acquisition and the re-entries made under it. It ends once, when
@@ -241,13 +244,13 @@ func (h *hold) unlock(ctx context.Context) error {
 		return err
 	}
 	switch {
-	case code == codeReentered && !last:
+	case code == codeHeld && !last:
 		h.mu.Lock()
 		h.holds--
 		h.mu.Unlock()
 		return nil
-	case code == codeAcquired && last:
-		h.end(fmt.Errorf("%w: lock %q was unlocked", ErrNotHeld, h.k.name), func() {
+	case code == codeDone && last:
+		h.end(errUnlocked, func() {
 			held := time.Since(h.acquired)
 			h.c.log.Debug("dlock: released", "lock", h.k.name, "fence", h.fence, "held", held)
 			if f := h.c.cfg.hooks; f != nil && f.Released != nil {
@@ -278,7 +281,7 @@ func (h *hold) reenter(ctx context.Context) (*Lease, error) {
 		// is left behind.
 		return nil, err
 	}
-	if r.code != codeReentered {
+	if !r.reentered {
 		lost := h.lostErr(codeGone)
 		h.lose(lost)
 		return nil, fmt.Errorf("%w: re-enter: %w", ErrNotAcquired, lost)
@@ -411,6 +414,7 @@ type renewer struct {
 	mu      sync.Mutex
 	live    map[*hold]struct{} // every hold not yet ended
 	queue   holdQueue          // holds that renew, by due time
+	armed   time.Time          // when the goroutine's timer fires next
 	started bool
 	stopped bool
 
@@ -443,9 +447,10 @@ func (r *renewer) add(h *hold) error {
 	heap.Push(&r.queue, h)
 	if !r.started {
 		r.started = true
+		r.armed = h.due
 		go r.run()
 	}
-	r.poke()
+	r.wakeFor(h)
 	return nil
 }
 
@@ -471,11 +476,17 @@ func (r *renewer) reschedule(h *hold) {
 	}
 	h.due, h.slack = deadline.Add(drift(ttl)-ttl+ttl/3), ttl/6
 	heap.Fix(&r.queue, h.index)
-	r.poke()
+	r.wakeFor(h)
 }
 
-// poke wakes the goroutine to look at the queue again. r.mu must be held.
-func (r *renewer) poke() {
+// wakeFor wakes the goroutine if h is due before its timer fires; otherwise
+// the timer finds h in time and nobody needs waking (the common case, which
+// keeps Lock from waking a second thread). r.mu must be held.
+func (r *renewer) wakeFor(h *hold) {
+	if !h.due.Before(r.armed) {
+		return
+	}
+	r.armed = h.due
 	select {
 	case r.kick <- struct{}{}:
 	default:
@@ -509,6 +520,7 @@ func (r *renewer) run() {
 		if len(r.queue) > 0 {
 			wait = time.Until(r.queue[0].due)
 		}
+		r.armed = time.Now().Add(wait)
 		r.mu.Unlock()
 		timer.Reset(max(wait, 0))
 		select {
@@ -571,7 +583,7 @@ func (r *renewer) renewBatch(batch []*hold) {
 				hooks.ExtendFailed(h.k.name, err)
 			}
 			r.requeue(h, time.Now().Add(retryDelay(ttl)), 0)
-		case codes[i] == codeAcquired:
+		case codes[i] == codeDone:
 			if h.extended(sent, items[i].ttl, gens[i]) {
 				if hooks != nil && hooks.Extended != nil {
 					hooks.Extended(h.k.name)

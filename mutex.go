@@ -209,21 +209,21 @@ func (m *Mutex) attempt(ctx context.Context, owner string, start time.Time) (*Le
 		m.abandon(ctx, owner)
 		return nil, 0, err
 	}
-	if r.code != codeAcquired {
-		if r.value < 0 {
+	if r.fence == 0 {
+		if r.pttl < 0 {
 			return nil, m.ttl, nil
 		}
-		return nil, max(time.Duration(r.value)*time.Millisecond, time.Millisecond), nil
+		return nil, max(r.pttl, time.Millisecond), nil
 	}
-	h, err := m.c.newHold(m.k, owner, r.value, m.ttl, m.renew, sent)
+	h, err := m.c.newHold(m.k, owner, r.fence, m.ttl, m.renew, sent)
 	if err != nil {
 		m.abandon(ctx, owner)
 		return nil, 0, err
 	}
 	waited := time.Since(start)
-	m.c.log.Debug("dlock: acquired", "lock", m.k.name, "fence", r.value, "waited", waited)
+	m.c.log.Debug("dlock: acquired", "lock", m.k.name, "fence", r.fence, "waited", waited)
 	if f := m.c.cfg.hooks; f != nil && f.Acquired != nil {
-		f.Acquired(m.k.name, r.value, waited)
+		f.Acquired(m.k.name, r.fence, waited)
 	}
 	return &Lease{h: h}, 0, nil
 }

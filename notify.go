@@ -34,8 +34,9 @@ type notifier struct {
 type gate struct {
 	channel string
 	wake    chan struct{} // capacity 1: a message wakes one waiter, never blocks the notifier
-	ready   chan struct{} // closed when Redis confirmed the subscription
+	ready   chan struct{} // closed when Redis confirmed the subscription, or it failed
 	readyOK bool
+	subErr  error // why the subscription failed; set before ready is closed
 	refs    int           // waiters using the gate
 	idle    *list.Element // in notifier.idle while refs == 0
 }
@@ -81,12 +82,17 @@ func (n *notifier) join(ctx context.Context, channel string) (*gate, error) {
 
 	if subscribe {
 		if err := ps.Subscribe(ctx, channel); err != nil {
-			n.drop(g)
-			return nil, fmt.Errorf("dlock: subscribe to %s: %w", channel, err)
+			err = fmt.Errorf("dlock: subscribe to %s: %w", channel, err)
+			n.fail(g, err)
+			return nil, err
 		}
 	}
 	select {
 	case <-g.ready:
+		if g.subErr != nil {
+			n.leave(g)
+			return nil, g.subErr
+		}
 		return g, nil
 	case <-ctx.Done():
 		n.leave(g)
@@ -114,13 +120,19 @@ func (n *notifier) joinSubscribed(channel string) *gate {
 	return g
 }
 
-// drop forgets a gate whose subscription failed, so the next join tries again.
-func (n *notifier) drop(g *gate) {
+// fail forgets a gate whose subscription failed, so that the next join tries
+// again, and tells the waiters that joined it meanwhile.
+func (n *notifier) fail(g *gate, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	g.refs--
 	if n.gates[g.channel] == g {
 		delete(n.gates, g.channel)
+	}
+	if !g.readyOK {
+		g.subErr = err
+		g.readyOK = true
+		close(g.ready)
 	}
 }
 
@@ -131,6 +143,10 @@ func (n *notifier) leave(g *gate) {
 	g.refs--
 	var evict []string
 	if g.refs == 0 && n.gates[g.channel] == g {
+		select { // a wake-up nobody took is stale for whoever comes next
+		case <-g.wake:
+		default:
+		}
 		g.idle = n.idle.PushBack(g)
 		for n.idle.Len() > maxIdleGates {
 			old := n.idle.Remove(n.idle.Front()).(*gate)
@@ -186,11 +202,10 @@ func (n *notifier) receive(ps *redis.PubSub) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			n.mu.Lock()
-			g := n.gates[m.Channel]
-			n.mu.Unlock()
-			if g != nil {
-				g.signal()
+			if g := n.gates[m.Channel]; g != nil && g.refs > 0 {
+				g.signal() // a gate nobody waits on keeps no wake-up for later
 			}
+			n.mu.Unlock()
 		case *redis.Subscription:
 			if m.Kind != "subscribe" {
 				continue
@@ -209,7 +224,9 @@ func (n *notifier) wakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, g := range n.gates {
-		g.signal()
+		if g.refs > 0 {
+			g.signal()
+		}
 	}
 }
 

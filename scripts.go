@@ -34,10 +34,10 @@ type scriptSet struct {
 	acquire, release, extend, ttl *redis.Script
 }
 
-// Result codes shared by the scripts.
+// Result codes of release.lua and extend.lua.
 const (
-	codeGone      = -1 // nobody holds the lock
-	codeOther     = 0  // another owner holds the lock
-	codeAcquired  = 1  // acquire: taken; release: freed; extend: extended
-	codeReentered = 2  // acquire: hold count + 1; release: still held
+	codeGone  = -1 // nobody holds the lock
+	codeOther = 0  // another owner holds the lock
+	codeDone  = 1  // release: the lock is free; extend: extended
+	codeHeld  = 2  // release: one hold given back, the lock still held
 )
