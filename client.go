@@ -80,7 +80,7 @@ func (c *Client) Close() error {
 		defer cancel()
 		var errs []error
 		for _, h := range holds {
-			if _, rerr := c.release(ctx, h.k, h.owner, true); rerr != nil {
+			if _, rerr := c.release(ctx, h.k, h.owner, releaseLast, h.currentTTL()); rerr != nil {
 				errs = append(errs, rerr)
 			}
 			h.end(fmt.Errorf("%w: lock %q ended by Close", ErrClosed, h.k.name), nil)
@@ -112,25 +112,35 @@ func (c *Client) newOwner() string {
 //
 // Layout, for prefix "dlock:" and name "orders":
 //
-//	dlock:{orders}            hash   owner id -> hold count, PX = lease TTL
-//	dlock:{orders}:fence      string the fence counter, no expiry
-//	dlock:{orders}:released   pub/sub channel, told when the lock becomes free
+//	dlock:{orders}                  hash   owner id -> hold count, PX = lease TTL
+//	dlock:{orders}:fence            string the fence counter, no expiry
+//	dlock:{orders}:waiters          zset   waiting owner ids, scored by when they lapse
+//	dlock:{orders}:released:<id>    pub/sub channel of the Client with that id,
+//	                                told when the lock is kept for one of its waiters
 type keys struct {
 	name    string // as the caller gave it
 	lock    string
 	fence   string
-	channel string
+	waiters string
+	channel string // the stem; a Client listens on channel + ":" + its id
 
-	lockFence []string // KEYS of acquire.lua, made once
-	lockOnly  []string // KEYS of release.lua and ttl.lua, made once
+	acquireKeys []string // KEYS of acquire.lua, made once
+	releaseKeys []string // KEYS of release.lua, made once
+	lockOnly    []string // KEYS of ttl.lua, made once
 }
 
 func (c *Client) keys(name string) keys {
 	tag := c.cfg.prefix + "{" + escapeName(name) + "}"
-	k := keys{name: name, lock: tag, fence: tag + ":fence", channel: tag + ":released"}
-	k.lockFence, k.lockOnly = []string{k.lock, k.fence}, []string{k.lock}
+	k := keys{name: name, lock: tag, fence: tag + ":fence", waiters: tag + ":waiters", channel: tag + ":released"}
+	k.acquireKeys = []string{k.lock, k.fence, k.waiters}
+	k.releaseKeys = []string{k.lock, k.waiters}
+	k.lockOnly = []string{k.lock}
 	return k
 }
+
+// ownChannel is the channel on which c is told that k was kept for one of its
+// waiters.
+func (c *Client) ownChannel(k keys) string { return k.channel + ":" + c.id }
 
 // nameEscaper makes any byte string safe inside a hash tag: '{' and '}' would
 // end the tag early and change the slot. '%' is escaped too, so the mapping is
@@ -158,13 +168,14 @@ type acquireResult struct {
 	pttl      time.Duration // when held by another: its remaining TTL, -1ms if none
 }
 
-// acquire runs acquire.lua once: one round trip.
-func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Duration, reenter bool) (acquireResult, error) {
+// acquire runs acquire.lua once: one round trip. If the lock is held and
+// register is above zero, owner is registered as a waiter for that long.
+func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Duration, reenter bool, register time.Duration) (acquireResult, error) {
 	mode := "0"
 	if reenter {
 		mode = "1"
 	}
-	v, err := scripts.acquire.Run(ctx, c.rdb, k.lockFence, owner, ttl.Milliseconds(), mode).Int64()
+	v, err := scripts.acquire.Run(ctx, c.rdb, k.acquireKeys, owner, ttl.Milliseconds(), mode, register.Milliseconds()).Int64()
 	if err != nil {
 		return acquireResult{}, fmt.Errorf("dlock: acquire %q: %w", k.name, err)
 	}
@@ -179,18 +190,37 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Dur
 	return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}, nil
 }
 
-// release runs release.lua once: one round trip. last frees the lock; without
-// it one of several holds is given back.
-func (c *Client) release(ctx context.Context, k keys, owner string, last bool) (int64, error) {
-	mode := "0"
-	if last {
-		mode = "1"
-	}
-	code, err := scripts.release.Run(ctx, c.rdb, k.lockOnly, owner, k.channel, mode).Int64()
+// releaseMode tells release.lua what to give back.
+type releaseMode string
+
+const (
+	releaseOne  releaseMode = "0" // one of several holds
+	releaseLast releaseMode = "1" // the last hold: the lock
+	releasePass releaseMode = "2" // a lock kept for a waiter that no longer waits
+)
+
+// release runs release.lua once: one round trip. ttl is the lock's TTL, which
+// sets how long a freed lock is kept for the waiter that is told.
+func (c *Client) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration) (int64, error) {
+	code, err := scripts.release.Run(ctx, c.rdb, k.releaseKeys, owner, k.channel, string(mode), reserveFor(ttl).Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: release %q: %w", k.name, err)
 	}
 	return code, nil
+}
+
+// reserveFor is how long a freed lock is kept for the waiter chosen to have
+// it: long enough for the message to reach it and its acquire to come back,
+// short enough that a waiter that died costs little.
+func reserveFor(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 50*time.Millisecond), time.Second)
+}
+
+// keepAlive is how often a waiter renews its registration (by trying again).
+// A registration lapses after three of these, so a waiter that died is
+// forgotten soon after.
+func keepAlive(ttl time.Duration) time.Duration {
+	return min(max(ttl/6, 50*time.Millisecond), 5*time.Second)
 }
 
 // extend runs extend.lua once over a batch of holds: one round trip.

@@ -61,12 +61,23 @@
 //
 // # Waiting
 //
-// A Lock that finds the lock held subscribes to the lock's release channel
-// (one pub/sub connection per Client, shared by all its locks), tries once
-// more, and then sleeps until a release is announced or the holder's lease
-// would have expired, whichever comes first, in a loop. One release wakes one
-// waiter in each Client that waits for that lock; the lock is not fair. A lost
-// message costs latency, never a hang.
+// A Lock that finds the lock held subscribes to its Client's channel for that
+// lock (one pub/sub connection per Client, shared by all its locks), then
+// tries again, this time registering itself as a waiter in Redis. When the
+// holder releases the lock while waiters are registered, the release keeps
+// the lock for the waiter registered longest ago, for a short while
+// (TTL/10, between 50ms and 1s), and tells only that waiter's Client: one
+// message, one woken goroutine, no race among the others, and no newcomer can
+// take the lock meanwhile. Waiters are therefore served about in the order
+// they arrived; the order is not strict, because a waiter that renews its
+// registration moves back.
+//
+// A waiter also wakes when the holder's lease would have run out, and at its
+// keep-alive (TTL/6, between 50ms and 5s), when it tries again and renews its
+// registration; a registration lapses after three keep-alives. So a lost
+// message costs latency, never a hang. A waiter that gives up while the lock
+// is kept for it passes it on to the next one at once; a waiter whose process
+// died costs the others at most the reservation plus one keep-alive.
 //
 // # Re-entry
 //
@@ -80,9 +91,11 @@
 //
 // For a lock named N and the default prefix "dlock:", Redis holds:
 //
-//	dlock:{N}            hash: owner id -> hold count; expires after the lease's TTL
-//	dlock:{N}:fence      string: the last fence handed out; no expiry
-//	dlock:{N}:released   pub/sub channel, told when the lock becomes free
+//	dlock:{N}                 hash: owner id -> hold count; expires after the lease's TTL
+//	                          (while kept for a woken waiter: "reserved" -> its owner id)
+//	dlock:{N}:fence           string: the last fence handed out; no expiry
+//	dlock:{N}:waiters         sorted set: waiting owner ids, scored by when they lapse
+//	dlock:{N}:released:<id>   pub/sub channel of the Client with that id
 //
 // '{', '}' and '%' in N are written as %7B, %7D and %25, so every key of a lock
 // shares one hash tag (and one Redis Cluster slot) whatever the name. The fence

@@ -198,6 +198,13 @@ type hold struct {
 	index int           // position in the renewer's queue; -1 when not queued
 }
 
+// currentTTL returns the lease's TTL.
+func (h *hold) currentTTL() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ttl
+}
+
 // drift is the allowance for the difference between the client's and Redis's
 // clocks and for timer lateness: the Redlock rule of 1% of the TTL plus 2ms.
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
@@ -238,7 +245,11 @@ func (h *hold) unlock(ctx context.Context) error {
 
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
-	code, err := h.c.release(cctx, h.k, h.owner, last)
+	mode := releaseOne
+	if last {
+		mode = releaseLast
+	}
+	code, err := h.c.release(cctx, h.k, h.owner, mode, ttl)
 	if err != nil {
 		h.c.log.Error("dlock: release failed", "lock", h.k.name, "fence", h.fence, "err", err)
 		return err
@@ -274,7 +285,7 @@ func (h *hold) reenter(ctx context.Context) (*Lease, error) {
 	h.mu.Lock()
 	ttl := h.ttl
 	h.mu.Unlock()
-	r, err := h.c.acquire(ctx, h.k, h.owner, ttl, true)
+	r, err := h.c.acquire(ctx, h.k, h.owner, ttl, true, 0)
 	if err != nil {
 		// If the reply was lost the count in Redis may be one too high; the
 		// last release deletes the lock whatever the count says, so no hold

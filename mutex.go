@@ -23,8 +23,10 @@ import (
 // unlocked. Ownership is never tied to goroutines: any goroutine holding the
 // Lease may unlock it.
 //
-// The lock is not fair: when it is released, the waiters that are woken and any
-// newcomer race for it. A woken waiter that loses the race waits again.
+// Waiters are served about in the order they arrived: a lock released while
+// others wait is kept briefly for the one registered longest ago, and only
+// that one is woken (see the package documentation, Waiting). A free lock with
+// nobody waiting goes to whoever asks first.
 type Mutex struct {
 	c     *Client
 	k     keys
@@ -59,14 +61,16 @@ func (m *Mutex) Name() string { return m.k.name }
 // the wait only, never the lease: a Lease outlives the ctx it was acquired
 // with until it is unlocked or lost.
 //
-// A waiting Lock sleeps until a release of the lock is announced, or until the
-// holder's lease would expire, then tries again; it never polls. If ctx ends
-// first, the error matches both ErrNotAcquired and ctx.Err(). If ctx carries a
-// Lease of this lock (see Lease.Context), Lock re-enters it at once.
+// A waiting Lock sleeps until the lock is released and kept for it, or until
+// the holder's lease would expire, then tries again; it does not poll, beyond
+// a keep-alive every TTL/6 (at most 5s) while it waits. If ctx ends first, the
+// error matches both ErrNotAcquired and ctx.Err(). If ctx carries a Lease of
+// this lock (see Lease.Context), Lock re-enters it at once.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) { return m.lock(ctx, "lock", true) }
 
 // TryLock makes one attempt to acquire the lock, one round trip. If another
-// owner holds it, the error matches ErrNotAcquired. If ctx carries a Lease of
+// owner holds it (or it is kept for a woken waiter), the error matches
+// ErrNotAcquired. If ctx carries a Lease of
 // this lock (see Lease.Context), TryLock re-enters it.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) { return m.lock(ctx, "trylock", false) }
 
@@ -114,12 +118,12 @@ func (m *Mutex) lock(ctx context.Context, op string, wait bool) (*Lease, error) 
 		// If this process is subscribed to the lock's releases already (others
 		// wait for it here, or did lately), every attempt can be followed by
 		// a sleep: no need for a first attempt before subscribing.
-		if g := m.c.note.joinSubscribed(m.k.channel); g != nil {
+		if g := m.c.note.joinSubscribed(m.k); g != nil {
 			defer m.c.note.leave(g)
 			return m.wait(ctx, g, owner, start, true)
 		}
 	}
-	l, _, err := m.attempt(ctx, owner, start)
+	l, _, err := m.attempt(ctx, owner, start, 0)
 	if l != nil || err != nil {
 		return l, err
 	}
@@ -127,7 +131,7 @@ func (m *Mutex) lock(ctx context.Context, op string, wait bool) (*Lease, error) 
 		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, m.k.name)
 	}
 	m.contended()
-	g, err := m.c.note.join(ctx, m.k.channel)
+	g, err := m.c.note.join(ctx, m.k, m.ttl)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, m.gaveUp(ctx)
@@ -150,16 +154,15 @@ func (m *Mutex) contended() {
 	}
 }
 
-// wait tries to acquire, and after each failed attempt sleeps until a release
-// is announced on g or the holder's lease would have run out. announce says
-// whether a first failed attempt is news for the Contended hook.
+// wait tries to acquire, registered as a waiter in Redis, and after each
+// failed attempt sleeps until the lock is kept for it (a message on g), the
+// holder's lease would have run out, or its registration needs renewing.
+// announce says whether a first failed attempt is news for the Contended hook.
 func (m *Mutex) wait(ctx context.Context, g *gate, owner string, start time.Time, announce bool) (*Lease, error) {
-	woken := false // holding a wake-up that another waiter must get if this one leaves
-	defer func() {
-		if woken {
-			g.signal()
-		}
-	}()
+	w := m.c.note.enter(g, owner)
+	acquired, pending := false, false // pending: woken, and not yet tried since
+	defer func() { m.c.note.exit(g, w, acquired, pending) }()
+	keep := keepAlive(m.ttl)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -167,9 +170,9 @@ func (m *Mutex) wait(ctx context.Context, g *gate, owner string, start time.Time
 		}
 	}()
 	for tries := 0; ; tries++ {
-		l, pttl, err := m.attempt(ctx, owner, start)
+		l, pttl, err := m.attempt(ctx, owner, start, 3*keep)
 		if l != nil {
-			woken = false
+			acquired = true
 			return l, nil
 		}
 		if err != nil {
@@ -178,18 +181,19 @@ func (m *Mutex) wait(ctx context.Context, g *gate, owner string, start time.Time
 			}
 			return nil, err
 		}
+		pending = false
 		if tries == 0 && announce {
 			m.contended()
 		}
-		woken = false
+		sleep := min(pttl, keep)
 		if timer == nil {
-			timer = time.NewTimer(pttl)
+			timer = time.NewTimer(sleep)
 		} else {
-			timer.Reset(pttl)
+			timer.Reset(sleep)
 		}
 		select {
-		case <-g.wake:
-			woken = true
+		case <-w.wake:
+			pending = true
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, m.gaveUp(ctx)
@@ -199,12 +203,13 @@ func (m *Mutex) wait(ctx context.Context, g *gate, owner string, start time.Time
 	}
 }
 
-// attempt runs the acquire script once. It returns the Lease if the lock was
-// taken, else how long the holder's lease has left (never less than 1ms; the
-// lock's own TTL if the holder's key has no expiry).
-func (m *Mutex) attempt(ctx context.Context, owner string, start time.Time) (*Lease, time.Duration, error) {
+// attempt runs the acquire script once, registering owner as a waiter for
+// register if the lock is held (0: not at all). It returns the Lease if the
+// lock was taken, else how long the holder's lease has left (never less than
+// 1ms; the lock's own TTL if the holder's key has no expiry).
+func (m *Mutex) attempt(ctx context.Context, owner string, start time.Time, register time.Duration) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	r, err := m.c.acquire(ctx, m.k, owner, m.ttl, false)
+	r, err := m.c.acquire(ctx, m.k, owner, m.ttl, false, register)
 	if err != nil {
 		m.abandon(ctx, owner)
 		return nil, 0, err
@@ -233,7 +238,7 @@ func (m *Mutex) attempt(ctx context.Context, owner string, start time.Time) (*Le
 func (m *Mutex) abandon(ctx context.Context, owner string) {
 	cctx, cancel := cleanupContext(ctx, m.ttl)
 	defer cancel()
-	if _, err := m.c.release(cctx, m.k, owner, true); err != nil {
+	if _, err := m.c.release(cctx, m.k, owner, releaseLast, m.ttl); err != nil {
 		m.c.log.Debug("dlock: cleanup after failed acquire", "lock", m.k.name, "err", err)
 	}
 }

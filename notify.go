@@ -11,14 +11,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// notifier receives "lock released" messages for a Client on one shared
-// pub/sub connection and passes each to one waiter of that lock in this
-// process, through the lock's gate.
+// notifier receives the messages that wake a Client's waiters, on one shared
+// pub/sub connection. A Client listens on one channel per lock it waits for
+// (the lock's channel stem + its id). When a lock is freed while others wait,
+// release.lua keeps it for the waiter registered longest ago and publishes
+// that waiter's owner id on its Client's channel: exactly one waiter, in one
+// process, is woken, and it finds the lock kept for it.
 //
 // Pub/sub delivers at most once: a message sent while the connection is down
-// is lost. Waiters therefore never rely on it alone: every wait is also bounded
-// by the holder's remaining TTL. After the connection breaks, every gate is
-// woken so that waiters look again at once.
+// is lost, and one sent to a process that died is lost with it. Waiters never
+// rely on it alone: every wait is also bounded by the holder's remaining TTL
+// and by the waiter's keep-alive, after which it tries again. After the
+// connection breaks, every waiter is woken so that it looks for itself.
 type notifier struct {
 	c *Client
 
@@ -27,18 +31,34 @@ type notifier struct {
 	gates  map[string]*gate
 	idle   *list.List // channels without waiters, oldest first, still subscribed
 	closed bool
-	done   chan struct{} // closed when the receive loop exits
+	done   chan struct{}  // closed when the receive loop exits
+	passes sync.WaitGroup // hand-overs of wake-ups to Redis, in flight
 }
 
-// gate is where one lock's waiters in this process wait for a release.
+// gate is where this process's waiters for one lock wait.
 type gate struct {
+	k       keys
+	ttl     time.Duration // of the Mutex that made the gate; sets how long a passed-on lock is kept
 	channel string
-	wake    chan struct{} // capacity 1: a message wakes one waiter, never blocks the notifier
 	ready   chan struct{} // closed when Redis confirmed the subscription, or it failed
 	readyOK bool
 	subErr  error // why the subscription failed; set before ready is closed
-	refs    int           // waiters using the gate
+	refs    int   // joins not yet left
+	waiters map[string]*waiter
 	idle    *list.Element // in notifier.idle while refs == 0
+}
+
+// waiter is one waiting Lock call, known by its owner id.
+type waiter struct {
+	owner string
+	wake  chan struct{} // capacity 1: never blocks the notifier
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
 // maxIdleGates is how many channels stay subscribed with nobody waiting, so
@@ -53,10 +73,11 @@ func newNotifier(c *Client) *notifier {
 	return &notifier{c: c, gates: make(map[string]*gate), idle: list.New(), done: make(chan struct{})}
 }
 
-// join returns the gate of channel, subscribed: Redis has confirmed the
-// subscription when join returns, so any release after that wakes the gate.
-// Every join must be followed by one leave.
-func (n *notifier) join(ctx context.Context, channel string) (*gate, error) {
+// join returns the gate of lock k, subscribed: Redis has confirmed the
+// subscription when join returns, so any message from then on arrives. Every
+// join must be followed by one leave.
+func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration) (*gate, error) {
+	channel := n.c.ownChannel(k)
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -69,14 +90,10 @@ func (n *notifier) join(ctx context.Context, channel string) (*gate, error) {
 	g := n.gates[channel]
 	subscribe := g == nil
 	if subscribe {
-		g = &gate{channel: channel, wake: make(chan struct{}, 1), ready: make(chan struct{})}
+		g = &gate{k: k, ttl: ttl, channel: channel, ready: make(chan struct{}), waiters: make(map[string]*waiter)}
 		n.gates[channel] = g
 	}
-	if g.idle != nil {
-		n.idle.Remove(g.idle)
-		g.idle = nil
-	}
-	g.refs++
+	n.use(g)
 	ps := n.ps
 	n.mu.Unlock()
 
@@ -103,21 +120,26 @@ func (n *notifier) join(ctx context.Context, channel string) (*gate, error) {
 	}
 }
 
-// joinSubscribed is join for a channel whose subscription is in place
-// already; it returns nil, and joins nothing, otherwise.
-func (n *notifier) joinSubscribed(channel string) *gate {
+// joinSubscribed is join for a lock whose subscription is in place already;
+// it returns nil, and joins nothing, otherwise.
+func (n *notifier) joinSubscribed(k keys) *gate {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	g := n.gates[channel]
-	if n.closed || g == nil || !g.readyOK {
+	g := n.gates[n.c.ownChannel(k)]
+	if n.closed || g == nil || !g.readyOK || g.subErr != nil {
 		return nil
 	}
+	n.use(g)
+	return g
+}
+
+// use counts one more join of g. n.mu must be held.
+func (n *notifier) use(g *gate) {
 	if g.idle != nil {
 		n.idle.Remove(g.idle)
 		g.idle = nil
 	}
 	g.refs++
-	return g
 }
 
 // fail forgets a gate whose subscription failed, so that the next join tries
@@ -143,10 +165,6 @@ func (n *notifier) leave(g *gate) {
 	g.refs--
 	var evict []string
 	if g.refs == 0 && n.gates[g.channel] == g {
-		select { // a wake-up nobody took is stale for whoever comes next
-		case <-g.wake:
-		default:
-		}
 		g.idle = n.idle.PushBack(g)
 		for n.idle.Len() > maxIdleGates {
 			old := n.idle.Remove(n.idle.Front()).(*gate)
@@ -163,12 +181,48 @@ func (n *notifier) leave(g *gate) {
 	}
 }
 
-// signal wakes one waiter of g, if none is already due to wake.
-func (g *gate) signal() {
+// enter makes owner a waiter of g, to be woken by messages naming it.
+func (n *notifier) enter(g *gate, owner string) *waiter {
+	w := &waiter{owner: owner, wake: make(chan struct{}, 1)}
+	n.mu.Lock()
+	g.waiters[owner] = w
+	n.mu.Unlock()
+	return w
+}
+
+// exit ends w's wait. If the lock may be kept for w in Redis (a wake-up it
+// did not act on: pending, or one still in its channel) and w did not take it,
+// it is passed on to the next waiter.
+func (n *notifier) exit(g *gate, w *waiter, acquired, pending bool) {
+	n.mu.Lock()
+	delete(g.waiters, w.owner)
 	select {
-	case g.wake <- struct{}{}:
+	case <-w.wake:
+		pending = true
 	default:
 	}
+	n.mu.Unlock()
+	if pending && !acquired {
+		n.pass(g, w.owner)
+	}
+}
+
+// pass asks Redis to keep g's lock for its next waiter, or free it, if it is
+// kept for owner, who no longer waits. It runs in the background: the caller
+// may be a Lock that is returning, or the receive loop.
+func (n *notifier) pass(g *gate, owner string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return // the lock frees itself when its reservation lapses
+	}
+	n.passes.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := n.c.release(ctx, g.k, owner, releasePass, g.ttl); err != nil {
+			n.c.log.Warn("dlock: passing a wake-up on failed", "lock", g.k.name, "err", err)
+		}
+	})
 }
 
 // receive reads the pub/sub connection until the notifier closes.
@@ -189,9 +243,9 @@ func (n *notifier) receive(ps *redis.PubSub) {
 				continue
 			}
 			// The connection broke; go-redis reconnects and subscribes again
-			// on the next receive. Releases sent meanwhile were lost: wake
-			// every gate so its waiters look for themselves.
-			n.c.log.Warn("dlock: release notifications interrupted", "err", err)
+			// on the next receive. Messages sent meanwhile were lost: wake
+			// every waiter so that it looks for itself.
+			n.c.log.Warn("dlock: wake-up messages interrupted", "err", err)
 			n.wakeAll()
 			select {
 			case <-n.c.closing:
@@ -201,11 +255,7 @@ func (n *notifier) receive(ps *redis.PubSub) {
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			n.mu.Lock()
-			if g := n.gates[m.Channel]; g != nil && g.refs > 0 {
-				g.signal() // a gate nobody waits on keeps no wake-up for later
-			}
-			n.mu.Unlock()
+			n.deliver(m.Channel, m.Payload)
 		case *redis.Subscription:
 			if m.Kind != "subscribe" {
 				continue
@@ -220,22 +270,42 @@ func (n *notifier) receive(ps *redis.PubSub) {
 	}
 }
 
+// deliver wakes the waiter a lock was kept for, or passes the lock on if that
+// waiter is gone.
+func (n *notifier) deliver(channel, owner string) {
+	n.mu.Lock()
+	g := n.gates[channel]
+	var w *waiter
+	if g != nil {
+		w = g.waiters[owner]
+	}
+	n.mu.Unlock()
+	switch {
+	case w != nil:
+		w.signal()
+	case g != nil:
+		n.pass(g, owner)
+	}
+}
+
 func (n *notifier) wakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, g := range n.gates {
-		if g.refs > 0 {
-			g.signal()
+		for _, w := range g.waiters {
+			w.signal()
 		}
 	}
 }
 
-// close closes the pub/sub connection and waits for the receive loop.
+// close closes the pub/sub connection and waits for the receive loop and the
+// hand-overs in flight.
 func (n *notifier) close() {
 	n.mu.Lock()
 	n.closed = true
 	ps := n.ps
 	n.mu.Unlock()
+	n.passes.Wait()
 	if ps == nil {
 		return
 	}

@@ -451,3 +451,161 @@ func TestHooksAndLog(t *testing.T) {
 		t.Errorf("loss not logged: %s", logged.String())
 	}
 }
+
+// TestWaitersServedInOrder: waiters that arrive one after another get the
+// lock in that order, even against a newcomer that tries when it is freed.
+func TestWaitersServedInOrder(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	holder := clientOn(t, srv.Client(t))
+	l, err := holder.Mutex("fifo").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		c := clientOn(t, srv.Client(t)) // one process each
+		wg.Go(func() {
+			l, err := c.Mutex("fifo").Lock(ctx)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			order <- i
+			time.Sleep(20 * time.Millisecond)
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("waiter %d: Unlock: %v", i, err)
+			}
+		})
+		time.Sleep(50 * time.Millisecond) // arrive one after another
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A newcomer right after the release finds the lock kept for the first waiter.
+	if nl, err := holder.Mutex("fifo").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a newcomer took the lock from the waiters: %v", err)
+		if nl != nil {
+			nl.Unlock(ctx)
+		}
+	}
+	wg.Wait()
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("waiters served in order %v, want 0..%d", got, n-1)
+		}
+	}
+}
+
+// TestWakeUpPassedOn: when the waiter the lock was kept for has gone, its
+// Client passes the lock on to the next waiter at once.
+func TestWakeUpPassedOn(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	holder := clientOn(t, srv.Client(t))
+	l, err := holder.Mutex("pass").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := clientOn(t, srv.Client(t))
+	fctx, cancel := context.WithCancel(ctx)
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		if _, err := first.Mutex("pass").Lock(fctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled waiter: %v", err)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	second := clientOn(t, srv.Client(t))
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := second.Mutex("pass").Lock(ctx)
+		if err != nil {
+			t.Errorf("second waiter: %v", err)
+			close(got)
+			return
+		}
+		got <- time.Now()
+		l.Unlock(ctx)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cancel() // the first waiter leaves; its registration stays, first in line
+	<-gone
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		// Without the pass the second waiter would sleep until its
+		// keep-alive (5s with the default TTL).
+		if took := at.Sub(released); took > time.Second {
+			t.Errorf("second waiter got the lock %v after the release", took)
+		} else {
+			t.Logf("passed on in %v", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("second waiter never got the lock")
+	}
+}
+
+// TestDeadWaiterCostsLittle: a waiter registration left by a process that
+// died is chosen by the release, nobody acts on it, and the real waiter gets
+// the lock after the reservation lapses and its keep-alive fires, within the
+// TTL.
+func TestDeadWaiterCostsLittle(t *testing.T) {
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	ttl := 600 * time.Millisecond
+	m := c.Mutex("dead", dlock.WithTTL(ttl))
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+			close(got)
+			return
+		}
+		got <- time.Now()
+		l.Unlock(ctx)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	// Registrations of a dead process's waiters: one lapsed, one that lapses
+	// just before the live waiter's, so first in line.
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.ZAdd(ctx, "dlock:{dead}:waiters",
+		redis.Z{Score: float64(now.UnixMilli() - 1), Member: "0badc0de:1"},
+		redis.Z{Score: float64(now.UnixMilli() + 50), Member: "0badc0de:2"})
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := rdb.HGet(ctx, "dlock:{dead}", "reserved").Val(); r != "0badc0de:2" {
+		t.Errorf("lock kept for %q, want the live registration of the dead waiter (the lapsed one skipped)", r)
+	}
+	select {
+	case at := <-got:
+		if took := at.Sub(released); took > ttl {
+			t.Errorf("waiter got the lock %v after the release, want within the TTL %v", took, ttl)
+		} else {
+			t.Logf("dead waiter cost %v", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter never got the lock")
+	}
+}

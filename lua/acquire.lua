@@ -1,17 +1,24 @@
--- acquire.lua: take a free lock, or re-enter a hold the caller already has.
+-- acquire.lua: take a free lock (or one reserved for the caller), register the
+-- caller as a waiter if it is held, or re-enter a hold the caller has.
 --
--- KEYS[1]  lock hash: owner id -> hold count, with a PX expiry
--- KEYS[2]  fence counter: a string with no expiry, in the same hash slot
+-- KEYS[1]  lock hash: owner id -> hold count, with a PX expiry; or, while a
+--          released lock is kept for a woken waiter, the field "reserved" ->
+--          that waiter's owner id
+-- KEYS[2]  fence counter: a string with no expiry
+-- KEYS[3]  waiters: sorted set of waiting owner ids, each scored by the server
+--          time (ms) at which the entry lapses unless renewed
 -- ARGV[1]  owner id
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "1": re-enter a hold of ARGV[1]; "0": take the lock only if it is free
+-- ARGV[3]  "1": re-enter a hold of ARGV[1]; "0": take the lock
+-- ARGV[4]  "0": do not register; else how long (ms) the caller stays
+--          registered as a waiter when the lock is held
 --
 -- Returns one integer (cheaper for Redis to reply than a table):
---    > 0  acquired: the lock was free; the value is the new fence
+--    > 0  acquired; the value is the new fence
 --      0  re-entered: hold count + 1, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
---  <= -2  held by another owner, whose remaining TTL in ms is -value - 3
---         (-2: the key has no expiry)
+--  <= -2  held by another owner (or kept for another waiter), whose remaining
+--         TTL in ms is -value - 3 (-2: the key has no expiry)
 --
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
@@ -22,10 +29,21 @@ if ARGV[3] == '1' then
   redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
   return 0
 end
-if redis.call('HLEN', KEYS[1]) > 0 then
+local n = redis.call('HLEN', KEYS[1])
+if n > 0 and not (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == ARGV[1]) then
+  if ARGV[4] ~= '0' then
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[3], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[4]), ARGV[1])
+  end
   return -redis.call('PTTL', KEYS[1]) - 3
 end
+if ARGV[4] ~= '0' then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
 local fence = redis.call('INCR', KEYS[2])
+if n > 0 then
+  redis.call('DEL', KEYS[1])
+end
 redis.call('HSET', KEYS[1], ARGV[1], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return fence

@@ -1,32 +1,58 @@
--- release.lua: give back one hold of an owner, or the lock itself; wake a
--- waiter when the lock becomes free.
+-- release.lua: give back one hold of an owner, or the lock itself. A lock
+-- that becomes free while others wait is kept for a short while for the
+-- waiter registered longest ago, and only that waiter's Client is told.
 --
--- KEYS[1]  lock hash: owner id -> hold count
--- ARGV[1]  owner id
--- ARGV[2]  channel to publish on when the lock becomes free
--- ARGV[3]  "1": the owner's last hold goes: delete the lock and publish
+-- KEYS[1]  lock hash: owner id -> hold count, or "reserved" -> owner id
+-- KEYS[2]  waiters: sorted set of owner ids, scored by when the entry lapses
+-- ARGV[1]  owner id (mode "2": the waiter the lock is kept for)
+-- ARGV[2]  channel stem: a waiter is told on ARGV[2] .. ":" .. its Client id
+--          (the part of its owner id before the first ':'); the message is
+--          its owner id
+-- ARGV[3]  "1": the owner's last hold goes: free the lock
 --          "0": one of several holds goes: decrement the count, never below 1
 --          (the client keeps the authoritative count, so a retried or lost
 --          reply can never free a lock that is still in use)
+--          "2": the waiter ARGV[1] the lock is kept for no longer waits: keep
+--          it for the next waiter instead, or free it
+-- ARGV[4]  how long (ms) a freed lock is kept for the waiter that is told
 --
 -- Returns:
---    1  released: the lock is free and the channel was told
+--    1  released (mode 2: passed on or freed)
 --    2  still held: one hold was given back
---    0  nothing done: another owner holds the lock
+--    0  nothing done: another owner holds the lock (mode 2: it is no longer
+--       kept for ARGV[1])
 --   -1  nothing done: nobody holds the lock (it expired, or was never taken)
-local n = redis.call('HGET', KEYS[1], ARGV[1])
-if not n then
-  if redis.call('EXISTS', KEYS[1]) == 0 then
-    return -1
+local mode = ARGV[3]
+if mode == '2' then
+  if redis.call('HGET', KEYS[1], 'reserved') ~= ARGV[1] or redis.call('HLEN', KEYS[1]) ~= 1 then
+    return 0
   end
-  return 0
-end
-if ARGV[3] ~= '1' then
-  if tonumber(n) > 1 then
-    redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+else
+  local n = redis.call('HGET', KEYS[1], ARGV[1])
+  if not n then
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      return -1
+    end
+    return 0
   end
-  return 2
+  if mode ~= '1' then
+    if tonumber(n) > 1 then
+      redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+    end
+    return 2
+  end
 end
+local waiting = redis.call('ZCARD', KEYS[2])
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], 'released')
+if waiting > 0 then
+  local t = redis.call('TIME')
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
+  local next = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if next then
+    redis.call('ZREM', KEYS[2], next)
+    redis.call('HSET', KEYS[1], 'reserved', next)
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(next, '^[^:]*'), next)
+  end
+end
 return 1
