@@ -99,6 +99,12 @@ func (rc *requestCounter) reset() {
 	rc.roundTrips.Store(0)
 }
 
+// take returns the requests counted so far, and starts counting again.
+func (rc *requestCounter) take() int64 {
+	rc.roundTrips.Store(0)
+	return rc.requests.Swap(0)
+}
+
 // report adds req/op and rt/op for n operations.
 func (rc *requestCounter) report(b *testing.B, n int) (reqPerOp float64) {
 	reqPerOp = float64(rc.requests.Load()) / float64(n)
@@ -126,22 +132,6 @@ func benchRedis(b *testing.B, srv *redistest.Server, rc *requestCounter, poolSiz
 	rdb.AddHook(rc)
 	b.Cleanup(func() { _ = rdb.Close() })
 	return rdb
-}
-
-// benchLocker returns a dlock Client on rdb with default options, closed when
-// the benchmark ends.
-func benchLocker(b *testing.B, rdb *redis.Client) *dlock.Client {
-	b.Helper()
-	c, err := dlock.New(rdb)
-	if err != nil {
-		b.Fatalf("New: %v", err)
-	}
-	b.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			b.Errorf("Close: %v", err)
-		}
-	})
-	return c
 }
 
 // dlockLockUnlock takes and gives back m once.
@@ -189,7 +179,7 @@ func BenchmarkUncontended(b *testing.B) {
 
 	b.Run("dlock", func(b *testing.B) {
 		var rc requestCounter
-		m := benchLocker(b, benchRedis(b, srv, &rc, 0)).Mutex("bench-uncontended")
+		m := clientOn(b, benchRedis(b, srv, &rc, 0)).Mutex("bench-uncontended")
 		for range warmUps {
 			if err := dlockLockUnlock(ctx, m); err != nil {
 				b.Fatal(err)
@@ -256,7 +246,7 @@ func BenchmarkUncontendedPair(b *testing.B) {
 	srv := redistest.Start(b)
 	ctx := context.Background()
 	var rc requestCounter
-	m := benchLocker(b, benchRedis(b, srv, &rc, 0)).Mutex("bench-pair")
+	m := clientOn(b, benchRedis(b, srv, &rc, 0)).Mutex("bench-pair")
 	rdb := benchRedis(b, srv, &rc, 0)
 	var seq uint64
 	raw := func() error {
@@ -358,7 +348,7 @@ func BenchmarkParallel(b *testing.B) {
 
 	b.Run("dlock", func(b *testing.B) {
 		var rc requestCounter
-		c := benchLocker(b, benchRedis(b, srv, &rc, pool))
+		c := clientOn(b, benchRedis(b, srv, &rc, pool))
 		run(b, &rc, func(key string) func() error {
 			m := c.Mutex(key)
 			return func() error { return dlockLockUnlock(ctx, m) }
@@ -595,7 +585,7 @@ func BenchmarkContended(b *testing.B) {
 	srv := redistest.Start(b)
 
 	dlockLocker := func(b *testing.B, rdb *redis.Client, _ int) lockFunc {
-		m := benchLocker(b, rdb).Mutex("contended")
+		m := clientOn(b, rdb).Mutex("contended")
 		return func(ctx context.Context) (func(context.Context) error, error) {
 			l, err := m.Lock(ctx)
 			if err != nil {

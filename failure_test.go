@@ -144,7 +144,7 @@ func TestRedisRestart(t *testing.T) {
 func TestRenewalBatches(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	cmds := countCommands(rdb)
+	cmds := countRequests(rdb)
 	ttl := 600 * time.Millisecond
 	var mu sync.Mutex
 	renewed := map[string]int{}
@@ -163,10 +163,10 @@ func TestRenewalBatches(t *testing.T) {
 		}
 		leases[i] = l
 	}
-	cmds.scripts()
+	cmds.take()
 	const periods = 6
 	time.Sleep(periods * ttl / 3)
-	calls := cmds.scripts()
+	calls := int(cmds.take())
 	// Every lease due within TTL/6 of the first is renewed in the same pass,
 	// so about ceil(250/100) = 3 calls per period.
 	if max := periods * 3 * 3 / 2; calls > max {

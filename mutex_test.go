@@ -23,7 +23,7 @@ func newClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *redis.Client
 }
 
 // clientOn returns a dlock Client on rdb, closed when the test ends.
-func clientOn(t *testing.T, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
+func clientOn(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
 	c, err := dlock.New(rdb, opts...)
 	if err != nil {

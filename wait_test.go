@@ -14,47 +14,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// counter counts the commands a go-redis client sends, by name.
-type counter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func countCommands(rdb *redis.Client) *counter {
-	c := &counter{n: map[string]int{}}
-	rdb.AddHook(c)
-	return c
-}
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.mu.Lock()
-		c.n[cmd.Name()]++
-		c.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.mu.Lock()
-		for _, cmd := range cmds {
-			c.n[cmd.Name()]++
-		}
-		c.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
-// scripts returns how many scripts were run, and resets the count.
-func (c *counter) scripts() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.n["evalsha"] + c.n["eval"]
-	clear(c.n)
-	return n
+// countRequests counts the requests rdb sends from now on.
+func countRequests(rdb *redis.Client) *requestCounter {
+	rc := new(requestCounter)
+	rdb.AddHook(rc)
+	return rc
 }
 
 // TestWaitWokenByRelease: a waiting Lock is woken by the release, long before
@@ -63,7 +27,7 @@ func TestWaitWokenByRelease(t *testing.T) {
 	srv := redistest.Start(t)
 	holder := clientOn(t, srv.Client(t))
 	wrdb := srv.Client(t)
-	cmds := countCommands(wrdb)
+	cmds := countRequests(wrdb)
 	waiter := clientOn(t, wrdb)
 	ctx := context.Background()
 	l, err := holder.Mutex("w").Lock(ctx)
@@ -79,8 +43,8 @@ func TestWaitWokenByRelease(t *testing.T) {
 		got <- l
 	}()
 	time.Sleep(300 * time.Millisecond)
-	if n := cmds.scripts(); n != 2 {
-		t.Errorf("the waiter ran %d scripts before the release, want 2 (try, subscribe, try again)", n)
+	if n := cmds.take(); n != 2 {
+		t.Errorf("the waiter sent %d requests before the release, want 2 (try, subscribe, try again)", n)
 	}
 	released := time.Now()
 	if err := l.Unlock(ctx); err != nil {
@@ -102,7 +66,7 @@ func TestWaitWakesOne(t *testing.T) {
 	srv := redistest.Start(t)
 	holder := clientOn(t, srv.Client(t))
 	wrdb := srv.Client(t)
-	cmds := countCommands(wrdb)
+	cmds := countRequests(wrdb)
 	waiter := clientOn(t, wrdb)
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := holder.Mutex("one").Lock(ctx)
@@ -124,7 +88,7 @@ func TestWaitWakesOne(t *testing.T) {
 		})
 	}
 	time.Sleep(300 * time.Millisecond)
-	cmds.scripts()
+	cmds.take()
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -132,8 +96,8 @@ func TestWaitWakesOne(t *testing.T) {
 		t.Fatal("no waiter acquired after the release")
 	}
 	time.Sleep(200 * time.Millisecond)
-	if n := cmds.scripts(); n != 1 {
-		t.Errorf("%d acquire attempts after one release, want 1", n)
+	if n := cmds.take(); n != 1 {
+		t.Errorf("%d requests (acquire attempts) after one release, want 1", n)
 	}
 	cancel()
 	wg.Wait()
@@ -452,6 +416,26 @@ func TestHooksAndLog(t *testing.T) {
 	}
 }
 
+// lockInBackground locks m in a goroutine, unlocks it at once, and sends the
+// time it got the lock (or closes the channel on failure).
+func lockInBackground(t *testing.T, m *dlock.Mutex) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		ctx := context.Background()
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Errorf("background Lock: %v", err)
+			close(got)
+			return
+		}
+		got <- time.Now()
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("background Unlock: %v", err)
+		}
+	}()
+	return got
+}
+
 // TestWaitersServedInOrder: waiters that arrive one after another get the
 // lock in that order, even against a newcomer that tries when it is freed.
 func TestWaitersServedInOrder(t *testing.T) {
@@ -525,17 +509,7 @@ func TestWakeUpPassedOn(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond)
 	second := clientOn(t, srv.Client(t))
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := second.Mutex("pass").Lock(ctx)
-		if err != nil {
-			t.Errorf("second waiter: %v", err)
-			close(got)
-			return
-		}
-		got <- time.Now()
-		l.Unlock(ctx)
-	}()
+	got := lockInBackground(t, second.Mutex("pass"))
 	time.Sleep(100 * time.Millisecond)
 	cancel() // the first waiter leaves; its registration stays, first in line
 	<-gone
@@ -570,17 +544,7 @@ func TestDeadWaiterCostsLittle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := m.Lock(ctx)
-		if err != nil {
-			t.Errorf("waiter: %v", err)
-			close(got)
-			return
-		}
-		got <- time.Now()
-		l.Unlock(ctx)
-	}()
+	got := lockInBackground(t, m)
 	time.Sleep(200 * time.Millisecond)
 	// Registrations of a dead process's waiters: one lapsed, one that lapses
 	// just before the live waiter's, so first in line.
