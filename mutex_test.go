@@ -497,3 +497,20 @@ func TestFixedLease(t *testing.T) {
 }
 
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// TestMinTTLRenewed: a lease of the smallest TTL is kept alive by renewal for
+// many times its TTL.
+func TestMinTTLRenewed(t *testing.T) {
+	c, _, _ := newClient(t)
+	ctx := context.Background()
+	l, err := c.Mutex("min", dlock.WithTTL(dlock.MinTTL)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if closedWithin(l.Done(), 20*dlock.MinTTL) {
+		t.Fatalf("lease of TTL %v lost while renewed: %v", dlock.MinTTL, l.Err())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
