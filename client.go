@@ -110,32 +110,48 @@ func (c *Client) newOwner() string {
 // the same {hash tag}, so they share a Redis Cluster slot and one script can
 // touch them all.
 //
-// Layout, for prefix "dlock:" and name "orders":
+// Layout, for prefix "dlock:" and a Mutex named "orders" (a FairMutex's keys
+// start with "dlock:fair:{orders}"):
 //
 //	dlock:{orders}                  hash   owner id -> hold count, PX = lease TTL
 //	dlock:{orders}:fence            string the fence counter, no expiry
-//	dlock:{orders}:waiters          zset   waiting owner ids, scored by when they lapse
+//	dlock:{orders}:waiters          zset   Mutex: waiting owner ids, scored by when they lapse;
+//	                                       FairMutex: scored by arrival
+//	dlock:{orders}:alive            hash   FairMutex only: waiting owner id -> when it lapses
 //	dlock:{orders}:released:<id>    pub/sub channel of the Client with that id,
 //	                                told when the lock is kept for one of its waiters
 type keys struct {
+	kind    *lockKind
 	name    string // as the caller gave it
 	lock    string
 	fence   string
 	waiters string
+	alive   string
 	channel string // the stem; a Client listens on channel + ":" + its id
 
-	acquireKeys []string // KEYS of acquire.lua, made once
-	releaseKeys []string // KEYS of release.lua, made once
+	acquireKeys []string // KEYS of the acquire script, made once
+	releaseKeys []string // KEYS of the release script, made once
 	lockOnly    []string // KEYS of ttl.lua, made once
 }
 
-func (c *Client) keys(name string) keys {
-	tag := c.cfg.prefix + "{" + escapeName(name) + "}"
-	k := keys{name: name, lock: tag, fence: tag + ":fence", waiters: tag + ":waiters", channel: tag + ":released"}
+func (c *Client) keys(kind *lockKind, name string) keys {
+	tag := c.tag(kind.space, name)
+	k := keys{kind: kind, name: name, lock: tag, fence: tag + ":fence", waiters: tag + ":waiters", alive: tag + ":alive", channel: tag + ":released"}
 	k.acquireKeys = []string{k.lock, k.fence, k.waiters}
 	k.releaseKeys = []string{k.lock, k.waiters}
+	if kind.fair {
+		k.acquireKeys = append(k.acquireKeys, k.alive)
+		k.releaseKeys = append(k.releaseKeys, k.alive)
+	}
 	k.lockOnly = []string{k.lock}
 	return k
+}
+
+// tag returns the start of every key of the object called name in namespace
+// space ("" for a Mutex, "fair:", "latch:" and so on): the prefix, the space
+// and the {hash tag}.
+func (c *Client) tag(space, name string) string {
+	return c.cfg.prefix + space + "{" + escapeName(name) + "}"
 }
 
 // ownChannel is the channel on which c is told that k was kept for one of its
@@ -175,7 +191,7 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Dur
 	if reenter {
 		mode = "1"
 	}
-	v, err := scripts.acquire.Run(ctx, c.rdb, k.acquireKeys, owner, ttl.Milliseconds(), mode, register.Milliseconds()).Int64()
+	v, err := k.kind.acquire.Run(ctx, c.rdb, k.acquireKeys, owner, ttl.Milliseconds(), mode, register.Milliseconds()).Int64()
 	if err != nil {
 		return acquireResult{}, fmt.Errorf("dlock: acquire %q: %w", k.name, err)
 	}
@@ -196,13 +212,13 @@ type releaseMode string
 const (
 	releaseOne  releaseMode = "0" // one of several holds
 	releaseLast releaseMode = "1" // the last hold: the lock
-	releasePass releaseMode = "2" // a lock kept for a waiter that no longer waits
+	releaseLeave releaseMode = "2" // a waiter gives up: unregister it, pass the lock on if kept for it
 )
 
 // release runs release.lua once: one round trip. ttl is the lock's TTL, which
 // sets how long a freed lock is kept for the waiter that is told.
 func (c *Client) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration) (int64, error) {
-	code, err := scripts.release.Run(ctx, c.rdb, k.releaseKeys, owner, k.channel, string(mode), reserveFor(ttl).Milliseconds()).Int64()
+	code, err := k.kind.release.Run(ctx, c.rdb, k.releaseKeys, owner, k.channel, string(mode), reserveFor(ttl).Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: release %q: %w", k.name, err)
 	}

@@ -27,7 +27,7 @@ return 1`,
 func UseMutant(name string) bool {
 	src, ok := mutants[name]
 	if ok {
-		scripts.acquire = redis.NewScript(src)
+		mutexKind.acquire = redis.NewScript(src)
 	}
 	return ok
 }

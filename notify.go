@@ -14,9 +14,10 @@ import (
 // notifier receives the messages that wake a Client's waiters, on one shared
 // pub/sub connection. A Client listens on one channel per lock it waits for
 // (the lock's channel stem + its id). When a lock is freed while others wait,
-// release.lua keeps it for the waiter registered longest ago and publishes
-// that waiter's owner id on its Client's channel: exactly one waiter, in one
-// process, is woken, and it finds the lock kept for it.
+// its release script keeps it for the waiter next in line and publishes that
+// waiter's owner id on its Client's channel: exactly one waiter, in one
+// process, is woken, and it finds the lock kept for it. A message "*" on a
+// channel wakes every waiter of its gate (a latch that opened).
 //
 // Pub/sub delivers at most once: a message sent while the connection is down
 // is lost, and one sent to a process that died is lost with it. Waiters never
@@ -73,11 +74,10 @@ func newNotifier(c *Client) *notifier {
 	return &notifier{c: c, gates: make(map[string]*gate), idle: list.New(), done: make(chan struct{})}
 }
 
-// join returns the gate of lock k, subscribed: Redis has confirmed the
-// subscription when join returns, so any message from then on arrives. Every
-// join must be followed by one leave.
-func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration) (*gate, error) {
-	channel := n.c.ownChannel(k)
+// join returns the gate of channel, for lock k, subscribed: Redis has
+// confirmed the subscription when join returns, so any message from then on
+// arrives. Every join must be followed by one leave.
+func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel string) (*gate, error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -120,12 +120,12 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration) (*gate, 
 	}
 }
 
-// joinSubscribed is join for a lock whose subscription is in place already;
-// it returns nil, and joins nothing, otherwise.
-func (n *notifier) joinSubscribed(k keys) *gate {
+// joinSubscribed is join for a channel whose subscription is in place
+// already; it returns nil, and joins nothing, otherwise.
+func (n *notifier) joinSubscribed(channel string) *gate {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	g := n.gates[n.c.ownChannel(k)]
+	g := n.gates[channel]
 	if n.closed || g == nil || !g.readyOK || g.subErr != nil {
 		return nil
 	}
@@ -190,27 +190,23 @@ func (n *notifier) enter(g *gate, owner string) *waiter {
 	return w
 }
 
-// exit ends w's wait. If the lock may be kept for w in Redis (a wake-up it
-// did not act on: pending, or one still in its channel) and w did not take it,
-// it is passed on to the next waiter.
-func (n *notifier) exit(g *gate, w *waiter, acquired, pending bool) {
+// exit ends w's wait. If w gives up (registered is true and it did not take
+// the lock), its registration is removed from Redis, and the lock passed on if
+// it was kept for w.
+func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 	n.mu.Lock()
 	delete(g.waiters, w.owner)
-	select {
-	case <-w.wake:
-		pending = true
-	default:
-	}
 	n.mu.Unlock()
-	if pending && !acquired {
-		n.pass(g, w.owner)
+	if registered {
+		n.unregister(g, w.owner)
 	}
 }
 
-// pass asks Redis to keep g's lock for its next waiter, or free it, if it is
-// kept for owner, who no longer waits. It runs in the background: the caller
-// may be a Lock that is returning, or the receive loop.
-func (n *notifier) pass(g *gate, owner string) {
+// unregister removes owner's registration as a waiter of g's lock, and if the
+// lock is kept for owner, keeps it for the next waiter or frees it. It runs in
+// the background: the caller may be a Lock that is returning, or the receive
+// loop.
+func (n *notifier) unregister(g *gate, owner string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -219,8 +215,8 @@ func (n *notifier) pass(g *gate, owner string) {
 	n.passes.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := n.c.release(ctx, g.k, owner, releasePass, g.ttl); err != nil {
-			n.c.log.Warn("dlock: passing a wake-up on failed", "lock", g.k.name, "err", err)
+		if _, err := n.c.release(ctx, g.k, owner, releaseLeave, g.ttl); err != nil {
+			n.c.log.Warn("dlock: removing a waiter that gave up failed", "lock", g.k.name, "err", err)
 		}
 	})
 }
@@ -271,12 +267,19 @@ func (n *notifier) receive(ps *redis.PubSub) {
 }
 
 // deliver wakes the waiter a lock was kept for, or passes the lock on if that
-// waiter is gone.
+// waiter is gone; "*" wakes every waiter of the gate.
 func (n *notifier) deliver(channel, owner string) {
 	n.mu.Lock()
 	g := n.gates[channel]
 	var w *waiter
 	if g != nil {
+		if owner == "*" {
+			for _, w := range g.waiters {
+				w.signal()
+			}
+			n.mu.Unlock()
+			return
+		}
 		w = g.waiters[owner]
 	}
 	n.mu.Unlock()
@@ -284,7 +287,7 @@ func (n *notifier) deliver(channel, owner string) {
 	case w != nil:
 		w.signal()
 	case g != nil:
-		n.pass(g, owner)
+		n.unregister(g, owner)
 	}
 }
 

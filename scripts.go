@@ -19,12 +19,19 @@ var (
 	extendLua string
 	//go:embed lua/ttl.lua
 	ttlLua string
+	//go:embed lua/fair_acquire.lua
+	fairAcquireLua string
+	//go:embed lua/fair_release.lua
+	fairReleaseLua string
 
 	scripts = scriptSet{
 		acquire: redis.NewScript(acquireLua),
 		release: redis.NewScript(releaseLua),
 		extend:  redis.NewScript(extendLua),
 		ttl:     redis.NewScript(ttlLua),
+
+		fairAcquire: redis.NewScript(fairAcquireLua),
+		fairRelease: redis.NewScript(fairReleaseLua),
 	}
 )
 
@@ -32,6 +39,7 @@ var (
 // script for a deliberately broken one and show that the safety checks fail.
 type scriptSet struct {
 	acquire, release, extend, ttl *redis.Script
+	fairAcquire, fairRelease      *redis.Script
 }
 
 // Result codes of release.lua and extend.lua.

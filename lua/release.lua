@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  lock hash: owner id -> hold count, or "reserved" -> owner id
 -- KEYS[2]  waiters: sorted set of owner ids, scored by when the entry lapses
--- ARGV[1]  owner id (mode "2": the waiter the lock is kept for)
+-- ARGV[1]  owner id (mode "2": a waiter's)
 -- ARGV[2]  channel stem: a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
 --          its owner id
@@ -12,19 +12,21 @@
 --          "0": one of several holds goes: decrement the count, never below 1
 --          (the client keeps the authoritative count, so a retried or lost
 --          reply can never free a lock that is still in use)
---          "2": the waiter ARGV[1] the lock is kept for no longer waits: keep
---          it for the next waiter instead, or free it
+--          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
+--          is kept for it, keep it for the next waiter instead, or free it
 -- ARGV[4]  how long (ms) a freed lock is kept for the waiter that is told
 --
 -- Returns:
 --    1  released (mode 2: passed on or freed)
 --    2  still held: one hold was given back
---    0  nothing done: another owner holds the lock (mode 2: it is no longer
---       kept for ARGV[1])
+--    0  nothing done: another owner holds the lock (mode 2: the lock was not
+--       kept for ARGV[1]; only its registration went)
 --   -1  nothing done: nobody holds the lock (it expired, or was never taken)
 local mode = ARGV[3]
 if mode == '2' then
-  if redis.call('HGET', KEYS[1], 'reserved') ~= ARGV[1] or redis.call('HLEN', KEYS[1]) ~= 1 then
+  local kept = redis.call('HGET', KEYS[1], 'reserved') == ARGV[1] and redis.call('HLEN', KEYS[1]) == 1
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  if not kept then
     return 0
   end
 else

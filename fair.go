@@ -1,0 +1,71 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+)
+
+// FairMutex is a reentrant mutual-exclusion lock that is granted in strict
+// order of arrival, shared by every process that uses the same name on the
+// same Redis.
+//
+// A FairMutex is, like a Mutex, a cheap and immutable description of a lock,
+// safe for concurrent use; each successful Lock or TryLock returns a Lease,
+// which is what is unlocked. The zero FairMutex is not usable; get one from
+// Client.FairMutex. Re-entry works as for a Mutex, through a context carrying
+// the Lease.
+//
+// Waiters queue in Redis in the order they first asked (by Redis server
+// time). The lock goes to the first live waiter in the queue, and a newcomer,
+// TryLock included, never takes it ahead of a waiter, even while it is free.
+// On release only the waiter at the head is woken, and the lock is kept for
+// it for TTL/10 (50ms to 1s). A waiter keeps its place alive by renewing it
+// every TTL/6 (at most 5s) while it waits; one that stops (its process died)
+// lapses after three of those, so a dead waiter holds the queue up for at most
+// half the TTL (15s for the default TTL of 30s). A waiter whose context ends
+// leaves the queue at once.
+//
+// Fairness costs throughput under heavy contention: the lock always travels
+// to the next waiter, which takes about one and a half round trips, even when
+// the releasing process would like it back at once.
+type FairMutex struct {
+	x exclusive
+}
+
+// FairMutex returns the fair lock called name. Any byte string is a valid
+// name; the empty one is not, and neither is an invalid option: those errors
+// are returned by every call. A FairMutex and a Mutex of the same name are
+// different locks.
+func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
+	return &FairMutex{x: c.exclusive(fairKind, name, opts)}
+}
+
+// Name returns the lock's name.
+func (m *FairMutex) Name() string { return m.engine().k.name }
+
+// Lock queues for the lock and waits until it is this caller's turn, or ctx
+// is done. ctx bounds the wait only, never the lease. If ctx ends first, the
+// error matches both ErrNotAcquired and ctx.Err(), and the caller's place in
+// the queue is given up. If ctx carries a Lease of this lock (see
+// Lease.Context), Lock re-enters it at once.
+func (m *FairMutex) Lock(ctx context.Context) (*Lease, error) {
+	return m.engine().lock(ctx, "lock", true)
+}
+
+// TryLock takes the lock if it is free and nobody is queued for it, in one
+// round trip; otherwise the error matches ErrNotAcquired. It never queues.
+func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
+	return m.engine().lock(ctx, "trylock", false)
+}
+
+// Do acquires the lock as Lock does, runs fn, and unlocks, as Mutex.Do does.
+func (m *FairMutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return m.engine().do(ctx, fn)
+}
+
+func (m *FairMutex) engine() *exclusive {
+	if m == nil {
+		return &exclusive{err: errors.New("dlock: nil *FairMutex")}
+	}
+	return &m.x
+}

@@ -1,0 +1,57 @@
+-- fair_release.lua: give back one hold of an owner, or the lock itself. A lock
+-- freed while others are queued is kept for a short while for the first live
+-- waiter, and only that waiter's Client is told; the waiter keeps its place at
+-- the head until it takes the lock or lapses.
+--
+-- KEYS[1]  lock hash: owner id -> hold count, or "reserved" -> owner id
+-- KEYS[2]  queue: sorted set of waiting owner ids, scored by arrival
+-- KEYS[3]  alive: hash of waiting owner id -> lapse time (server ms)
+-- ARGV[1..4] as in release.lua: owner id, channel stem, mode, reservation (ms)
+--
+-- Returns as release.lua does.
+local mode = ARGV[3]
+if mode == '2' then
+  local kept = redis.call('HGET', KEYS[1], 'reserved') == ARGV[1] and redis.call('HLEN', KEYS[1]) == 1
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  if not kept then
+    return 0
+  end
+else
+  local n = redis.call('HGET', KEYS[1], ARGV[1])
+  if not n then
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      return -1
+    end
+    return 0
+  end
+  if mode ~= '1' then
+    if tonumber(n) > 1 then
+      redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+    end
+    return 2
+  end
+end
+local queued = redis.call('ZCARD', KEYS[2])
+redis.call('HLEN', KEYS[3]) -- type check, before any write
+redis.call('DEL', KEYS[1])
+if queued == 0 then
+  return 1
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+while true do
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if not head then
+    return 1
+  end
+  local lapse = tonumber(redis.call('HGET', KEYS[3], head))
+  if lapse and lapse > now then
+    redis.call('HSET', KEYS[1], 'reserved', head)
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(head, '^[^:]*'), head)
+    return 1
+  end
+  redis.call('ZREM', KEYS[2], head)
+  redis.call('HDEL', KEYS[3], head)
+end
