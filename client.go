@@ -210,8 +210,8 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Dur
 type releaseMode string
 
 const (
-	releaseOne  releaseMode = "0" // one of several holds
-	releaseLast releaseMode = "1" // the last hold: the lock
+	releaseOne   releaseMode = "0" // one of several holds
+	releaseLast  releaseMode = "1" // the last hold: the lock
 	releaseLeave releaseMode = "2" // a waiter gives up: unregister it, pass the lock on if kept for it
 )
 

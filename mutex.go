@@ -56,7 +56,9 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) { return m.engine().lo
 // owner holds it (or it is kept for a woken waiter), the error matches
 // ErrNotAcquired. If ctx carries a Lease of this lock (see Lease.Context),
 // TryLock re-enters it.
-func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) { return m.engine().lock(ctx, "trylock", false) }
+func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
+	return m.engine().lock(ctx, "trylock", false)
+}
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, also when fn panics.
 // fn's context is cancelled if the lease is lost (context.Cause then matches
