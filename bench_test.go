@@ -584,8 +584,7 @@ func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsec
 func BenchmarkContended(b *testing.B) {
 	srv := redistest.Start(b)
 
-	dlockLocker := func(b *testing.B, rdb *redis.Client, _ int) lockFunc {
-		m := clientOn(b, rdb).Mutex("contended")
+	leaseLocker := func(m locker) lockFunc {
 		return func(ctx context.Context) (func(context.Context) error, error) {
 			l, err := m.Lock(ctx)
 			if err != nil {
@@ -593,6 +592,12 @@ func BenchmarkContended(b *testing.B) {
 			}
 			return l.Unlock, nil
 		}
+	}
+	dlockLocker := func(b *testing.B, rdb *redis.Client, _ int) lockFunc {
+		return leaseLocker(clientOn(b, rdb).Mutex("contended"))
+	}
+	fairLocker := func(b *testing.B, rdb *redis.Client, _ int) lockFunc {
+		return leaseLocker(clientOn(b, rdb).FairMutex("contended"))
 	}
 	rawPollLocker := func(_ *testing.B, rdb *redis.Client, id int) lockFunc {
 		const key = "raw-contended"
@@ -620,6 +625,8 @@ func BenchmarkContended(b *testing.B) {
 
 	b.Run("loop", func(b *testing.B) { benchContended(b, srv, 0, dlockLocker) })
 	b.Run("think", func(b *testing.B) { benchContended(b, srv, maxThink, dlockLocker) })
+	b.Run("fair-loop", func(b *testing.B) { benchContended(b, srv, 0, fairLocker) })
+	b.Run("fair-think", func(b *testing.B) { benchContended(b, srv, maxThink, fairLocker) })
 	b.Run("raw-poll-1ms", func(b *testing.B) { benchContended(b, srv, 0, rawPollLocker) })
 	b.Run("raw-poll-1ms-think", func(b *testing.B) { benchContended(b, srv, maxThink, rawPollLocker) })
 }

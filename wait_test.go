@@ -171,6 +171,9 @@ func TestWaitGivesUp(t *testing.T) {
 	if owners := rdb.HKeys(ctx, "dlock:{busy}").Val(); len(owners) != 1 {
 		t.Errorf("owners after the waits gave up: %v, want the holder only", owners)
 	}
+	if !within(2*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{busy}:waiters").Val() == 0 }) {
+		t.Errorf("registrations left after the waits gave up: %v", rdb.ZRange(ctx, "dlock:{busy}:waiters", 0, -1).Val())
+	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +421,7 @@ func TestHooksAndLog(t *testing.T) {
 
 // lockInBackground locks m in a goroutine, unlocks it at once, and sends the
 // time it got the lock (or closes the channel on failure).
-func lockInBackground(t *testing.T, m *dlock.Mutex) <-chan time.Time {
+func lockInBackground(t *testing.T, m locker) <-chan time.Time {
 	got := make(chan time.Time, 1)
 	go func() {
 		ctx := context.Background()

@@ -40,6 +40,19 @@ type workerParams struct {
 	TTL        time.Duration
 	Goroutines int
 	Iterations int
+	Fair       bool // use a FairMutex instead of a Mutex
+}
+
+// locker is what the workers need of a Mutex or a FairMutex.
+type locker interface {
+	Lock(ctx context.Context) (*dlock.Lease, error)
+}
+
+func (p workerParams) lock(c *dlock.Client) locker {
+	if p.Fair {
+		return c.FairMutex(p.Name)
+	}
+	return c.Mutex(p.Name)
 }
 
 // fencedWrite is the protected resource: it accepts a write only if its fence
@@ -105,7 +118,7 @@ type hammerReport struct {
 // a fenced write to the resource.
 func hammerWorker(c *dlock.Client, lockRDB, resRDB *redis.Client, p workerParams) error {
 	ctx := context.Background()
-	m := c.Mutex(p.Name)
+	m := p.lock(c)
 	var rep hammerReport
 	var firstErr error
 	var errOnce sync.Once
@@ -161,7 +174,7 @@ type holdReport struct {
 // lease, and tries a second fenced write as a holder that did not check would.
 func holdWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
 	ctx := context.Background()
-	l, err := c.Mutex(p.Name).Lock(ctx)
+	l, err := p.lock(c).Lock(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,248 @@
+package dlock_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestFairLockUnlock(t *testing.T) {
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	m := c.FairMutex("f")
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.HLen(ctx, "dlock:fair:{f}").Val(); n != 1 {
+		t.Fatalf("fair lock hash has %d fields, want 1", n)
+	}
+	if rdb.Exists(ctx, "dlock:{f}").Val() != 0 {
+		t.Fatal("a FairMutex used the Mutex's key")
+	}
+	if _, err := m.TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryLock of a held lock: %v", err)
+	}
+	// A Mutex of the same name is another lock.
+	other, err := c.Mutex("f").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("Mutex of the same name: %v", err)
+	}
+	other.Unlock(ctx)
+	lctx, cancel := l.Context(ctx)
+	defer cancel()
+	inner, err := m.Lock(lctx)
+	if err != nil || inner.Fence() != l.Fence() {
+		t.Fatalf("re-entry: %v, fence %d want %d", err, inner.Fence(), l.Fence())
+	}
+	if err := inner.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, "dlock:fair:{f}").Val() != 0 {
+		t.Fatal("lock left after Unlock")
+	}
+	if _, err := (*dlock.FairMutex)(nil).Lock(ctx); err == nil {
+		t.Error("Lock on a nil FairMutex succeeded")
+	}
+	if _, err := c.FairMutex("").Lock(ctx); err == nil {
+		t.Error("Lock of an empty name succeeded")
+	}
+}
+
+// TestFairGrantOrder: waiters in different Clients (as different processes)
+// get the lock in the order they arrived, and a newcomer, TryLock included,
+// never jumps the queue, even when the lock is free for a moment.
+func TestFairGrantOrder(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	holder := clientOn(t, srv.Client(t))
+	m := holder.FairMutex("order")
+	l, err := m.Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	var mu sync.Mutex
+	var granted []int
+	var wg sync.WaitGroup
+	for i := range n {
+		c := clientOn(t, srv.Client(t))
+		wg.Go(func() {
+			l, err := c.FairMutex("order").Lock(ctx)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			granted = append(granted, i)
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+			}
+		})
+		time.Sleep(30 * time.Millisecond) // arrive one after another
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// While the queue drains, newcomers must not get in.
+	for range 10 {
+		if l, err := m.TryLock(ctx); err == nil {
+			t.Error("TryLock jumped the queue")
+			l.Unlock(ctx)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Wait()
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i
+	}
+	if fmt.Sprint(granted) != fmt.Sprint(want) {
+		t.Fatalf("granted in order %v, want arrival order %v", granted, want)
+	}
+}
+
+// TestFairCancelLeavesNothing: a queued waiter whose context ends leaves the
+// queue, and the next waiter is served at the release without delay.
+func TestFairCancelLeavesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	holder := clientOn(t, rdb)
+	l, err := holder.FairMutex("c").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quitter := clientOn(t, srv.Client(t))
+	qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := quitter.FairMutex("c").Lock(qctx); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with a deadline: %v", err)
+	}
+	if !within(2*time.Second, func() bool {
+		return rdb.Exists(ctx, "dlock:fair:{c}:waiters", "dlock:fair:{c}:alive").Val() == 0
+	}) {
+		t.Fatalf("queue after the waiter gave up: %v %v",
+			rdb.ZRange(ctx, "dlock:fair:{c}:waiters", 0, -1).Val(), rdb.HGetAll(ctx, "dlock:fair:{c}:alive").Val())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if keys := rdb.Keys(ctx, "dlock:fair:*").Val(); len(keys) != 1 {
+		t.Errorf("keys left: %v, want the fence only", keys)
+	}
+}
+
+// TestFairDeadWaiter: a queued waiter process killed with SIGKILL holds the
+// queue up for at most about half the TTL, not forever.
+func TestFairDeadWaiter(t *testing.T) {
+	p := workerParams{Name: "deadwaiter", TTL: time.Second, Fair: true}
+	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
+	ctx := context.Background()
+	c := clientOn(t, lockSrv.Client(t), dlock.WithTTL(p.TTL))
+	l, err := c.FairMutex(p.Name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := worker(t, "hold", "", lockSrv, resSrv, p)
+	if _, err := cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := lockSrv.Client(t)
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:fair:{deadwaiter}:waiters").Val() == 1 }) {
+		t.Fatal("the worker never queued")
+	}
+	got := lockInBackground(t, clientOn(t, lockSrv.Client(t), dlock.WithTTL(p.TTL)).FairMutex(p.Name))
+	time.Sleep(100 * time.Millisecond) // queued second
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at := <-got:
+		took := at.Sub(killed)
+		if took > p.TTL {
+			t.Errorf("the queue moved on %v after its head died, want within the TTL %v", took, p.TTL)
+		}
+		t.Logf("queue moved on %v after its head was killed (TTL %v)", took, p.TTL)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queue never moved on")
+	}
+}
+
+// TestFairProcessesHammer: the multi-process hammer of TestProcessesHammer,
+// on a FairMutex.
+func TestFairProcessesHammer(t *testing.T) {
+	p := workerParams{Name: "fairhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Fair: true}
+	const procs = 4
+	o := hammer(t, "", procs, p)
+	if len(o.workerErrors) > 0 {
+		t.Fatalf("workers failed: %v", o.workerErrors)
+	}
+	if want := int64(procs * p.Goroutines * p.Iterations); o.acquired != want {
+		t.Fatalf("acquired %d times, want %d", o.acquired, want)
+	}
+	for _, v := range o.violations() {
+		t.Error(v)
+	}
+}
+
+// TestFairKilledHolder: a FairMutex holder killed with SIGKILL leaves the lock
+// free within its TTL.
+func TestFairKilledHolder(t *testing.T) {
+	p := workerParams{Name: "fairkilled", TTL: time.Second, Fair: true}
+	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
+	cmd := worker(t, "hold", "", lockSrv, resSrv, p)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var fence int64
+	if _, err := fmt.Fscanln(bufio.NewReader(stdout), &fence); err != nil {
+		t.Fatalf("read the holder's fence: %v", err)
+	}
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	c := clientOn(t, lockSrv.Client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.FairMutex(p.Name).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(killed); took > p.TTL+300*time.Millisecond {
+		t.Errorf("lock free %v after the kill, want within TTL %v + 300ms", took, p.TTL)
+	}
+	if l.Fence() <= fence {
+		t.Errorf("fence %d after the killed holder's %d", l.Fence(), fence)
+	}
+	l.Unlock(ctx)
+}
