@@ -64,8 +64,8 @@ func (m *FairMutex) Do(ctx context.Context, fn func(ctx context.Context) error) 
 }
 
 func (m *FairMutex) engine() *exclusive {
-	if m == nil {
-		return &exclusive{err: errors.New("dlock: nil *FairMutex")}
+	if m == nil || m.x.c == nil && m.x.err == nil {
+		return &exclusive{err: errors.New("dlock: nil or zero FairMutex; get one from Client.FairMutex")}
 	}
 	return &m.x
 }

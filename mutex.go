@@ -73,8 +73,8 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 // engine returns m's engine; a nil *Mutex gets one that answers every call
 // with an error.
 func (m *Mutex) engine() *exclusive {
-	if m == nil {
-		return &exclusive{err: errors.New("dlock: nil *Mutex")}
+	if m == nil || m.x.c == nil && m.x.err == nil {
+		return &exclusive{err: errors.New("dlock: nil or zero Mutex; get one from Client.Mutex")}
 	}
 	return &m.x
 }

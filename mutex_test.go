@@ -122,6 +122,8 @@ func TestBadInput(t *testing.T) {
 		{"TTL too small", c.Mutex("x", dlock.WithTTL(time.Millisecond))},
 		{"client-only option", c.Mutex("x", dlock.WithPrefix("p:"))},
 		{"nil client", (*dlock.Client)(nil).Mutex("x")},
+		{"zero Mutex", &dlock.Mutex{}},
+		{"nil Mutex", (*dlock.Mutex)(nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := tc.m.Lock(ctx); err == nil {

@@ -286,7 +286,9 @@ func (n *notifier) deliver(channel, owner string) {
 	switch {
 	case w != nil:
 		w.signal()
-	case g != nil:
+	case g != nil && g.k.kind != nil && g.k.kind.release != nil:
+		// A lock may be kept for a waiter that has gone: pass it on. Gates of
+		// primitives that keep nothing for anyone ignore stray messages.
 		n.unregister(g, owner)
 	}
 }

@@ -23,6 +23,8 @@ var (
 	fairAcquireLua string
 	//go:embed lua/fair_release.lua
 	fairReleaseLua string
+	//go:embed lua/latch_countdown.lua
+	latchCountDownLua string
 
 	scripts = scriptSet{
 		acquire: redis.NewScript(acquireLua),
@@ -32,6 +34,8 @@ var (
 
 		fairAcquire: redis.NewScript(fairAcquireLua),
 		fairRelease: redis.NewScript(fairReleaseLua),
+
+		latchCountDown: redis.NewScript(latchCountDownLua),
 	}
 )
 
@@ -40,6 +44,7 @@ var (
 type scriptSet struct {
 	acquire, release, extend, ttl *redis.Script
 	fairAcquire, fairRelease      *redis.Script
+	latchCountDown                *redis.Script
 }
 
 // Result codes of release.lua and extend.lua.

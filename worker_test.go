@@ -95,6 +95,8 @@ func runWorker(role string) int {
 		err = hammerWorker(c, lockRDB, resRDB, p)
 	case "hold":
 		err = holdWorker(c, resRDB, p)
+	case "latch":
+		err = latchWorker(c, p)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

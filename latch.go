@@ -1,0 +1,222 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CountDownLatch lets any number of processes wait until others have done a
+// set number of things: it opens when its count, set with TrySetCount, has
+// been counted down to zero, by CountDown calls from anywhere.
+//
+// A CountDownLatch is a cheap, immutable name for a latch in Redis: make one
+// wherever it is needed, or share one between goroutines; it is safe for
+// concurrent use. The zero CountDownLatch is not usable; get one from
+// Client.CountDownLatch.
+//
+// A latch with no count is open, and stays open until TrySetCount arms it
+// again. It keeps no generations: a Wait that has not yet seen it open when
+// it is armed again waits for the new count. Count downs are not owned and
+// not idempotent: any caller may count down, a CountDown retried after its
+// reply was lost may count twice, and one that a crashed process never made
+// is missing for good. The count has no expiry; it lasts as long as Redis
+// keeps its data.
+//
+// For a latch named N and the default prefix "dlock:", Redis holds
+//
+//	dlock:latch:{N}        string: the count, while above zero; no expiry
+//	dlock:latch:{N}:zero   channel: "*" is published on it when the count reaches zero
+type CountDownLatch struct {
+	c       *Client
+	k       keys
+	channel string
+	err     error // an invalid name or Client, returned by every call
+}
+
+// latchKind names the latch's key namespace. A latch registers no waiters in
+// Redis and keeps nothing for anyone, so it has no release script, and its
+// gates ignore every message but "*".
+var latchKind = &lockKind{what: "CountDownLatch", space: "latch:"}
+
+// The fallback re-check of a waiting Wait, against a lost wake-up message:
+// after latchRecheck, then twice as long each time, up to latchMaxRecheck.
+const (
+	latchRecheck    = 100 * time.Millisecond
+	latchMaxRecheck = 5 * time.Second
+)
+
+// CountDownLatch returns the latch called name. Any byte string is a valid
+// name; the empty one is not, and that error is returned by every call on the
+// latch.
+func (c *Client) CountDownLatch(name string) *CountDownLatch {
+	if c == nil {
+		return &CountDownLatch{k: keys{name: name}, err: errors.New("dlock: CountDownLatch of a nil Client")}
+	}
+	tag := c.tag(latchKind.space, name)
+	l := &CountDownLatch{c: c, k: keys{kind: latchKind, name: name, lock: tag}, channel: tag + ":zero"}
+	if name == "" {
+		l.err = errors.New("dlock: CountDownLatch: empty latch name")
+	}
+	return l
+}
+
+// Name returns the latch's name.
+func (l *CountDownLatch) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.k.name
+}
+
+// TrySetCount sets the latch's count to count, which must be above zero, if
+// the latch has none (it was never set, or it reached zero). It reports
+// whether it set it. One round trip.
+func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, error) {
+	const op = "set count of latch"
+	if err := l.check(ctx, op); err != nil {
+		return false, err
+	}
+	if count <= 0 {
+		return false, fmt.Errorf("dlock: %s %q: count %d, want more than 0", op, l.k.name, count)
+	}
+	ok, err := l.c.rdb.SetNX(ctx, l.k.lock, count, 0).Result()
+	if err != nil {
+		return false, fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
+	}
+	return ok, nil
+}
+
+// CountDown decrements the latch's count by one. When it reaches zero the
+// latch opens: the count is deleted and every waiter is woken. Counting down
+// a latch that has no count does nothing. One round trip.
+func (l *CountDownLatch) CountDown(ctx context.Context) error {
+	const op = "count down latch"
+	if err := l.check(ctx, op); err != nil {
+		return err
+	}
+	if err := scripts.latchCountDown.Run(ctx, l.c.rdb, []string{l.k.lock}, l.channel).Err(); err != nil {
+		return fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
+	}
+	return nil
+}
+
+// Count returns the latch's count: 0 when it has none. One round trip.
+func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
+	const op = "count of latch"
+	if err := l.check(ctx, op); err != nil {
+		return 0, err
+	}
+	return l.count(ctx, op)
+}
+
+// Wait returns nil once the latch is open: at once if it has no count,
+// otherwise when its count reaches zero. A waiting Wait sleeps until told
+// over pub/sub that the latch opened, and also checks again after 100ms,
+// then after twice as long each time up to 5s, in case that message was
+// lost. It writes nothing to Redis.
+//
+// If ctx ends first, the error matches ctx.Err(); if the Client is closed,
+// it matches ErrClosed.
+func (l *CountDownLatch) Wait(ctx context.Context) error {
+	const op = "wait for latch"
+	if err := l.check(ctx, op); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return l.gaveUp(ctx)
+	}
+	g := l.c.note.joinSubscribed(l.channel)
+	if g == nil {
+		// Not subscribed yet: an open latch needs no subscription at all.
+		if n, err := l.count(ctx, op); err != nil || n == 0 {
+			return l.waitErr(ctx, err)
+		}
+		var err error
+		if g, err = l.c.note.join(ctx, l.k, 0, l.channel); err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return l.gaveUp(ctx)
+			case errors.Is(err, ErrClosed):
+				return fmt.Errorf("%w: %s %q", ErrClosed, op, l.k.name)
+			}
+			return fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
+		}
+	}
+	defer l.c.note.leave(g)
+	w := l.c.note.enter(g, l.c.newOwner())
+	defer l.c.note.exit(g, w, false)
+
+	// Subscribed: the latch opening from now on wakes w, so it is enough to
+	// look once before each sleep.
+	recheck := latchRecheck
+	timer := time.NewTimer(recheck)
+	defer timer.Stop()
+	for {
+		n, err := l.count(ctx, op)
+		if err != nil || n == 0 {
+			return l.waitErr(ctx, err)
+		}
+		timer.Reset(recheck)
+		select {
+		case <-w.wake:
+		case <-timer.C:
+			recheck = min(2*recheck, latchMaxRecheck)
+		case <-ctx.Done():
+			return l.gaveUp(ctx)
+		case <-l.c.closing:
+			return fmt.Errorf("%w: %s %q", ErrClosed, op, l.k.name)
+		}
+	}
+}
+
+// count reads the count, 0 if there is none.
+func (l *CountDownLatch) count(ctx context.Context, op string) (int64, error) {
+	s, err := l.c.rdb.Get(ctx, l.k.lock).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("dlock: %s %q: count %q in Redis: %w", op, l.k.name, s, err)
+	}
+	return n, nil
+}
+
+// waitErr is the error of a wait that failed with err, nil if err is nil:
+// the context's if it ended meanwhile.
+func (l *CountDownLatch) waitErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return l.gaveUp(ctx)
+	}
+	return err
+}
+
+// gaveUp is the error of a wait that ended with its context.
+func (l *CountDownLatch) gaveUp(ctx context.Context) error {
+	err := fmt.Errorf("dlock: wait for latch %q: %w", l.k.name, ctx.Err())
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		err = fmt.Errorf("%w (cause: %w)", err, cause)
+	}
+	return err
+}
+
+// check rejects a call that cannot proceed.
+func (l *CountDownLatch) check(ctx context.Context, op string) error {
+	switch {
+	case l == nil:
+		return fmt.Errorf("dlock: %s: nil *CountDownLatch", op)
+	case l.err != nil:
+		return l.err
+	case l.c == nil:
+		return fmt.Errorf("dlock: %s: zero CountDownLatch; get one from Client.CountDownLatch", op)
+	}
+	return l.c.checkCall(ctx, op, l.k.name)
+}
