@@ -111,7 +111,9 @@ func (c *Client) newOwner() string {
 // touch them all.
 //
 // Layout, for prefix "dlock:" and a Mutex named "orders" (a FairMutex's keys
-// start with "dlock:fair:{orders}"):
+// start with "dlock:fair:{orders}", a Semaphore's with "dlock:sem:{orders}",
+// where the hash holds "permits", "used" and each holder's permits, and
+// ":holders" is a sorted set of holders scored by when their lease lapses):
 //
 //	dlock:{orders}                  hash   owner id -> hold count, PX = lease TTL
 //	dlock:{orders}:fence            string the fence counter, no expiry
@@ -124,6 +126,7 @@ type keys struct {
 	kind    *lockKind
 	name    string // as the caller gave it
 	lock    string
+	lease   string // the key that carries each holder's lease: lock, or a sorted set of holders
 	fence   string
 	waiters string
 	alive   string
@@ -131,7 +134,7 @@ type keys struct {
 
 	acquireKeys []string // KEYS of the acquire script, made once
 	releaseKeys []string // KEYS of the release script, made once
-	lockOnly    []string // KEYS of ttl.lua, made once
+	leaseOnly   []string // KEYS of ttl.lua, made once
 }
 
 func (c *Client) keys(kind *lockKind, name string) keys {
@@ -143,7 +146,13 @@ func (c *Client) keys(kind *lockKind, name string) keys {
 		k.acquireKeys = append(k.acquireKeys, k.alive)
 		k.releaseKeys = append(k.releaseKeys, k.alive)
 	}
-	k.lockOnly = []string{k.lock}
+	k.lease = k.lock
+	if kind.zlease {
+		k.lease = tag + ":holders"
+		k.acquireKeys = append(k.acquireKeys, k.lease)
+		k.releaseKeys = append(k.releaseKeys, k.lease)
+	}
+	k.leaseOnly = []string{k.lease}
 	return k
 }
 
@@ -186,12 +195,13 @@ type acquireResult struct {
 
 // acquire runs acquire.lua once: one round trip. If the lock is held and
 // register is above zero, owner is registered as a waiter for that long.
-func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Duration, reenter bool, register time.Duration) (acquireResult, error) {
+func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Duration, reenter bool, register time.Duration, extra ...any) (acquireResult, error) {
 	mode := "0"
 	if reenter {
 		mode = "1"
 	}
-	v, err := k.kind.acquire.Run(ctx, c.rdb, k.acquireKeys, owner, ttl.Milliseconds(), mode, register.Milliseconds()).Int64()
+	args := append([]any{owner, ttl.Milliseconds(), mode, register.Milliseconds()}, extra...)
+	v, err := k.kind.acquire.Run(ctx, c.rdb, k.acquireKeys, args...).Int64()
 	if err != nil {
 		return acquireResult{}, fmt.Errorf("dlock: acquire %q: %w", k.name, err)
 	}
@@ -244,8 +254,8 @@ func (c *Client) extend(ctx context.Context, batch []extendItem) ([]int64, error
 	ks := make([]string, len(batch))
 	args := make([]any, 0, 2*len(batch))
 	for i, it := range batch {
-		ks[i] = it.k.lock
-		args = append(args, it.owner, it.ttl.Milliseconds())
+		ks[i] = it.k.lease
+		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds())
 	}
 	codes, err := scripts.extend.Run(ctx, c.rdb, ks, args...).Int64Slice()
 	if err != nil {

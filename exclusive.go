@@ -18,11 +18,21 @@ type lockKind struct {
 	acquire *redis.Script
 	release *redis.Script
 	fair    bool // keeps a queue in arrival order and the waiters' lapse times
+	zlease  bool // each holder's lease is a member of a sorted set scored by its lapse time
+}
+
+// leaseType names, for extend.lua and ttl.lua, what carries a holder's lease.
+func (k *lockKind) leaseType() string {
+	if k.zlease {
+		return "z"
+	}
+	return "h"
 }
 
 var (
 	mutexKind = &lockKind{what: "Mutex", acquire: scripts.acquire, release: scripts.release}
 	fairKind  = &lockKind{what: "FairMutex", space: "fair:", acquire: scripts.fairAcquire, release: scripts.fairRelease, fair: true}
+	semKind   = &lockKind{what: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease, fair: true, zlease: true}
 )
 
 // exclusive is the engine of the reentrant exclusive locks, Mutex and
@@ -55,7 +65,7 @@ func (m *exclusive) do(ctx context.Context, fn func(ctx context.Context) error) 
 	if fn == nil {
 		return fmt.Errorf("dlock: Do %q: nil function", m.k.name)
 	}
-	l, err := m.lock(ctx, "lock", true)
+	l, err := m.lock(ctx, "lock", true, nil)
 	if err != nil {
 		return err
 	}
@@ -67,18 +77,20 @@ func (m *exclusive) do(ctx context.Context, fn func(ctx context.Context) error) 
 	return fn(lctx)
 }
 
-func (m *exclusive) lock(ctx context.Context, op string, wait bool) (*Lease, error) {
+// lock acquires, waiting if wait is set; extra are the kind's own arguments
+// of its acquire script (after the four every acquire script takes).
+func (m *exclusive) lock(ctx context.Context, op string, wait bool, extra []any) (*Lease, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
 	if err := m.c.checkCall(ctx, op, m.k.name); err != nil {
 		return nil, err
 	}
-	if h := heldIn(ctx).find(m.c, m.k); h != nil {
-		return h.reenter(ctx)
-	}
 	if ctx.Err() != nil {
 		return nil, m.gaveUp(ctx)
+	}
+	if h := heldIn(ctx).find(m.c, m.k); h != nil && !m.k.kind.zlease {
+		return h.reenter(ctx)
 	}
 	start := time.Now()
 	owner := m.c.newOwner()
@@ -88,10 +100,10 @@ func (m *exclusive) lock(ctx context.Context, op string, wait bool) (*Lease, err
 		// a sleep: no need for a first attempt before subscribing.
 		if g := m.c.note.joinSubscribed(m.c.ownChannel(m.k)); g != nil {
 			defer m.c.note.leave(g)
-			return m.wait(ctx, g, owner, start, true)
+			return m.wait(ctx, g, owner, start, true, extra)
 		}
 	}
-	l, _, err := m.attempt(ctx, owner, start, 0)
+	l, _, err := m.attempt(ctx, owner, start, 0, extra)
 	if l != nil || err != nil {
 		return l, err
 	}
@@ -113,7 +125,7 @@ func (m *exclusive) lock(ctx context.Context, op string, wait bool) (*Lease, err
 	// Subscribed now: a release from here on wakes the gate. The lock may
 	// have been released before the subscription, so wait starts by trying
 	// again.
-	return m.wait(ctx, g, owner, start, false)
+	return m.wait(ctx, g, owner, start, false, extra)
 }
 
 func (m *exclusive) contended() {
@@ -126,7 +138,7 @@ func (m *exclusive) contended() {
 // failed attempt sleeps until the lock is kept for it (a message on g), the
 // holder's lease would have run out, or its registration needs renewing.
 // announce says whether a first failed attempt is news for the Contended hook.
-func (m *exclusive) wait(ctx context.Context, g *gate, owner string, start time.Time, announce bool) (*Lease, error) {
+func (m *exclusive) wait(ctx context.Context, g *gate, owner string, start time.Time, announce bool, extra []any) (*Lease, error) {
 	w := m.c.note.enter(g, owner)
 	registered := false // in Redis, by an attempt that found the lock held
 	defer func() { m.c.note.exit(g, w, registered) }()
@@ -139,7 +151,7 @@ func (m *exclusive) wait(ctx context.Context, g *gate, owner string, start time.
 	}()
 	for tries := 0; ; tries++ {
 		registered = true // also if the attempt failed: its script may have run
-		l, pttl, err := m.attempt(ctx, owner, start, 3*keep)
+		l, pttl, err := m.attempt(ctx, owner, start, 3*keep, extra)
 		if l != nil {
 			registered = false // acquiring removed the registration
 			return l, nil
@@ -174,9 +186,9 @@ func (m *exclusive) wait(ctx context.Context, g *gate, owner string, start time.
 // register if the lock is held (0: not at all). It returns the Lease if the
 // lock was taken, else how long the holder's lease has left (never less than
 // 1ms; the lock's own TTL if the holder's key has no expiry).
-func (m *exclusive) attempt(ctx context.Context, owner string, start time.Time, register time.Duration) (*Lease, time.Duration, error) {
+func (m *exclusive) attempt(ctx context.Context, owner string, start time.Time, register time.Duration, extra []any) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	r, err := m.c.acquire(ctx, m.k, owner, m.ttl, false, register)
+	r, err := m.c.acquire(ctx, m.k, owner, m.ttl, false, register, extra...)
 	if err != nil {
 		m.abandon(ctx, owner)
 		return nil, 0, err

@@ -22,12 +22,25 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`,
 }
 
-// UseMutant replaces the acquire script by the named broken one. It reports
+// semMutants are broken acquire scripts of the Semaphore.
+var semMutants = map[string]string{
+	// Permits are handed out whether or not any are free.
+	"sem-ignores-count": `
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[5])
+redis.call('ZADD', KEYS[5], '+inf', ARGV[1])
+return redis.call('INCR', KEYS[2])`,
+}
+
+// UseMutant replaces an acquire script by the named broken one. It reports
 // false if there is no such mutant.
 func UseMutant(name string) bool {
-	src, ok := mutants[name]
-	if ok {
+	if src, ok := mutants[name]; ok {
 		mutexKind.acquire = redis.NewScript(src)
+		return true
 	}
-	return ok
+	if src, ok := semMutants[name]; ok {
+		semKind.acquire = redis.NewScript(src)
+		return true
+	}
+	return false
 }

@@ -49,13 +49,13 @@ func (m *FairMutex) Name() string { return m.engine().k.name }
 // the queue is given up. If ctx carries a Lease of this lock (see
 // Lease.Context), Lock re-enters it at once.
 func (m *FairMutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.engine().lock(ctx, "lock", true)
+	return m.engine().lock(ctx, "lock", true, nil)
 }
 
 // TryLock takes the lock if it is free and nobody is queued for it, in one
 // round trip; otherwise the error matches ErrNotAcquired. It never queues.
 func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.engine().lock(ctx, "trylock", false)
+	return m.engine().lock(ctx, "trylock", false, nil)
 }
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, as Mutex.Do does.

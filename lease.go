@@ -98,6 +98,10 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return err
 }
 
+// Release gives the lease back, as Unlock does; it reads better for the
+// permits of a Semaphore.
+func (l *Lease) Release(ctx context.Context) error { return l.Unlock(ctx) }
+
 // Extend sets the lease to expire ttl from now, and makes ttl the lease's TTL
 // for the renewals that follow. It is one round trip. For a lease made
 // WithoutRenewal, it is how the holder asks for more time. If the lease was
@@ -147,7 +151,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := h.endedErr("ttl"); err != nil {
 		return 0, err
 	}
-	ms, err := scripts.ttl.Run(ctx, h.c.rdb, h.k.lockOnly, h.owner).Int64()
+	ms, err := scripts.ttl.Run(ctx, h.c.rdb, h.k.leaseOnly, h.owner, h.k.kind.leaseType()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: ttl %q: %w", h.k.name, err)
 	}

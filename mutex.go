@@ -50,14 +50,16 @@ func (m *Mutex) Name() string { return m.engine().k.name }
 // error matches both ErrNotAcquired and ctx.Err(), and the wait leaves nothing
 // behind in Redis. If ctx carries a Lease of this lock (see Lease.Context),
 // Lock re-enters it at once.
-func (m *Mutex) Lock(ctx context.Context) (*Lease, error) { return m.engine().lock(ctx, "lock", true) }
+func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
+	return m.engine().lock(ctx, "lock", true, nil)
+}
 
 // TryLock makes one attempt to acquire the lock, one round trip. If another
 // owner holds it (or it is kept for a woken waiter), the error matches
 // ErrNotAcquired. If ctx carries a Lease of this lock (see Lease.Context),
 // TryLock re-enters it.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.engine().lock(ctx, "trylock", false)
+	return m.engine().lock(ctx, "trylock", false, nil)
 }
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, also when fn panics.

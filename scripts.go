@@ -23,6 +23,10 @@ var (
 	fairAcquireLua string
 	//go:embed lua/fair_release.lua
 	fairReleaseLua string
+	//go:embed lua/sem_acquire.lua
+	semAcquireLua string
+	//go:embed lua/sem_release.lua
+	semReleaseLua string
 	//go:embed lua/latch_countdown.lua
 	latchCountDownLua string
 
@@ -35,6 +39,9 @@ var (
 		fairAcquire: redis.NewScript(fairAcquireLua),
 		fairRelease: redis.NewScript(fairReleaseLua),
 
+		semAcquire: redis.NewScript(semAcquireLua),
+		semRelease: redis.NewScript(semReleaseLua),
+
 		latchCountDown: redis.NewScript(latchCountDownLua),
 	}
 )
@@ -44,6 +51,7 @@ var (
 type scriptSet struct {
 	acquire, release, extend, ttl *redis.Script
 	fairAcquire, fairRelease      *redis.Script
+	semAcquire, semRelease        *redis.Script
 	latchCountDown                *redis.Script
 }
 

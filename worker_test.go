@@ -40,7 +40,8 @@ type workerParams struct {
 	TTL        time.Duration
 	Goroutines int
 	Iterations int
-	Fair       bool // use a FairMutex instead of a Mutex
+	Fair       bool  // use a FairMutex instead of a Mutex
+	Permits    int64 // of the Semaphore the "sem" workers use
 }
 
 // locker is what the workers need of a Mutex or a FairMutex.
@@ -95,8 +96,18 @@ func runWorker(role string) int {
 		err = hammerWorker(c, lockRDB, resRDB, p)
 	case "hold":
 		err = holdWorker(c, resRDB, p)
+	case "sem":
+		err = semWorker(c, resRDB, p)
+	case "semhold":
+		err = semHoldWorker(c, p)
 	case "latch":
 		err = latchWorker(c, p)
+	case "multilock":
+		err = multiLockWorker(c, lockRDB, resRDB, p, false)
+	case "multilock-broken":
+		err = multiLockWorker(c, lockRDB, resRDB, p, true)
+	case "multihold":
+		err = multiHoldWorker(c, p)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

@@ -1,10 +1,22 @@
--- ttl.lua: the remaining TTL of a lock, if the given owner holds it.
+-- ttl.lua: the time left on a lease, if the given owner holds it.
 --
--- KEYS[1]  lock hash: owner id -> hold count
+-- KEYS[1]  the key that carries the lease: a lock hash (owner id -> hold
+--          count), or a sorted set of holders (owner id -> lapse time in ms)
 -- ARGV[1]  owner id
+-- ARGV[2]  "h" for a lock hash, "z" for a sorted set of holders
 --
--- Returns the remaining TTL in ms (-1 if the key has no expiry) when ARGV[1]
--- holds the lock; -3 when another owner holds it; -2 when nobody does.
+-- Returns the time left in ms (-1 if the key has no expiry) when ARGV[1]
+-- holds the lease; -3 when another owner holds the lock; -2 when nobody does
+-- (for "z": the owner's lease lapsed or was given back).
+if ARGV[2] == 'z' then
+  local lapse = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  if lapse and lapse > now then
+    return lapse - now
+  end
+  return -2
+end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   return redis.call('PTTL', KEYS[1])
 end

@@ -1,0 +1,415 @@
+package dlock_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestSemaphore(t *testing.T) {
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("s", 3)
+	a, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.TryAcquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Errorf("fences %d then %d", a.Fence(), b.Fence())
+	}
+	if n, err := s.Available(ctx); err != nil || n != 0 {
+		t.Fatalf("Available = %d, %v; want 0", n, err)
+	}
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("TryAcquire beyond the total: %v", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("second Release: %v", err)
+	}
+	if n, _ := s.Available(ctx); n != 2 {
+		t.Fatalf("Available = %d after giving back 2, want 2", n)
+	}
+	if left, err := b.TTL(ctx); err != nil || left <= 0 || left > dlock.DefaultTTL {
+		t.Errorf("TTL = %v, %v", left, err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The total given here does not change the one Redis holds.
+	if n, _ := c.Semaphore("s", 10).Available(ctx); n != 3 {
+		t.Errorf("Available with another total given = %d, want 3", n)
+	}
+	if err := s.SetPermits(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Available(ctx); n != 5 {
+		t.Errorf("Available after SetPermits(5) = %d", n)
+	}
+	if rdb.Exists(ctx, "dlock:sem:{s}:waiters", "dlock:sem:{s}:alive").Val() != 0 {
+		t.Error("queue keys left")
+	}
+	for _, tc := range []struct {
+		name string
+		f    func() error
+	}{
+		{"zero permits", func() error { _, err := c.Semaphore("x", 0).Acquire(ctx, 1); return err }},
+		{"acquire 0", func() error { _, err := s.Acquire(ctx, 0); return err }},
+		{"empty name", func() error { _, err := c.Semaphore("", 1).TryAcquire(ctx, 1); return err }},
+		{"nil semaphore", func() error { _, err := (*dlock.Semaphore)(nil).Acquire(ctx, 1); return err }},
+		{"zero semaphore", func() error { _, err := (&dlock.Semaphore{}).Acquire(ctx, 1); return err }},
+		{"set 0 permits", func() error { return s.SetPermits(ctx, 0) }},
+	} {
+		if tc.f() == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+}
+
+// TestSemaphoreOrderAndWakeUps: waiters are served in arrival order, a large
+// request is not starved by small ones, and a release wakes only those that
+// now fit.
+func TestSemaphoreOrderAndWakeUps(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := clientOn(t, srv.Client(t))
+	s := c.Semaphore("o", 2)
+	full, err := s.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		who string
+		l   *dlock.Lease
+	}
+	got := make(chan result, 3)
+	for _, w := range []struct {
+		who string
+		n   int64
+	}{{"big", 2}, {"small1", 1}, {"small2", 1}} {
+		cw := clientOn(t, srv.Client(t))
+		go func() {
+			l, err := cw.Semaphore("o", 2).Acquire(ctx, w.n)
+			if err != nil {
+				t.Errorf("%s: %v", w.who, err)
+				got <- result{w.who, nil}
+				return
+			}
+			got <- result{w.who, l}
+		}()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := full.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-got
+	if first.who != "big" {
+		t.Fatalf("%s served first, want the 2-permit waiter that arrived first", first.who)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("%s served while the big one holds every permit", r.who)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := first.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case r := <-got:
+			if r.l != nil {
+				defer r.l.Release(ctx)
+			}
+		case <-time.After(time.Second):
+			t.Fatal("the small waiters were not both woken by one release")
+		}
+	}
+}
+
+// TestSemaphoreNeverOverHeld: goroutines in several Clients take 1 or 2 of 3
+// permits; the permits held at once never exceed 3.
+func TestSemaphoreNeverOverHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	var held, peak atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 4 {
+		c := clientOn(t, srv.Client(t))
+		for j := range 3 {
+			n := int64(1 + (i+j)%2)
+			wg.Go(func() {
+				s := c.Semaphore("cap", 3)
+				for range 15 {
+					l, err := s.Acquire(ctx, n)
+					if err != nil {
+						t.Errorf("Acquire: %v", err)
+						return
+					}
+					now := held.Add(n)
+					for {
+						p := peak.Load()
+						if now <= p || peak.CompareAndSwap(p, now) {
+							break
+						}
+					}
+					time.Sleep(200 * time.Microsecond)
+					held.Add(-n)
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("Release: %v", err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if p := peak.Load(); p > 3 || p < 2 {
+		t.Errorf("at most %d permits held at once, want 2..3 of 3", p)
+	}
+}
+
+// TestSemaphoreLeaseExpires: the permits of a holder that stopped renewing
+// come back after its TTL, and its Release then reports the loss.
+func TestSemaphoreLeaseExpires(t *testing.T) {
+	c, _, _ := newClient(t)
+	ctx := context.Background()
+	ttl := 300 * time.Millisecond
+	s := c.Semaphore("e", 1, dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	l, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	l2, err := c.Semaphore("e", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > ttl+300*time.Millisecond {
+		t.Errorf("permit came back after %v, TTL %v", took, ttl)
+	}
+	if !closedWithin(l.Done(), time.Second) || !errors.Is(l.Err(), dlock.ErrLockLost) {
+		t.Errorf("expired holder: Err %v", l.Err())
+	}
+	if err := l.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Release after expiry: %v", err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreRenewed: a held permit outlives its TTL while renewed.
+func TestSemaphoreRenewed(t *testing.T) {
+	c, _, _ := newClient(t)
+	ctx := context.Background()
+	ttl := 300 * time.Millisecond
+	s := c.Semaphore("r", 1, dlock.WithTTL(ttl))
+	l, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * ttl)
+	if l.Err() != nil {
+		t.Fatalf("renewed permit lost: %v", l.Err())
+	}
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("the renewed permit was handed out again: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSemaphoreCancelLeavesNothing: a waiter whose context ends leaves the
+// queue, and the waiters behind it are not held up.
+func TestSemaphoreCancelLeavesNothing(t *testing.T) {
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("q", 1)
+	l, err := s.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := s.Acquire(wctx, 1); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with a deadline: %v", err)
+	}
+	if !within(2*time.Second, func() bool {
+		return rdb.Exists(ctx, "dlock:sem:{q}:waiters", "dlock:sem:{q}:alive").Val() == 0
+	}) {
+		t.Fatal("queue entries left after the waiter gave up")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// occupy is the resource of the semaphore hammer: it counts the holders inside
+// and records the most there ever were.
+//
+// KEYS[1] hash: in, peak; ARGV[1] +1 to enter, -1 to leave. Returns in.
+var occupy = redis.NewScript(`
+local n = redis.call('HINCRBY', KEYS[1], 'in', ARGV[1])
+if n > tonumber(redis.call('HGET', KEYS[1], 'peak') or '0') then
+  redis.call('HSET', KEYS[1], 'peak', n)
+end
+return n`)
+
+// semWorker takes one permit p.Iterations times in each of p.Goroutines
+// goroutines and stays inside the resource a moment each time.
+func semWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
+	ctx := context.Background()
+	s := c.Semaphore(p.Name, p.Permits)
+	var acquired atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, p.Goroutines)
+	for range p.Goroutines {
+		wg.Go(func() {
+			for range p.Iterations {
+				l, err := s.Acquire(ctx, 1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				acquired.Add(1)
+				if err := occupy.Run(ctx, resRDB, []string{"occupancy"}, 1).Err(); err != nil {
+					errs <- err
+					return
+				}
+				time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+				if err := occupy.Run(ctx, resRDB, []string{"occupancy"}, -1).Err(); err != nil {
+					errs <- err
+					return
+				}
+				_ = l.Release(ctx) // a broken semaphore may fail here; the resource is what is checked
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(hammerReport{Acquired: acquired.Load()})
+}
+
+// semHoldWorker takes every permit, prints "held" and waits to be killed.
+func semHoldWorker(c *dlock.Client, p workerParams) error {
+	ctx := context.Background()
+	if _, err := c.Semaphore(p.Name, p.Permits).Acquire(ctx, p.Permits); err != nil {
+		return err
+	}
+	fmt.Println("held")
+	_, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	return err
+}
+
+// semHammer runs procs "sem" workers and returns the peak occupancy and the
+// acquisitions.
+func semHammer(t *testing.T, mutant string, procs int, p workerParams) (peak, acquired int64) {
+	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
+	cmds := make([]*exec.Cmd, procs)
+	outs := make([]strings.Builder, procs)
+	for i := range cmds {
+		cmds[i] = worker(t, "sem", mutant, lockSrv, resSrv, p)
+		cmds[i].Stdout = &outs[i]
+		if err := cmds[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+		var rep hammerReport
+		if err := json.Unmarshal([]byte(outs[i].String()), &rep); err != nil {
+			t.Fatalf("worker %d report %q: %v", i, outs[i].String(), err)
+		}
+		acquired += rep.Acquired
+	}
+	peak, _ = resSrv.Client(t).HGet(context.Background(), "occupancy", "peak").Int64()
+	return peak, acquired
+}
+
+// TestSemaphoreProcesses: 4 processes x 4 goroutines share 3 permits; never
+// more than 3 holders are inside the resource at once. A semaphore that hands
+// out permits regardless must be caught by the same check.
+func TestSemaphoreProcesses(t *testing.T) {
+	p := workerParams{Name: "procs", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Permits: 3}
+	const procs = 4
+	t.Run("dlock", func(t *testing.T) {
+		peak, acquired := semHammer(t, "", procs, p)
+		if want := int64(procs * p.Goroutines * p.Iterations); acquired != want {
+			t.Errorf("acquired %d times, want %d", acquired, want)
+		}
+		if peak > p.Permits {
+			t.Errorf("%d holders inside at once with %d permits", peak, p.Permits)
+		}
+		t.Logf("peak %d holders of %d permits over %d acquisitions", peak, p.Permits, acquired)
+	})
+	t.Run("broken-semaphore-is-caught", func(t *testing.T) {
+		peak, _ := semHammer(t, "sem-ignores-count", procs, p)
+		if peak <= p.Permits {
+			t.Fatalf("a semaphore that ignores its count kept the peak at %d of %d permits", peak, p.Permits)
+		}
+		t.Logf("caught, as it must be: %d holders inside with %d permits", peak, p.Permits)
+	})
+}
+
+// TestSemaphoreKilledHolder: the permits of a process killed with SIGKILL
+// come back within their TTL.
+func TestSemaphoreKilledHolder(t *testing.T) {
+	p := workerParams{Name: "killed", TTL: time.Second, Permits: 2}
+	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
+	cmd := worker(t, "semhold", "", lockSrv, resSrv, p)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "held\n" {
+		t.Fatalf("worker said %q, %v", line, err)
+	}
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	c := clientOn(t, lockSrv.Client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Semaphore(p.Name, p.Permits).Acquire(ctx, p.Permits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(killed); took > p.TTL+300*time.Millisecond {
+		t.Errorf("permits back %v after the kill, want within TTL %v + 300ms", took, p.TTL)
+	}
+	l.Release(ctx)
+}
