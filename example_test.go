@@ -126,3 +126,36 @@ func ExampleLease_Context() {
 }
 
 func buildReport(context.Context) error { return nil }
+
+// A FairMutex serves waiters in the order they arrived: here, print jobs from
+// many processes come out of the one printer in the order they were sent.
+func ExampleFairMutex() {
+	var c *dlock.Client // from dlock.New
+	ctx := context.Background()
+
+	err := c.FairMutex("printer").Do(ctx, func(ctx context.Context) error {
+		return printJob(ctx)
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A Semaphore bounds how many processes do something at once: here, at most
+// 10 calls to a rate-limited partner API across the whole fleet. The permits of
+// a process that dies come back after the lease's TTL.
+func ExampleSemaphore() {
+	var c *dlock.Client // from dlock.New
+	ctx := context.Background()
+
+	s := c.Semaphore("partner-api", 10, dlock.WithTTL(10*time.Second))
+	l, err := s.Acquire(ctx, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(ctx)
+	callPartner(ctx)
+}
+
+func printJob(context.Context) error { return nil }
+func callPartner(context.Context)    {}

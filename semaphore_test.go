@@ -413,3 +413,46 @@ func TestSemaphoreKilledHolder(t *testing.T) {
 	}
 	l.Release(ctx)
 }
+
+// BenchmarkSemaphore measures the Semaphore's hot path, next to the Mutex's
+// in BenchmarkUncontended, and its hand-off under contention with one permit
+// (so that benchContended's mutual-exclusion check applies).
+func BenchmarkSemaphore(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	b.Run("uncontended", func(b *testing.B) {
+		var rc requestCounter
+		s := clientOn(b, benchRedis(b, srv, &rc, 0)).Semaphore("bench-sem", 3)
+		for range warmUps {
+			l, err := s.Acquire(ctx, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l.Release(ctx)
+		}
+		rc.reset()
+		b.ReportAllocs()
+		for b.Loop() {
+			l, err := s.Acquire(ctx, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		checkTwoRequests(b, rc.report(b, b.N))
+	})
+	b.Run("contended-1-permit", func(b *testing.B) {
+		benchContended(b, srv, 0, func(b *testing.B, rdb *redis.Client, _ int) lockFunc {
+			s := clientOn(b, rdb).Semaphore("bench-sem-contended", 1)
+			return func(ctx context.Context) (func(context.Context) error, error) {
+				l, err := s.Acquire(ctx, 1)
+				if err != nil {
+					return nil, err
+				}
+				return l.Release, nil
+			}
+		})
+	})
+}
