@@ -1,7 +1,9 @@
 // Package dlock provides distributed locks on Redis for Go services that run
 // as many processes on many machines: a reentrant Mutex with a server-side
 // lease, automatic renewal while held, a lost-lease signal, waiting woken by
-// pub/sub, and a fencing token on every acquisition.
+// pub/sub, and a fencing token on every acquisition; and, on the same engine,
+// a FairMutex (strict arrival order), a Semaphore whose permits each have a
+// lease, a CountDownLatch and a MultiLock over several names.
 //
 // # Use
 //
@@ -96,6 +98,12 @@
 //	dlock:{N}:fence           string: the last fence handed out; no expiry
 //	dlock:{N}:waiters         sorted set: waiting owner ids, scored by when they lapse
 //	dlock:{N}:released:<id>   pub/sub channel of the Client with that id
+//
+// The other primitives keep their keys in namespaces of their own, so that
+// they never collide with a Mutex of the same name: "dlock:fair:{N}..." for a
+// FairMutex, "dlock:sem:{N}..." for a Semaphore (":holders" is a sorted set
+// of holders scored by when their lease lapses), "dlock:latch:{N}" for a
+// CountDownLatch.
 //
 // '{', '}' and '%' in N are written as %7B, %7D and %25, so every key of a lock
 // shares one hash tag (and one Redis Cluster slot) whatever the name. The fence
