@@ -1,7 +1,6 @@
 package dlock_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -211,26 +210,11 @@ func TestFairProcessesHammer(t *testing.T) {
 func TestFairKilledHolder(t *testing.T) {
 	p := workerParams{Name: "fairkilled", TTL: time.Second, Fair: true}
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-	cmd := worker(t, "hold", "", lockSrv, resSrv, p)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	line, killed := killAfterFirstLine(t, "hold", lockSrv, resSrv, p)
 	var fence int64
-	if _, err := fmt.Fscanln(bufio.NewReader(stdout), &fence); err != nil {
-		t.Fatalf("read the holder's fence: %v", err)
+	if _, err := fmt.Sscanln(line, &fence); err != nil {
+		t.Fatalf("holder's fence %q: %v", line, err)
 	}
-	killed := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
 	c := clientOn(t, lockSrv.Client(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

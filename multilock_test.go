@@ -847,26 +847,11 @@ func multiHoldWorker(c *dlock.Client, p workerParams) error {
 func TestMultiLockKilledHolder(t *testing.T) {
 	p := workerParams{Name: "k:", TTL: time.Second}
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-	cmd := worker(t, "multihold", "", lockSrv, resSrv, p)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cmd.StdinPipe(); err != nil { // held open: the holder waits on it
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	line, killed := killAfterFirstLine(t, "multihold", lockSrv, resSrv, p)
 	var fences [3]int64
-	if _, err := fmt.Fscanln(bufio.NewReader(stdout), &fences[0], &fences[1], &fences[2]); err != nil {
-		t.Fatalf("read the holder's fences: %v", err)
+	if _, err := fmt.Sscanln(line, &fences[0], &fences[1], &fences[2]); err != nil {
+		t.Fatalf("holder's fences %q: %v", line, err)
 	}
-	killed := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
 
 	rdb := lockSrv.Client(t)
 	c := clientOn(t, rdb)

@@ -381,26 +381,13 @@ func TestSemaphoreProcesses(t *testing.T) {
 // come back within their TTL.
 func TestSemaphoreKilledHolder(t *testing.T) {
 	p := workerParams{Name: "killed", TTL: time.Second, Permits: 2}
+	var killed time.Time
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-	cmd := worker(t, "semhold", "", lockSrv, resSrv, p)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	if line, killed0 := killAfterFirstLine(t, "semhold", lockSrv, resSrv, p); line != "held\n" {
+		t.Fatalf("worker said %q", line)
+	} else {
+		killed = killed0
 	}
-	if _, err := cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "held\n" {
-		t.Fatalf("worker said %q, %v", line, err)
-	}
-	killed := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
 	c := clientOn(t, lockSrv.Client(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -230,6 +230,34 @@ func worker(t *testing.T, role, mutant string, lockSrv, resSrv *redistest.Server
 	return cmd
 }
 
+// killAfterFirstLine starts a worker, waits for the first line it prints (it
+// has the lock by then), kills it with SIGKILL and returns that line and when
+// it was killed. The worker's stdin is held open until then.
+func killAfterFirstLine(t *testing.T, role string, lockSrv, resSrv *redistest.Server, p workerParams) (string, time.Time) {
+	t.Helper()
+	cmd := worker(t, role, "", lockSrv, resSrv, p)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("worker %s: read its first line: %v", role, err)
+	}
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	return line, killed
+}
+
 // testWriter sends a worker's stderr to the test log.
 type testWriter struct {
 	t      *testing.T
@@ -459,26 +487,11 @@ func TestProcessPausedHolder(t *testing.T) {
 func TestProcessKilledHolder(t *testing.T) {
 	p := workerParams{Name: "killed", TTL: time.Second}
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-	cmd := worker(t, "hold", "", lockSrv, resSrv, p)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cmd.StdinPipe(); err != nil { // held open: the holder waits on it
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	line, killed := killAfterFirstLine(t, "hold", lockSrv, resSrv, p)
 	var fence int64
-	if _, err := fmt.Fscanln(bufio.NewReader(stdout), &fence); err != nil {
-		t.Fatalf("read the holder's fence: %v", err)
+	if _, err := fmt.Sscanln(line, &fence); err != nil {
+		t.Fatalf("holder's fence %q: %v", line, err)
 	}
-	killed := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
 
 	c := clientOn(t, lockSrv.Client(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
