@@ -113,7 +113,10 @@ func (c *Client) newOwner() string {
 // Layout, for prefix "dlock:" and a Mutex named "orders" (a FairMutex's keys
 // start with "dlock:fair:{orders}", a Semaphore's with "dlock:sem:{orders}",
 // where the hash holds "permits", "used" and each holder's permits, and
-// ":holders" is a sorted set of holders scored by when their lease lapses):
+// ":holders" is a sorted set of holders scored by when their lease lapses; an
+// RWMutex's with "dlock:rw:{orders}", where the hash holds the writer and
+// ":readers" is the sorted set of read holders, each one's lease, expiring
+// with the last of them):
 //
 //	dlock:{orders}                  hash   owner id -> hold count, PX = lease TTL
 //	dlock:{orders}:fence            string the fence counter, no expiry
@@ -147,10 +150,13 @@ func (c *Client) keys(kind *lockKind, name string) keys {
 		k.releaseKeys = append(k.releaseKeys, k.alive)
 	}
 	k.lease = k.lock
-	if kind.zlease {
-		k.lease = tag + ":holders"
-		k.acquireKeys = append(k.acquireKeys, k.lease)
-		k.releaseKeys = append(k.releaseKeys, k.lease)
+	if kind.holders != "" {
+		holders := tag + kind.holders
+		k.acquireKeys = append(k.acquireKeys, holders)
+		k.releaseKeys = append(k.releaseKeys, holders)
+		if kind.zlease {
+			k.lease = holders
+		}
 	}
 	k.leaseOnly = []string{k.lease}
 	return k

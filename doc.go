@@ -2,8 +2,8 @@
 // as many processes on many machines: a reentrant Mutex with a server-side
 // lease, automatic renewal while held, a lost-lease signal, waiting woken by
 // pub/sub, and a fencing token on every acquisition; and, on the same engine,
-// a FairMutex (strict arrival order), a Semaphore whose permits each have a
-// lease, a CountDownLatch and a MultiLock over several names.
+// a FairMutex (strict arrival order), an RWMutex, a Semaphore whose permits
+// each have a lease, a CountDownLatch and a MultiLock over several names.
 //
 // # Use
 //
@@ -101,8 +101,9 @@
 //
 // The other primitives keep their keys in namespaces of their own, so that
 // they never collide with a Mutex of the same name: "dlock:fair:{N}..." for a
-// FairMutex, "dlock:sem:{N}..." for a Semaphore (":holders" is a sorted set
-// of holders scored by when their lease lapses), "dlock:latch:{N}" for a
+// FairMutex, "dlock:rw:{N}..." for an RWMutex (":readers" is a sorted set of
+// read holds scored by when their lease lapses), "dlock:sem:{N}..." for a
+// Semaphore (":holders", likewise for its holders), "dlock:latch:{N}" for a
 // CountDownLatch.
 //
 // '{', '}' and '%' in N are written as %7B, %7D and %25, so every key of a lock

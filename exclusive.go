@@ -18,7 +18,13 @@ type lockKind struct {
 	acquire *redis.Script
 	release *redis.Script
 	fair    bool // keeps a queue in arrival order and the waiters' lapse times
-	zlease  bool // each holder's lease is a member of a sorted set scored by its lapse time
+	// holders is the key suffix of a sorted set of holders scored by when
+	// their lease lapses, which the scripts take as their last KEYS; "" if
+	// the kind has none. With zlease, each holder's lease is its member of
+	// that set rather than the lock hash.
+	holders string
+	zlease  bool
+	once    bool // no re-entry: a Lease in the context does not make an acquisition share its hold
 }
 
 // leaseType names, for extend.lua and ttl.lua, what carries a holder's lease.
@@ -32,7 +38,7 @@ func (k *lockKind) leaseType() string {
 var (
 	mutexKind = &lockKind{what: "Mutex", acquire: scripts.acquire, release: scripts.release}
 	fairKind  = &lockKind{what: "FairMutex", space: "fair:", acquire: scripts.fairAcquire, release: scripts.fairRelease, fair: true}
-	semKind   = &lockKind{what: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease, fair: true, zlease: true}
+	semKind   = &lockKind{what: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease, fair: true, holders: ":holders", zlease: true, once: true}
 )
 
 // exclusive is the engine of the reentrant exclusive locks, Mutex and
@@ -89,7 +95,7 @@ func (m *exclusive) lock(ctx context.Context, op string, wait bool, extra []any)
 	if ctx.Err() != nil {
 		return nil, m.gaveUp(ctx)
 	}
-	if h := heldIn(ctx).find(m.c, m.k); h != nil && !m.k.kind.zlease {
+	if h := heldIn(ctx).find(m.c, m.k); h != nil && !m.k.kind.once {
 		return h.reenter(ctx)
 	}
 	start := time.Now()
@@ -104,6 +110,9 @@ func (m *exclusive) lock(ctx context.Context, op string, wait bool, extra []any)
 		}
 	}
 	l, _, err := m.attempt(ctx, owner, start, 0, extra)
+	if err != nil && ended(ctx) {
+		return nil, m.gaveUp(ctx)
+	}
 	if l != nil || err != nil {
 		return l, err
 	}
@@ -113,7 +122,7 @@ func (m *exclusive) lock(ctx context.Context, op string, wait bool, extra []any)
 	m.contended()
 	g, err := m.c.note.join(ctx, m.k, m.ttl, m.c.ownChannel(m.k))
 	if err != nil {
-		if ctx.Err() != nil {
+		if ended(ctx) {
 			return nil, m.gaveUp(ctx)
 		}
 		if errors.Is(err, ErrClosed) {
@@ -157,7 +166,7 @@ func (m *exclusive) wait(ctx context.Context, g *gate, owner string, start time.
 			return l, nil
 		}
 		if err != nil {
-			if ctx.Err() != nil {
+			if ended(ctx) {
 				return nil, m.gaveUp(ctx)
 			}
 			return nil, err
@@ -222,9 +231,24 @@ func (m *exclusive) abandon(ctx context.Context, owner string) {
 	}
 }
 
+// ended reports whether ctx is done or past its deadline: a request cut off
+// by the deadline (go-redis sets it on the connection) can fail a moment
+// before ctx's own timer fires.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
 // gaveUp is the error of a wait that ended with its context.
 func (m *exclusive) gaveUp(ctx context.Context) error {
-	err := fmt.Errorf("%w: lock %q: gave up waiting: %w", ErrNotAcquired, m.k.name, ctx.Err())
+	cerr := ctx.Err()
+	if cerr == nil {
+		cerr = context.DeadlineExceeded // past the deadline; the timer has not fired yet
+	}
+	err := fmt.Errorf("%w: lock %q: gave up waiting: %w", ErrNotAcquired, m.k.name, cerr)
 	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
 		err = fmt.Errorf("%w (cause: %w)", err, cause)
 	}

@@ -408,9 +408,10 @@ func heldIn(ctx context.Context) *heldEntry {
 }
 
 // find returns the hold of lock k on Client c carried by e's chain, if any.
+// The kind must match too: an RWMutex's read and write holds share its keys.
 func (e *heldEntry) find(c *Client, k keys) *hold {
 	for ; e != nil; e = e.next {
-		if e.h.c == c && e.h.k.lock == k.lock {
+		if e.h.c == c && e.h.k.lock == k.lock && e.h.k.kind == k.kind {
 			return e.h
 		}
 	}

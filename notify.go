@@ -98,7 +98,14 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 	n.mu.Unlock()
 
 	if subscribe {
-		if err := ps.Subscribe(ctx, channel); err != nil {
+		// The connection is shared: a caller's deadline cutting the write
+		// short would break it for every waiter of this Client. The write is
+		// local and quick; the wait for the confirmation below is what ctx
+		// bounds.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err := ps.Subscribe(sctx, channel)
+		cancel()
+		if err != nil {
 			err = fmt.Errorf("dlock: subscribe to %s: %w", channel, err)
 			n.fail(g, err)
 			return nil, err

@@ -29,6 +29,10 @@ var (
 	semReleaseLua string
 	//go:embed lua/latch_countdown.lua
 	latchCountDownLua string
+	//go:embed lua/rw_acquire.lua
+	rwAcquireLua string
+	//go:embed lua/rw_release.lua
+	rwReleaseLua string
 
 	scripts = scriptSet{
 		acquire: redis.NewScript(acquireLua),
@@ -43,6 +47,9 @@ var (
 		semRelease: redis.NewScript(semReleaseLua),
 
 		latchCountDown: redis.NewScript(latchCountDownLua),
+
+		rwAcquire: redis.NewScript(rwAcquireLua),
+		rwRelease: redis.NewScript(rwReleaseLua),
 	}
 )
 
@@ -53,6 +60,7 @@ type scriptSet struct {
 	fairAcquire, fairRelease      *redis.Script
 	semAcquire, semRelease        *redis.Script
 	latchCountDown                *redis.Script
+	rwAcquire, rwRelease          *redis.Script
 }
 
 // Result codes of release.lua and extend.lua.

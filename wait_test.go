@@ -419,8 +419,8 @@ func TestHooksAndLog(t *testing.T) {
 	}
 }
 
-// lockInBackground locks m in a goroutine, unlocks it at once, and sends the
-// time it got the lock (or closes the channel on failure).
+// lockInBackground locks m in a goroutine, unlocks it at once, and then sends
+// the time it got the lock (or closes the channel on failure).
 func lockInBackground(t *testing.T, m locker) <-chan time.Time {
 	got := make(chan time.Time, 1)
 	go func() {
@@ -431,10 +431,11 @@ func lockInBackground(t *testing.T, m locker) <-chan time.Time {
 			close(got)
 			return
 		}
-		got <- time.Now()
+		at := time.Now()
 		if err := l.Unlock(ctx); err != nil {
 			t.Errorf("background Unlock: %v", err)
 		}
+		got <- at // after the Unlock, so the test does not end before it
 	}()
 	return got
 }

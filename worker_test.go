@@ -42,6 +42,8 @@ type workerParams struct {
 	Iterations int
 	Fair       bool  // use a FairMutex instead of a Mutex
 	Permits    int64 // of the Semaphore the "sem" workers use
+	ReadShare  int   // percent of the "rw" workers' acquisitions that are reads
+	Write      bool  // the "rwhold" worker takes the write lock, not a read lock
 }
 
 // locker is what the workers need of a Mutex or a FairMutex.
@@ -108,6 +110,10 @@ func runWorker(role string) int {
 		err = multiLockWorker(c, lockRDB, resRDB, p, true)
 	case "multihold":
 		err = multiHoldWorker(c, p)
+	case "rw":
+		err = rwWorker(c, resRDB, p)
+	case "rwhold":
+		err = rwHoldWorker(c, p)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

@@ -2,7 +2,9 @@
 --
 -- KEYS[i]     the key that carries lease i: a lock hash (owner id -> hold
 --             count, with a PX expiry), or a sorted set of holders (owner id ->
---             server time in ms at which that holder's lease lapses)
+--             server time in ms at which that holder's lease lapses; if the
+--             set has an expiry, as an RWMutex's readers do, it is kept at
+--             least TTL away, so that it outlives every lease in it)
 -- ARGV[3i-2]  "h" for a lock hash, "z" for a sorted set of holders
 -- ARGV[3i-1]  owner id expected to hold lease i
 -- ARGV[3i]    new TTL of lease i in milliseconds
@@ -38,6 +40,10 @@ for i, key in ipairs(KEYS) do
     local lapse = tonumber(redis.call('ZSCORE', key, owner))
     if lapse and lapse > now then
       redis.call('ZADD', key, 'XX', now + ttl, owner)
+      local left = redis.call('PTTL', key)
+      if left >= 0 and left < ttl then
+        redis.call('PEXPIRE', key, ttl)
+      end
       res[i] = 1
     else
       res[i] = -1

@@ -1,0 +1,163 @@
+-- rw_acquire.lua: take an RWMutex for reading or for writing, in order of
+-- arrival, so that a waiting writer is not starved by readers; or re-enter a
+-- hold the caller has.
+--
+-- KEYS[1]  lock hash: the writer's owner id -> hold count, with a PX expiry;
+--          or, while a freed lock is kept for the writer at the head of the
+--          queue, "reserved" -> that writer's owner id
+-- KEYS[2]  fence counter: a string with no expiry, shared by reads and writes
+-- KEYS[3]  queue: sorted set of waiting owner ids, scored by arrival (server
+--          time in microseconds)
+-- KEYS[4]  alive: hash of waiting owner id -> "<lapse ms>|r" for a reader,
+--          "<lapse ms>|w" for a writer; a lapsed waiter is dropped
+-- KEYS[5]  readers: sorted set of read holders' owner ids, each scored by the
+--          server time (ms) at which its lease lapses; the key expires when
+--          the last of them would
+-- ARGV[1]  owner id
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  "1": re-enter the hold of ARGV[1], read or write, whichever it
+--          is; "0": acquire
+-- ARGV[4]  "0": do not queue (TryLock, TryRLock); else how long (ms) the
+--          caller stays queued unless it renews (by calling again)
+-- ARGV[5]  "r": acquire for reading; "w": for writing (absent when ARGV[3]
+--          is "1")
+-- ARGV[6]  for "r": the owner id of a write hold the caller has, or "". A
+--          writer that reads gets the read at once, whoever waits, since all
+--          of them wait for it.
+--
+-- A writer takes the lock when nobody holds it (no writer, no live reader, not
+-- kept for another writer) and no live waiter is queued before it. A reader
+-- takes it when no writer holds it, it is not kept for a writer, and no live
+-- writer is queued before it: once a writer waits, the readers that come
+-- after it wait behind it.
+--
+-- Returns, as acquire.lua does:
+--    > 0  acquired; the value is the new fence
+--      0  re-entered (a write hold's count in Redis + 1; a read hold has no
+--         count in Redis)
+--     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
+--  <= -2  not acquired; -value - 3 is how long (ms) the caller may sleep
+--         before the situation changes by itself: the writer's remaining TTL,
+--         or the time until the first reader's lease or the waiter in the
+--         way lapses (-2: none known)
+--
+-- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
+-- comes before the first write.
+local me = ARGV[1]
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+
+if ARGV[3] == '1' then
+  if redis.call('HEXISTS', KEYS[1], me) == 1 then
+    redis.call('HINCRBY', KEYS[1], me, 1)
+    return 0
+  end
+  local lapse = tonumber(redis.call('ZSCORE', KEYS[5], me))
+  if lapse and lapse > now then
+    return 0
+  end
+  return -1
+end
+
+local reading = ARGV[5] == 'r'
+local ttl = tonumber(ARGV[2])
+local n = redis.call('HLEN', KEYS[1])
+redis.call('GET', KEYS[2]) -- type checks, before any write
+redis.call('ZCARD', KEYS[3])
+redis.call('HLEN', KEYS[4])
+local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
+
+-- The live waiters before the caller, as far as they matter: for a writer,
+-- the first one; for a reader, the first writer. Lapsed ones are dropped.
+local drop = {}
+local ahead, aheadLapse
+for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  if w == me then
+    break
+  end
+  local v = redis.call('HGET', KEYS[4], w)
+  local lapse, what
+  if v then
+    local l, k = string.match(v, '^(%d+)|([rw])$')
+    lapse, what = tonumber(l), k
+  end
+  if lapse and lapse > now then
+    if not reading or what == 'w' then
+      ahead, aheadLapse = w, lapse
+      break
+    end
+  else
+    drop[#drop + 1] = w
+  end
+end
+
+local granted
+if reading then
+  granted = n == 0 and not ahead
+  if not granted and ARGV[6] ~= '' then
+    granted = redis.call('HEXISTS', KEYS[1], ARGV[6]) == 1
+  end
+else
+  granted = readers == 0 and not ahead and
+    (n == 0 or (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me))
+end
+
+-- Writes from here on.
+for _, w in ipairs(drop) do
+  redis.call('ZREM', KEYS[3], w)
+  redis.call('HDEL', KEYS[4], w)
+end
+
+if granted then
+  local fence = redis.call('INCR', KEYS[2])
+  if ARGV[4] ~= '0' then
+    redis.call('ZREM', KEYS[3], me)
+    redis.call('HDEL', KEYS[4], me)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+  if reading then
+    redis.call('ZADD', KEYS[5], now + ttl, me)
+    if redis.call('PTTL', KEYS[5]) < ttl then
+      redis.call('PEXPIRE', KEYS[5], ttl)
+    end
+  else
+    if n > 0 then
+      redis.call('DEL', KEYS[1])
+    end
+    redis.call('HSET', KEYS[1], me, 1)
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  end
+  return fence
+end
+
+if ARGV[4] ~= '0' then
+  local what = 'w'
+  if reading then
+    what = 'r'
+  end
+  redis.call('ZADD', KEYS[3], 'NX', t[1] * 1000000 + t[2], me)
+  redis.call('HSET', KEYS[4], me, (now + tonumber(ARGV[4])) .. '|' .. what)
+end
+
+-- How long until the situation changes by itself: whichever of the things in
+-- the caller's way lapses first.
+local sleep
+if n > 0 then
+  local p = redis.call('PTTL', KEYS[1])
+  if p >= 0 then
+    sleep = p
+  end
+end
+if not reading and readers > 0 then
+  local first = redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]
+  if first and (not sleep or tonumber(first) - now < sleep) then
+    sleep = tonumber(first) - now
+  end
+end
+if ahead and (not sleep or aheadLapse - now < sleep) then
+  sleep = aheadLapse - now
+end
+if not sleep then
+  return -2
+end
+return -sleep - 3

@@ -1,0 +1,126 @@
+-- rw_release.lua: give back a hold of an RWMutex, read or write, or take a
+-- waiter out of the queue; then wake only the waiters that can now proceed.
+--
+-- KEYS[1]  lock hash: the writer's owner id -> hold count, or "reserved" ->
+--          the owner id of the writer the lock is kept for
+-- KEYS[2]  queue: sorted set of waiting owner ids, scored by arrival
+-- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|r" or "<lapse ms>|w"
+-- KEYS[4]  readers: sorted set of read holders' owner ids, scored by when
+--          their lease lapses (server ms)
+-- ARGV[1]  owner id (mode "2": a waiter's); whether it holds a read or the
+--          write is found in Redis
+-- ARGV[2]  channel stem: a waiter is told on ARGV[2] .. ":" .. its Client id
+--          (the part of its owner id before the first ':'); the message is
+--          its owner id
+-- ARGV[3]  "1": the owner's last hold goes
+--          "0": one of several holds goes: a write hold's count goes down,
+--          never below 1; a read hold has no count in Redis (the client keeps
+--          the authoritative count, so a retried or lost reply can never free
+--          a lock that is still in use)
+--          "2": the waiter ARGV[1] gives up: unregister it, and if the lock is
+--          kept for it, or it stood in others' way, wake who can now proceed
+-- ARGV[4]  how long (ms) a freed lock is kept for the writer that is told
+--
+-- Who is woken, when the lock has no writer and is kept for nobody: if the
+-- first live waiter is a writer and no live reader holds, the lock is kept for
+-- that writer and only it is told; if it is a reader, every reader queued
+-- before the first writer is told (nothing is kept for readers: nobody can
+-- take the lock from them, since they are ahead of every writer that waits).
+-- A reader that leaves while other readers hold wakes nobody.
+--
+-- Returns, as release.lua does:
+--    1  released (mode 2: the lock was kept for ARGV[1] and is passed on)
+--    2  still held: one of several holds was given back
+--    0  nothing done: another owner holds the lock (mode 2: it was not kept
+--       for ARGV[1]; only its registration went)
+--   -1  nothing done: ARGV[1] holds nothing (its lease lapsed, or it was never
+--       taken)
+local me, mode = ARGV[1], ARGV[3]
+redis.call('HLEN', KEYS[1]) -- type checks, before any write
+redis.call('ZCARD', KEYS[2])
+redis.call('HLEN', KEYS[3])
+redis.call('ZCARD', KEYS[4])
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+
+local res, reader
+if mode == '2' then
+  local v = redis.call('HGET', KEYS[3], me)
+  local kept = redis.call('HGET', KEYS[1], 'reserved') == me and redis.call('HLEN', KEYS[1]) == 1
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  redis.call('ZREM', KEYS[2], me)
+  redis.call('HDEL', KEYS[3], me)
+  if kept then
+    redis.call('DEL', KEYS[1])
+    res = 1
+  elseif v and (head == me or string.sub(v, -1) == 'w') then
+    -- A writer held up the readers behind it; the head held up everyone.
+    res = 0
+  else
+    return 0
+  end
+else
+  local count = redis.call('HGET', KEYS[1], me)
+  if count then
+    if mode ~= '1' then
+      if tonumber(count) > 1 then
+        redis.call('HINCRBY', KEYS[1], me, -1)
+      end
+      return 2
+    end
+    redis.call('DEL', KEYS[1])
+    res = 1
+  else
+    local lapse = tonumber(redis.call('ZSCORE', KEYS[4], me))
+    if not lapse then
+      if redis.call('HLEN', KEYS[1]) > 0 then
+        return 0
+      end
+      return -1
+    end
+    if lapse > now and mode ~= '1' then
+      return 2
+    end
+    redis.call('ZREM', KEYS[4], me)
+    res, reader = 1, true
+    if lapse <= now then
+      res = -1
+    end
+  end
+end
+
+-- The lock's state now: a writer, or a lock kept for one, wakes nobody; nor
+-- does a reader leaving while others read.
+if redis.call('HLEN', KEYS[1]) > 0 then
+  return res
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+local readers = redis.call('ZCARD', KEYS[4])
+if readers > 0 and reader then
+  return res
+end
+local told = 0
+for _, w in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  local v = redis.call('HGET', KEYS[3], w)
+  local lapse, what
+  if v then
+    local l, k = string.match(v, '^(%d+)|([rw])$')
+    lapse, what = tonumber(l), k
+  end
+  if lapse and lapse > now then
+    if what == 'w' then
+      if told == 0 and readers == 0 then
+        redis.call('HSET', KEYS[1], 'reserved', w)
+        redis.call('PEXPIRE', KEYS[1], ARGV[4])
+        redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(w, '^[^:]*'), w)
+      end
+      break
+    end
+    redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(w, '^[^:]*'), w)
+    told = told + 1
+  else
+    redis.call('ZREM', KEYS[2], w)
+    redis.call('HDEL', KEYS[3], w)
+  end
+end
+return res
