@@ -443,3 +443,61 @@ func BenchmarkSemaphore(b *testing.B) {
 		})
 	})
 }
+
+// TestSemaphoreDeadWaiter: a queued waiter process killed with SIGKILL holds
+// up the waiters behind it for at most about half the TTL.
+func TestSemaphoreDeadWaiter(t *testing.T) {
+	p := workerParams{Name: "deadwaiter", TTL: time.Second, Permits: 1}
+	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
+	ctx := context.Background()
+	c := clientOn(t, lockSrv.Client(t), dlock.WithTTL(p.TTL))
+	l, err := c.Semaphore(p.Name, p.Permits).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := worker(t, "semhold", "", lockSrv, resSrv, p) // queues: every permit is taken
+	if _, err := cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := lockSrv.Client(t)
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:sem:{deadwaiter}:waiters").Val() == 1 }) {
+		t.Fatal("the worker never queued")
+	}
+	got := make(chan time.Time, 1)
+	behind := clientOn(t, lockSrv.Client(t), dlock.WithTTL(p.TTL)).Semaphore(p.Name, p.Permits)
+	go func() {
+		l, err := behind.Acquire(ctx, 1)
+		if err != nil {
+			t.Errorf("waiter behind: %v", err)
+			close(got)
+			return
+		}
+		at := time.Now()
+		l.Release(ctx)
+		got <- at
+	}()
+	time.Sleep(100 * time.Millisecond) // queued second
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case at, ok := <-got:
+		if !ok {
+			return
+		}
+		if took := at.Sub(killed); took > p.TTL {
+			t.Errorf("the waiter behind got its permit %v after the one ahead died, want within the TTL %v", took, p.TTL)
+		}
+		t.Logf("waiter behind served %v after the one ahead was killed", at.Sub(killed))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter behind was never served")
+	}
+}
