@@ -2,7 +2,7 @@
 .PHONY: test bench demo vet
 
 test:
-	go test -race -count=1 ./...
+	go test -race -count=1 -p 1 ./...
 
 bench:
 	go test -run '^$$' -bench . -benchtime 2s -count 3 .

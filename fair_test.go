@@ -64,6 +64,7 @@ func TestFairLockUnlock(t *testing.T) {
 func TestFairGrantOrder(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
+	rdb := srv.Client(t)
 	holder := clientOn(t, srv.Client(t))
 	m := holder.FairMutex("order")
 	l, err := m.Lock(ctx)
@@ -90,7 +91,10 @@ func TestFairGrantOrder(t *testing.T) {
 				t.Errorf("waiter %d: %v", i, err)
 			}
 		})
-		time.Sleep(30 * time.Millisecond) // arrive one after another
+		// Arrive one after another: each queued before the next starts.
+		if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:fair:{order}:waiters").Val() == int64(i+1) }) {
+			t.Fatalf("waiter %d never queued", i)
+		}
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)

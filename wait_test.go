@@ -445,6 +445,7 @@ func lockInBackground(t *testing.T, m locker) <-chan time.Time {
 func TestWaitersServedInOrder(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
+	rdb := srv.Client(t)
 	holder := clientOn(t, srv.Client(t))
 	l, err := holder.Mutex("fifo").Lock(ctx)
 	if err != nil {
@@ -467,7 +468,10 @@ func TestWaitersServedInOrder(t *testing.T) {
 				t.Errorf("waiter %d: Unlock: %v", i, err)
 			}
 		})
-		time.Sleep(50 * time.Millisecond) // arrive one after another
+		// Arrive one after another: each registered before the next starts.
+		if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{fifo}:waiters").Val() == int64(i+1) }) {
+			t.Fatalf("waiter %d never registered", i)
+		}
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
