@@ -222,13 +222,13 @@ func TestSemaphoreLeaseExpires(t *testing.T) {
 func TestSemaphoreRenewed(t *testing.T) {
 	c, _, _ := newClient(t)
 	ctx := context.Background()
-	ttl := 300 * time.Millisecond
+	ttl := 600 * time.Millisecond
 	s := c.Semaphore("r", 1, dlock.WithTTL(ttl))
 	l, err := s.Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(4 * ttl)
+	time.Sleep(3 * ttl)
 	if l.Err() != nil {
 		t.Fatalf("renewed permit lost: %v", l.Err())
 	}
