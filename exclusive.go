@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,20 +68,10 @@ func (c *Client) exclusive(kind *lockKind, name string, opts []Option) exclusive
 	return x
 }
 
-func (m *exclusive) do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
-	if fn == nil {
-		return fmt.Errorf("dlock: Do %q: nil function", m.k.name)
-	}
-	l, err := m.lock(ctx, "lock", true, nil)
-	if err != nil {
-		return err
-	}
-	lctx, cancel := l.Context(ctx)
-	defer func() {
-		cancel()
-		err = errors.Join(err, l.Unlock(ctx))
-	}()
-	return fn(lctx)
+func (m *exclusive) do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return doLocked(ctx, strconv.Quote(m.k.name), fn, func(ctx context.Context) (*Lease, error) {
+		return m.lock(ctx, "lock", true, nil)
+	})
 }
 
 // lock acquires, waiting if wait is set; extra are the kind's own arguments

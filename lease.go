@@ -166,6 +166,32 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
+// heldLock is what doLocked needs of a Lease or a MultiLease.
+type heldLock interface {
+	Context(parent context.Context) (context.Context, context.CancelFunc)
+	Unlock(ctx context.Context) error
+}
+
+// doLocked is every primitive's Do: it acquires with acquire, runs fn with a
+// context derived from the lease (cancelled on loss, carrying it for
+// re-entry), and unlocks, also when fn panics. It returns fn's error joined
+// with Unlock's. what names the lock in the error for a nil fn.
+func doLocked[L heldLock](ctx context.Context, what string, fn func(context.Context) error, acquire func(context.Context) (L, error)) (err error) {
+	if fn == nil {
+		return fmt.Errorf("dlock: Do %s: nil function", what)
+	}
+	l, err := acquire(ctx)
+	if err != nil {
+		return err
+	}
+	lctx, cancel := l.Context(ctx)
+	defer func() {
+		cancel()
+		err = errors.Join(err, l.Unlock(ctx))
+	}()
+	return fn(lctx)
+}
+
 // errUnlocked is the cause of a lease's end by Unlock.
 var errUnlocked = fmt.Errorf("%w: the lease was unlocked", ErrNotHeld)
 

@@ -105,20 +105,8 @@ func (ml *MultiLock) TryLock(ctx context.Context) (*MultiLease, error) {
 // re-enters instead of deadlocking. Do returns fn's error joined with
 // Unlock's; an Unlock error matching ErrNotHeld means fn ran, at least at the
 // end, without one of the locks.
-func (ml *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) (err error) {
-	if fn == nil {
-		return errors.New("dlock: MultiLock.Do: nil function")
-	}
-	l, err := ml.Lock(ctx)
-	if err != nil {
-		return err
-	}
-	lctx, cancel := l.Context(ctx)
-	defer func() {
-		cancel()
-		err = errors.Join(err, l.Unlock(ctx))
-	}()
-	return fn(lctx)
+func (ml *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return doLocked(ctx, "of a MultiLock", fn, ml.Lock)
 }
 
 func (ml *MultiLock) lock(ctx context.Context, op string, acquire func(*Mutex, context.Context) (*Lease, error)) (*MultiLease, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // RWMutex is a reentrant reader/writer lock shared by every process that uses
@@ -156,20 +157,8 @@ func (m *RWMutex) lock(ctx context.Context, op string, wait bool) (*Lease, error
 	return w.lock(ctx, op, wait, []any{"w", ""})
 }
 
-func (m *RWMutex) do(ctx context.Context, fn func(ctx context.Context) error, lock func(context.Context) (*Lease, error)) (err error) {
-	if fn == nil {
-		return fmt.Errorf("dlock: Do %q: nil function", m.Name())
-	}
-	l, err := lock(ctx)
-	if err != nil {
-		return err
-	}
-	lctx, cancel := l.Context(ctx)
-	defer func() {
-		cancel()
-		err = errors.Join(err, l.Unlock(ctx))
-	}()
-	return fn(lctx)
+func (m *RWMutex) do(ctx context.Context, fn func(ctx context.Context) error, lock func(context.Context) (*Lease, error)) error {
+	return doLocked(ctx, strconv.Quote(m.Name()), fn, lock)
 }
 
 // engines returns m's read and write engines; a nil or zero *RWMutex gets
