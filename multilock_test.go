@@ -9,7 +9,6 @@ import (
 	"log"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -747,25 +746,9 @@ func (o multiOutcome) violations() []string {
 
 // multiHammer runs procs worker processes of the given role.
 func multiHammer(t *testing.T, role string, procs int, p workerParams) multiOutcome {
-	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-	cmds := make([]*exec.Cmd, procs)
-	outs := make([]strings.Builder, procs)
-	for i := range cmds {
-		cmds[i] = worker(t, role, "", lockSrv, resSrv, p)
-		cmds[i].Stdout = &outs[i]
-		if err := cmds[i].Start(); err != nil {
-			t.Fatalf("start worker: %v", err)
-		}
-	}
+	lockSrv, resSrv, reports := runWorkers[multiReport](t, role, "", procs, p)
 	o := multiOutcome{acquired: map[string]int64{}, counter: map[string]int64{}, accepted: map[string]int64{}, rejected: map[string]int64{}}
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("worker %d: %v", i, err)
-		}
-		var rep multiReport
-		if err := json.Unmarshal([]byte(outs[i].String()), &rep); err != nil {
-			t.Fatalf("worker %d report %q: %v", i, outs[i].String(), err)
-		}
+	for _, rep := range reports {
 		for n, k := range rep.Acquired {
 			o.acquired[n] += k
 		}

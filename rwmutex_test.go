@@ -961,25 +961,9 @@ type rwOutcome struct {
 }
 
 func rwHammer(t *testing.T, mutant string, procs int, p workerParams) rwOutcome {
-	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-	cmds := make([]*exec.Cmd, procs)
-	outs := make([]strings.Builder, procs)
-	for i := range cmds {
-		cmds[i] = worker(t, "rw", mutant, lockSrv, resSrv, p)
-		cmds[i].Stdout = &outs[i]
-		if err := cmds[i].Start(); err != nil {
-			t.Fatalf("start worker: %v", err)
-		}
-	}
+	_, resSrv, reports := runWorkers[hammerReport](t, "rw", mutant, procs, p)
 	var o rwOutcome
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("worker %d: %v", i, err)
-		}
-		var rep hammerReport
-		if err := json.Unmarshal([]byte(outs[i].String()), &rep); err != nil {
-			t.Fatalf("worker %d report %q: %v", i, outs[i].String(), err)
-		}
+	for _, rep := range reports {
 		o.acquired += rep.Acquired
 		o.unlockErrors += rep.UnlockErrors
 		if rep.FirstError != "" {

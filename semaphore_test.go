@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -328,24 +326,8 @@ func semHoldWorker(c *dlock.Client, p workerParams) error {
 // semHammer runs procs "sem" workers and returns the peak occupancy and the
 // acquisitions.
 func semHammer(t *testing.T, mutant string, procs int, p workerParams) (peak, acquired int64) {
-	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-	cmds := make([]*exec.Cmd, procs)
-	outs := make([]strings.Builder, procs)
-	for i := range cmds {
-		cmds[i] = worker(t, "sem", mutant, lockSrv, resSrv, p)
-		cmds[i].Stdout = &outs[i]
-		if err := cmds[i].Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("worker %d: %v", i, err)
-		}
-		var rep hammerReport
-		if err := json.Unmarshal([]byte(outs[i].String()), &rep); err != nil {
-			t.Fatalf("worker %d report %q: %v", i, outs[i].String(), err)
-		}
+	_, resSrv, reports := runWorkers[hammerReport](t, "sem", mutant, procs, p)
+	for _, rep := range reports {
 		acquired += rep.Acquired
 	}
 	peak, _ = resSrv.Client(t).HGet(context.Background(), "occupancy", "peak").Int64()

@@ -299,27 +299,38 @@ func (o hammerOutcome) violations() []string {
 	return v
 }
 
-// hammer runs procs worker processes of goroutines goroutines on one lock.
-func hammer(t *testing.T, mutant string, procs int, p workerParams) hammerOutcome {
-	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
+// runWorkers starts procs worker processes in role, on two new servers (the
+// lock's and the resource's), waits for them all and decodes the JSON report
+// each printed.
+func runWorkers[R any](t *testing.T, role, mutant string, procs int, p workerParams) (lockSrv, resSrv *redistest.Server, reports []R) {
+	t.Helper()
+	lockSrv, resSrv = redistest.Start(t), redistest.Start(t)
 	cmds := make([]*exec.Cmd, procs)
 	outs := make([]strings.Builder, procs)
 	for i := range cmds {
-		cmds[i] = worker(t, "hammer", mutant, lockSrv, resSrv, p)
+		cmds[i] = worker(t, role, mutant, lockSrv, resSrv, p)
 		cmds[i].Stdout = &outs[i]
 		if err := cmds[i].Start(); err != nil {
 			t.Fatalf("start worker: %v", err)
 		}
 	}
-	var o hammerOutcome
+	reports = make([]R, procs)
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("worker %d: %v", i, err)
 		}
-		var rep hammerReport
-		if err := json.Unmarshal([]byte(outs[i].String()), &rep); err != nil {
+		if err := json.Unmarshal([]byte(outs[i].String()), &reports[i]); err != nil {
 			t.Fatalf("worker %d report %q: %v", i, outs[i].String(), err)
 		}
+	}
+	return lockSrv, resSrv, reports
+}
+
+// hammer runs procs worker processes of goroutines goroutines on one lock.
+func hammer(t *testing.T, mutant string, procs int, p workerParams) hammerOutcome {
+	lockSrv, resSrv, reports := runWorkers[hammerReport](t, "hammer", mutant, procs, p)
+	var o hammerOutcome
+	for _, rep := range reports {
 		o.acquired += rep.Acquired
 		o.unlockErrors += rep.UnlockErrors
 		if rep.FirstError != "" {
