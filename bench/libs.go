@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/dlock-go/dlock"
+	"github.com/go-redsync/redsync/v4"
+	goredispool "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
+)
+
+// locker is one library instance with its own Redis client (one "process").
+// lock blocks until key is held or ctx ends, and returns the release func.
+type locker interface {
+	lock(ctx context.Context, key string) (release func(context.Context) error, err error)
+	close()
+}
+
+// variant names one library configuration.
+type variant struct {
+	lib, name string // name: default | aggressive
+	// retryOnly: the aggressive setting only changes waiting, so the
+	// variant is skipped where nothing waits (uncontended, parallel).
+	retryOnly bool
+	open      func(addr string) (locker, error)
+}
+
+func (v variant) label() string { return v.lib + "/" + v.name }
+
+func allVariants() []variant {
+	return []variant{
+		{lib: "dlock", name: "default", open: openDlock()},
+		{lib: "raw", name: "default", open: openRaw},
+		{lib: "redsync", name: "default", open: openRedsync()},
+		{lib: "redsync", name: "aggressive", retryOnly: true,
+			open: openRedsync(redsync.WithRetryDelay(time.Millisecond), redsync.WithTries(math.MaxInt32))},
+		{lib: "redislock", name: "default", open: openRedislock(100 * time.Millisecond)},
+		{lib: "redislock", name: "aggressive", retryOnly: true, open: openRedislock(time.Millisecond)},
+		{lib: "rueidislock", name: "default", open: openRueidis(rueidislock.LockerOption{})},
+		{lib: "rueidislock", name: "aggressive", open: openRueidis(rueidislock.LockerOption{KeyMajority: 1, NoLoopTracking: true})},
+	}
+}
+
+// ---- dlock ----
+
+type dlockLocker struct {
+	rdb *redis.Client
+	c   *dlock.Client
+}
+
+func openDlock(opts ...dlock.Option) func(string) (locker, error) {
+	return func(addr string) (locker, error) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		c, err := dlock.New(rdb, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return &dlockLocker{rdb: rdb, c: c}, nil
+	}
+}
+
+func (d *dlockLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	l, err := d.c.Mutex(key).Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.Unlock, nil
+}
+
+func (d *dlockLocker) close() { _ = d.c.Close(); _ = d.rdb.Close() }
+
+// ---- raw: SET NX PX + EVALSHA compare-and-delete, polling every 1 ms ----
+
+var rawRelease = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+var rawSeq atomic.Uint64
+
+type rawLocker struct{ rdb *redis.Client }
+
+func openRaw(addr string) (locker, error) {
+	return &rawLocker{rdb: redis.NewClient(&redis.Options{Addr: addr})}, nil
+}
+
+func (r *rawLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	token := strconv.FormatUint(rawSeq.Add(1), 36)
+	for {
+		err := r.rdb.Do(ctx, "set", key, token, "nx", "px", 30000).Err()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		t := time.NewTimer(time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return func(ctx context.Context) error {
+		n, err := rawRelease.Run(ctx, r.rdb, []string{key}, token).Int64()
+		if err == nil && n != 1 {
+			err = fmt.Errorf("raw: %s no longer held", key)
+		}
+		return err
+	}, nil
+}
+
+func (r *rawLocker) close() { _ = r.rdb.Close() }
+
+// ---- redsync ----
+
+type redsyncLocker struct {
+	rdb  *redis.Client
+	rs   *redsync.Redsync
+	opts []redsync.Option
+}
+
+func openRedsync(opts ...redsync.Option) func(string) (locker, error) {
+	return func(addr string) (locker, error) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		return &redsyncLocker{rdb: rdb, rs: redsync.New(goredispool.NewPool(rdb)), opts: opts}, nil
+	}
+}
+
+func (r *redsyncLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	m := r.rs.NewMutex(key, r.opts...)
+	for {
+		err := m.LockContext(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// redsync gives up after its tries (ErrFailed); the caller still
+		// wants the lock, so it asks again: the wait continues.
+		var taken redsync.ErrTaken
+		var takenP *redsync.ErrTaken
+		if !errors.Is(err, redsync.ErrFailed) && !errors.As(err, &taken) && !errors.As(err, &takenP) {
+			return nil, err
+		}
+	}
+	return func(ctx context.Context) error { _, err := m.UnlockContext(ctx); return err }, nil
+}
+
+func (r *redsyncLocker) close() { _ = r.rdb.Close() }
+
+// ---- redislock ----
+
+type redislockLocker struct {
+	rdb   *redis.Client
+	c     *redislock.Client
+	retry time.Duration
+}
+
+func openRedislock(retry time.Duration) func(string) (locker, error) {
+	return func(addr string) (locker, error) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		return &redislockLocker{rdb: rdb, c: redislock.New(rdb), retry: retry}, nil
+	}
+}
+
+func (r *redislockLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	for {
+		l, err := r.c.Obtain(ctx, key, 30*time.Second, &redislock.Options{RetryStrategy: redislock.LinearBackoff(r.retry)})
+		if err == nil {
+			return l.Release, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !errors.Is(err, redislock.ErrNotObtained) {
+			return nil, err
+		}
+	}
+}
+
+func (r *redislockLocker) close() { _ = r.rdb.Close() }
+
+// ---- rueidislock ----
+
+type rueidisLocker struct{ l rueidislock.Locker }
+
+func openRueidis(opt rueidislock.LockerOption) func(string) (locker, error) {
+	return func(addr string) (locker, error) {
+		o := opt
+		o.ClientOption = rueidis.ClientOption{InitAddress: []string{addr}}
+		l, err := rueidislock.NewLocker(o)
+		if err != nil {
+			return nil, err
+		}
+		return &rueidisLocker{l: l}, nil
+	}
+}
+
+func (r *rueidisLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	_, cancel, err := r.l.WithContext(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return func(context.Context) error { cancel(); return nil }, nil
+}
+
+func (r *rueidisLocker) close() { r.l.Close() }

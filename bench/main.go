@@ -1,0 +1,211 @@
+// Command bench compares dlock with other Go Redis lock libraries in one run
+// on one private redis-server; see README.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
+)
+
+type result struct {
+	Scenario        string   `json:"scenario"`
+	Library         string   `json:"library"`
+	Variant         string   `json:"variant"`
+	OpsPerS         *float64 `json:"ops_per_s,omitempty"`
+	P50us           *float64 `json:"p50_us,omitempty"`
+	P99us           *float64 `json:"p99_us,omitempty"`
+	GapP50us        *float64 `json:"gap_p50_us,omitempty"`
+	MaxWaitus       *float64 `json:"max_wait_us,omitempty"`
+	MeanWaitus      *float64 `json:"mean_wait_us,omitempty"`
+	ShareMin        *float64 `json:"share_min,omitempty"`
+	ShareMax        *float64 `json:"share_max,omitempty"`
+	RequestsPerOp   *float64 `json:"requests_per_op,omitempty"`
+	RedisCPUusPerOp *float64 `json:"redis_cpu_us_per_op,omitempty"`
+	MutexOK         *bool    `json:"mutex_ok,omitempty"`
+
+	errors  int64
+	gapP99  float64
+	selfPct float64
+}
+
+func f(x float64) *float64 { return &x }
+
+type output struct {
+	Machine  map[string]any    `json:"machine"`
+	Versions map[string]string `json:"versions"`
+	Results  []result          `json:"results"`
+}
+
+func main() {
+	quick := flag.Bool("quick", false, "short run (under a minute)")
+	addr := flag.String("redis", "", "use this redis-server (host:port) instead of starting one; it must be private")
+	out := flag.String("out", "", "also write the Markdown report to this file")
+	jsonPath := flag.String("json", "results/latest.json", "write JSON results here (empty: skip)")
+	svgPath := flag.String("svg", "results/latest.svg", "write the SVG chart here (empty: skip)")
+	flag.Parse()
+
+	cfg := config{slice: 300 * time.Millisecond, perVariant: 6 * time.Second, csWindow: 3 * time.Second, csRounds: 3, periods: 10, scaleLocks: 10000}
+	if *quick {
+		cfg = config{slice: 200 * time.Millisecond, perVariant: 1200 * time.Millisecond, csWindow: 1200 * time.Millisecond, csRounds: 1, periods: 3, scaleLocks: 10000}
+	}
+	var srv *server
+	if *addr == "" {
+		s, err := startRedis()
+		if err != nil {
+			fatal(err)
+		}
+		srv = s
+		*addr = s.addr
+	}
+	stopOnce := func() { srv.stop() }
+	defer stopOnce()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	go func() { <-sig; stopOnce(); os.Exit(130) }()
+	exitErr := func(err error) { stopOnce(); fatal(err) }
+
+	cfg.addr = *addr
+	cfg.admin = redis.NewClient(&redis.Options{Addr: *addr, PoolSize: 1})
+	defer cfg.admin.Close()
+	began := time.Now()
+	vs := allVariants()
+	var res []result
+
+	fmt.Fprintln(os.Stderr, "uncontended + PING floor ...")
+	r, p50, p99, err := runUncontended(cfg, vs)
+	if err != nil {
+		exitErr(err)
+	}
+	res = append(res, r...)
+	fmt.Fprintln(os.Stderr, "parallel ...")
+	r, err = runParallel(cfg, vs, 64)
+	if err != nil {
+		exitErr(err)
+	}
+	res = append(res, r...)
+	for _, think := range []bool{false, true} {
+		fmt.Fprintln(os.Stderr, "contended, think =", think, "...")
+		r, err = runContended(cfg, vs, 16, think)
+		if err != nil {
+			exitErr(err)
+		}
+		res = append(res, r...)
+	}
+	fmt.Fprintln(os.Stderr, "scale ...")
+	var scales []scaleResult
+	sd, err := runScale(cfg, "dlock", "default", func(addr string) (locker, *rtCounter, error) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		rc := &rtCounter{}
+		rdb.AddHook(rc)
+		c, err := dlock.New(rdb, dlock.WithTTL(3*time.Second))
+		if err != nil {
+			return nil, nil, err
+		}
+		return &dlockLocker{rdb: rdb, c: c}, rc, nil
+	}, time.Second)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scale dlock:", err)
+	} else {
+		scales = append(scales, sd)
+	}
+	sr, err := runScale(cfg, "rueidislock", "aggressive", func(addr string) (locker, *rtCounter, error) {
+		l, err := rueidislock.NewLocker(rueidislock.LockerOption{ClientOption: rueidis.ClientOption{InitAddress: []string{addr}},
+			KeyMajority: 1, NoLoopTracking: true, KeyValidity: 3 * time.Second, ExtendInterval: time.Second})
+		if err != nil {
+			return nil, nil, err
+		}
+		return &rueidisLocker{l: l}, nil, nil
+	}, time.Second)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scale rueidislock:", err)
+	} else {
+		scales = append(scales, sr)
+	}
+	for _, s := range scales {
+		res = append(res, result{Scenario: "scale", Library: s.lib, Variant: s.variant,
+			RequestsPerOp: f(s.cmdsPerPeriod / float64(s.locks)), MutexOK: ptrBool(s.lost == 0)})
+	}
+
+	ctx := context.Background()
+	o := output{
+		Machine: map[string]any{
+			"go": runtime.Version(), "goos": runtime.GOOS, "goarch": runtime.GOARCH,
+			"num_cpu": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0),
+			"redis_server": serverVersion(ctx, cfg.admin), "ping_p50_us": us(p50), "ping_p99_us": us(p99),
+			"command": commandLine(), "quick": *quick, "started": began.UTC().Format(time.RFC3339),
+			"duration_s": time.Since(began).Seconds(),
+		},
+		Versions: versions(),
+		Results:  res,
+	}
+	md := report(o, scales)
+	fmt.Print(md)
+	if *out != "" {
+		writeFile(*out, []byte(md))
+	}
+	if *jsonPath != "" {
+		b, _ := json.MarshalIndent(o, "", "  ")
+		writeFile(*jsonPath, append(b, '\n'))
+	}
+	if *svgPath != "" {
+		writeFile(*svgPath, []byte(chart(o)))
+	}
+}
+
+func ptrBool(b bool) *bool { return &b }
+
+func commandLine() string {
+	args := append([]string{"go", "run", "."}, os.Args[1:]...)
+	return "cd bench && " + strings.Join(args, " ")
+}
+
+func versions() map[string]string {
+	v := map[string]string{}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	for _, d := range bi.Deps {
+		switch d.Path {
+		case "github.com/dlock-go/dlock", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock",
+			"github.com/redis/rueidis", "github.com/redis/go-redis/v9":
+			ver := d.Version
+			if d.Replace != nil {
+				ver += " => " + d.Replace.Path
+				if d.Replace.Version != "" {
+					ver += " " + d.Replace.Version
+				}
+			}
+			v[d.Path] = ver
+		}
+	}
+	return v
+}
+
+func writeFile(path string, b []byte) {
+	if dir := filepath.Dir(path); dir != "" {
+		_ = os.MkdirAll(dir, 0o755)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "write:", err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// server is a redis-server process this program started, or nil cmd when
+// -redis pointed at an existing one.
+type server struct {
+	addr string
+	cmd  *exec.Cmd
+	dir  string
+}
+
+// startRedis starts redis-server on a free loopback port with persistence off
+// and waits until it answers PING.
+func startRedis() (*server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("redis-server not found on PATH (Debian: apt-get install redis-server)")
+	}
+	dir, err := os.MkdirTemp("", "dlock-bench-redis-")
+	if err != nil {
+		return nil, err
+	}
+	for range 5 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", "redis.log")
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, dir: dir}
+		rdb := redis.NewClient(&redis.Options{Addr: s.addr})
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if rdb.Ping(context.Background()).Err() == nil {
+				rdb.Close()
+				return s, nil
+			}
+		}
+		rdb.Close()
+		s.stop()
+	}
+	return nil, errors.New("redis-server did not come up")
+}
+
+// stop kills the server by PID, if this program started it.
+func (s *server) stop() {
+	if s == nil || s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_, _ = s.cmd.Process.Wait()
+	s.cmd = nil
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// stats is a snapshot of the server's counters: commands executed (INFO
+// commandstats, INFO itself left out) and CPU used (INFO cpu).
+type stats struct {
+	calls  int64
+	perCmd map[string]int64
+	cpu    float64 // seconds, sys+user
+}
+
+func (a stats) sub(b stats) stats {
+	d := stats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu, perCmd: map[string]int64{}}
+	for k, v := range a.perCmd {
+		if v-b.perCmd[k] != 0 {
+			d.perCmd[k] = v - b.perCmd[k]
+		}
+	}
+	return d
+}
+
+// snapshot reads INFO cpu and commandstats in one request.
+func snapshot(ctx context.Context, rdb *redis.Client) (stats, error) {
+	txt, err := rdb.Info(ctx, "cpu", "commandstats").Result()
+	if err != nil {
+		return stats{}, err
+	}
+	st := stats{perCmd: map[string]int64{}}
+	sc := bufio.NewScanner(strings.NewReader(txt))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "used_cpu_sys:"), strings.HasPrefix(line, "used_cpu_user:"):
+			v, _ := strconv.ParseFloat(line[strings.IndexByte(line, ':')+1:], 64)
+			st.cpu += v
+		case strings.HasPrefix(line, "cmdstat_"):
+			name, rest, _ := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+			if name == "info" {
+				continue
+			}
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					st.calls += n
+					st.perCmd[name] = n
+				}
+			}
+		}
+	}
+	return st, nil
+}
+
+// serverVersion returns redis_version from INFO server.
+func serverVersion(ctx context.Context, rdb *redis.Client) string {
+	txt, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(txt, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v
+		}
+	}
+	return "unknown"
+}
+
+func mustSnapshot(rdb *redis.Client) stats {
+	st, err := snapshot(context.Background(), rdb)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "INFO failed:", err)
+		os.Exit(1)
+	}
+	return st
+}
