@@ -164,6 +164,25 @@ func checkTwoRequests(b *testing.B, reqPerOp float64) {
 	}
 }
 
+// benchTwoRequests times op, one acquire+release of a free lock, after the
+// warm-ups; it reports the requests per op that rc counted and fails unless
+// there were two.
+func benchTwoRequests(b *testing.B, rc *requestCounter, op func() error) {
+	for range warmUps {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rc.reset()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	checkTwoRequests(b, rc.report(b, b.N))
+}
+
 // warmUps is how many operations run before timing starts: they open the
 // connections and load the scripts (the first EVALSHA falls back to EVAL).
 const warmUps = 10
@@ -180,19 +199,7 @@ func BenchmarkUncontended(b *testing.B) {
 	b.Run("dlock", func(b *testing.B) {
 		var rc requestCounter
 		m := clientOn(b, benchRedis(b, srv, &rc, 0)).Mutex("bench-uncontended")
-		for range warmUps {
-			if err := dlockLockUnlock(ctx, m); err != nil {
-				b.Fatal(err)
-			}
-		}
-		rc.reset()
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := dlockLockUnlock(ctx, m); err != nil {
-				b.Fatal(err)
-			}
-		}
-		checkTwoRequests(b, rc.report(b, b.N))
+		benchTwoRequests(b, &rc, func() error { return dlockLockUnlock(ctx, m) })
 	})
 
 	b.Run("raw", func(b *testing.B) {
@@ -200,23 +207,10 @@ func BenchmarkUncontended(b *testing.B) {
 		rdb := benchRedis(b, srv, &rc, 0)
 		const key = "raw-uncontended"
 		var seq uint64
-		lockUnlock := func() error {
+		benchTwoRequests(b, &rc, func() error {
 			seq++
 			return rawLockUnlock(ctx, rdb, key, strconv.FormatUint(seq, 10))
-		}
-		for range warmUps {
-			if err := lockUnlock(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		rc.reset()
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := lockUnlock(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		checkTwoRequests(b, rc.report(b, b.N))
+		})
 	})
 
 	b.Run("ping", func(b *testing.B) {

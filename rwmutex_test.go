@@ -1175,26 +1175,13 @@ func BenchmarkRWMutexUncontended(b *testing.B) {
 			if mode == "lock" {
 				lock = m.Lock
 			}
-			op := func() error {
+			benchTwoRequests(b, &rc, func() error {
 				l, err := lock(ctx)
 				if err != nil {
 					return err
 				}
 				return l.Unlock(ctx)
-			}
-			for range warmUps {
-				if err := op(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			rc.reset()
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := op(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			checkTwoRequests(b, rc.report(b, b.N))
+			})
 		})
 	}
 }

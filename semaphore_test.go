@@ -392,25 +392,13 @@ func BenchmarkSemaphore(b *testing.B) {
 	b.Run("uncontended", func(b *testing.B) {
 		var rc requestCounter
 		s := clientOn(b, benchRedis(b, srv, &rc, 0)).Semaphore("bench-sem", 3)
-		for range warmUps {
+		benchTwoRequests(b, &rc, func() error {
 			l, err := s.Acquire(ctx, 1)
 			if err != nil {
-				b.Fatal(err)
+				return err
 			}
-			l.Release(ctx)
-		}
-		rc.reset()
-		b.ReportAllocs()
-		for b.Loop() {
-			l, err := s.Acquire(ctx, 1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := l.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		checkTwoRequests(b, rc.report(b, b.N))
+			return l.Release(ctx)
+		})
 	})
 	b.Run("contended-1-permit", func(b *testing.B) {
 		benchContended(b, srv, 0, func(b *testing.B, rdb *redis.Client, _ int) lockFunc {

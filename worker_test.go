@@ -499,33 +499,37 @@ func TestProcessPausedHolder(t *testing.T) {
 	})
 }
 
-// TestProcessKilledHolder: a holder with a 1s TTL is killed with SIGKILL; the
-// lock must be free again within the TTL and a small margin.
+// TestProcessKilledHolder: a Mutex or FairMutex holder with a 1s TTL is
+// killed with SIGKILL; the lock must be free again within the TTL and a small
+// margin, with a higher fence.
 func TestProcessKilledHolder(t *testing.T) {
-	p := workerParams{Name: "killed", TTL: time.Second}
-	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-	line, killed := killAfterFirstLine(t, "hold", lockSrv, resSrv, p)
-	var fence int64
-	if _, err := fmt.Sscanln(line, &fence); err != nil {
-		t.Fatalf("holder's fence %q: %v", line, err)
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Mutex", true: "FairMutex"}[fair], func(t *testing.T) {
+			p := workerParams{Name: "killed", TTL: time.Second, Fair: fair}
+			lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
+			line, killed := killAfterFirstLine(t, "hold", lockSrv, resSrv, p)
+			var fence int64
+			if _, err := fmt.Sscanln(line, &fence); err != nil {
+				t.Fatalf("holder's fence %q: %v", line, err)
+			}
+			c := clientOn(t, lockSrv.Client(t))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			l, err := p.lock(c).Lock(ctx)
+			if err != nil {
+				t.Fatalf("Lock after the holder was killed: %v", err)
+			}
+			took := time.Since(killed)
+			if margin := 300 * time.Millisecond; took > p.TTL+margin {
+				t.Errorf("lock free again %v after the kill, want within TTL %v + %v", took, p.TTL, margin)
+			}
+			if l.Fence() <= fence {
+				t.Errorf("fence %d after the killed holder's %d", l.Fence(), fence)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("lock free %v after SIGKILL (TTL %v)", took, p.TTL)
+		})
 	}
-
-	c := clientOn(t, lockSrv.Client(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l, err := c.Mutex(p.Name).Lock(ctx)
-	if err != nil {
-		t.Fatalf("Lock after the holder was killed: %v", err)
-	}
-	took := time.Since(killed)
-	if margin := 300 * time.Millisecond; took > p.TTL+margin {
-		t.Errorf("lock free again %v after the kill, want within TTL %v + %v", took, p.TTL, margin)
-	}
-	if l.Fence() <= fence {
-		t.Errorf("fence %d after the killed holder's %d", l.Fence(), fence)
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("lock free %v after SIGKILL (TTL %v)", took, p.TTL)
 }
