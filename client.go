@@ -26,23 +26,33 @@ import (
 // locks it still holds and stops its goroutines. The zero Client is not usable.
 type Client struct {
 	rdb redis.UniversalClient
-	cfg config
-	log *slog.Logger
-	id  string        // random, unique per Client: the stem of every owner id
-	seq atomic.Uint64 // makes each acquisition's owner id unique
+	// cmd runs the lock scripts: rdb itself, or its autopipeliner
+	// (WithAutoPipeline).
+	cmd redis.Scripter
+	// ctxAware: cmd gives up a request at its context's deadline by itself
+	// (rdb, made with ContextTimeoutEnabled), so within need not.
+	ctxAware bool
+	cfg      config
+	log      *slog.Logger
+	id       string        // random, unique per Client: the stem of every owner id
+	seq      atomic.Uint64 // makes each acquisition's owner id unique
 
 	ren  *renewer
 	note *notifier
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed when Close starts
+
+	behindMu     sync.Mutex
+	behindClosed bool           // Close is waiting for behind: run requests inline
+	behind       sync.WaitGroup // requests left behind by callers whose context ended
 }
 
 // New returns a Client working on rdb, which may be a *redis.Client or a
 // *redis.FailoverClient (Sentinel). The options set the defaults of every
 // primitive made from this Client; the Client-only ones (WithPrefix,
-// WithLogger, WithHooks) configure the Client itself. New does not contact
-// Redis.
+// WithLogger, WithHooks, WithAutoPipeline) configure the Client itself. New
+// does not contact Redis.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, errors.New("dlock: New: nil Redis client")
@@ -55,12 +65,22 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("dlock: New: make client id: %w", err)
 	}
+	var cmd redis.Scripter = rdb
+	if cfg.autoPipeline {
+		ap, err := rdb.AutoPipeline()
+		if err != nil {
+			return nil, fmt.Errorf("dlock: New: WithAutoPipeline: %w", err)
+		}
+		cmd = ap
+	}
 	c := &Client{
-		rdb:     rdb,
-		cfg:     cfg,
-		log:     cfg.logger,
-		id:      hex.EncodeToString(id[:]),
-		closing: make(chan struct{}),
+		rdb:      rdb,
+		cmd:      cmd,
+		ctxAware: !cfg.autoPipeline && contextTimeouts(rdb),
+		cfg:      cfg,
+		log:      cfg.logger,
+		id:       hex.EncodeToString(id[:]),
+		closing:  make(chan struct{}),
 	}
 	c.ren = newRenewer(c)
 	c.note = newNotifier(c)
@@ -85,6 +105,10 @@ func (c *Client) Close() error {
 			}
 			h.end(fmt.Errorf("%w: lock %q ended by Close", ErrClosed, h.k.name), nil)
 		}
+		c.behindMu.Lock()
+		c.behindClosed = true
+		c.behindMu.Unlock()
+		c.behind.Wait()
 		c.note.close()
 		err = errors.Join(errs...)
 	})
@@ -207,7 +231,7 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Dur
 		mode = "1"
 	}
 	args := append([]any{owner, ttl.Milliseconds(), mode, register.Milliseconds()}, extra...)
-	v, err := k.kind.acquire.Run(ctx, c.rdb, k.acquireKeys, args...).Int64()
+	v, err := k.kind.acquire.Run(ctx, c.cmd, k.acquireKeys, args...).Int64()
 	if err != nil {
 		return acquireResult{}, fmt.Errorf("dlock: acquire %q: %w", k.name, err)
 	}
@@ -222,6 +246,80 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Dur
 	return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}, nil
 }
 
+// errLeftBehind marks the error of a call that within gave up on.
+var errLeftBehind = errors.New("left to finish in the background")
+
+// within runs call, which makes one request to Redis, and returns its result,
+// or ctx's error as soon as ctx ends, whichever comes first. go-redis does not
+// give up a request in flight when its context ends, so without this a stalled
+// Redis would hold a caller for the Redis client's timeouts and retries, well
+// past its deadline (its autopipeliner for tens of seconds). A request left
+// behind goes on in the background; late, if not nil, then gets its outcome:
+// say, to release a lock that was taken after its caller had gone. Close waits
+// for it.
+//
+// Waiting on another goroutine costs a hand-off per call (about 18µs on a
+// 2-vCPU VM), so where go-redis honors deadlines itself (a Redis client made
+// with ContextTimeoutEnabled, without WithAutoPipeline) call runs inline.
+func within[T any](c *Client, ctx context.Context, what string, call func() (T, error), late func(T, error)) (T, error) {
+	if c.ctxAware || ctx.Done() == nil {
+		return call()
+	}
+	type outcome struct {
+		v   T
+		err error
+	}
+	done := make(chan outcome, 1)
+	var state atomic.Int32 // 0: running; 1: finished for the caller; 2: the caller left
+	if !c.goBehind(func() {
+		v, err := call()
+		if state.CompareAndSwap(0, 1) {
+			done <- outcome{v, err}
+		} else if late != nil {
+			late(v, err)
+		}
+	}) {
+		return call()
+	}
+	select {
+	case o := <-done:
+		return o.v, o.err
+	case <-ctx.Done():
+		if !state.CompareAndSwap(0, 2) {
+			o := <-done // it finished just now
+			return o.v, o.err
+		}
+		var zero T
+		return zero, fmt.Errorf("dlock: %s: %w: %w", what, errLeftBehind, context.Cause(ctx))
+	}
+}
+
+// contextTimeouts reports whether rdb was made with ContextTimeoutEnabled.
+func contextTimeouts(rdb redis.UniversalClient) bool {
+	switch r := rdb.(type) {
+	case *redis.Client:
+		return r.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return r.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return r.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// goBehind runs f in a goroutine that Close waits for, and reports whether it
+// did: once Close has started waiting, it does not, and the caller runs f
+// itself.
+func (c *Client) goBehind(f func()) bool {
+	c.behindMu.Lock()
+	defer c.behindMu.Unlock()
+	if c.behindClosed {
+		return false
+	}
+	c.behind.Go(f)
+	return true
+}
+
 // releaseMode tells release.lua what to give back.
 type releaseMode string
 
@@ -234,7 +332,7 @@ const (
 // release runs release.lua once: one round trip. ttl is the lock's TTL, which
 // sets how long a freed lock is kept for the waiter that is told.
 func (c *Client) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration) (int64, error) {
-	code, err := k.kind.release.Run(ctx, c.rdb, k.releaseKeys, owner, k.channel, string(mode), reserveFor(ttl).Milliseconds()).Int64()
+	code, err := k.kind.release.Run(ctx, c.cmd, k.releaseKeys, owner, k.channel, string(mode), reserveFor(ttl).Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: release %q: %w", k.name, err)
 	}
@@ -263,7 +361,7 @@ func (c *Client) extend(ctx context.Context, batch []extendItem) ([]int64, error
 		ks[i] = it.k.lease
 		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds())
 	}
-	codes, err := scripts.extend.Run(ctx, c.rdb, ks, args...).Int64Slice()
+	codes, err := scripts.extend.Run(ctx, c.cmd, ks, args...).Int64Slice()
 	if err != nil {
 		if len(batch) == 1 {
 			return nil, fmt.Errorf("dlock: extend %q: %w", batch[0].k.name, err)

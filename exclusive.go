@@ -188,9 +188,17 @@ func (m *exclusive) wait(ctx context.Context, g *gate, owner string, start time.
 // 1ms; the lock's own TTL if the holder's key has no expiry).
 func (m *exclusive) attempt(ctx context.Context, owner string, start time.Time, register time.Duration, extra []any) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	r, err := m.c.acquire(ctx, m.k, owner, m.ttl, false, register, extra...)
+	r, err := within(m.c, ctx, "acquire "+strconv.Quote(m.k.name), func() (acquireResult, error) {
+		return m.c.acquire(ctx, m.k, owner, m.ttl, false, register, extra...)
+	}, func(r acquireResult, err error) {
+		if err != nil || r.fence > 0 { // taken, or maybe taken, after the caller left
+			m.abandon(context.Background(), owner)
+		}
+	})
 	if err != nil {
-		m.abandon(ctx, owner)
+		if !errors.Is(err, errLeftBehind) {
+			m.abandon(ctx, owner)
+		}
 		return nil, 0, err
 	}
 	if r.fence == 0 {
@@ -213,12 +221,19 @@ func (m *exclusive) attempt(ctx context.Context, owner string, start time.Time, 
 }
 
 // abandon releases whatever owner may hold after an acquire whose outcome is
-// unknown: the script may have run even though its reply never arrived.
+// unknown: the script may have run even though its reply never arrived. If
+// ctx has ended, the release goes on in the background, so that a stalled
+// Redis does not hold the caller.
 func (m *exclusive) abandon(ctx context.Context, owner string) {
-	cctx, cancel := cleanupContext(ctx, m.ttl)
-	defer cancel()
-	if _, err := m.c.release(cctx, m.k, owner, releaseLast, m.ttl); err != nil {
-		m.c.log.Debug("dlock: cleanup after failed acquire", "lock", m.k.name, "err", err)
+	release := func() {
+		cctx, cancel := cleanupContext(ctx, m.ttl)
+		defer cancel()
+		if _, err := m.c.release(cctx, m.k, owner, releaseLast, m.ttl); err != nil {
+			m.c.log.Debug("dlock: cleanup after failed acquire", "lock", m.k.name, "err", err)
+		}
+	}
+	if !ended(ctx) || !m.c.goBehind(release) {
+		release()
 	}
 }
 

@@ -192,3 +192,74 @@ func TestRenewalBatches(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestLockHonorsContextWhileRedisStalls: with Redis stopped, a Lock returns
+// when its context ends, not when the Redis client's timeouts run out. Where
+// dlock waits for the request on the side, the request it left behind, which
+// takes the lock once Redis resumes, releases it at once instead of leaving it
+// held for a TTL.
+func TestLockHonorsContextWhileRedisStalls(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		ctxTimeouts bool // the Redis client honors context deadlines itself
+		opts        []dlock.Option
+	}{
+		{"plain", false, nil},
+		{"context-timeouts", true, nil},
+		{"autopipeline", false, []dlock.Option{dlock.WithAutoPipeline()}},
+		{"autopipeline-context-timeouts", true, []dlock.Option{dlock.WithAutoPipeline()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 3 * time.Second, ContextTimeoutEnabled: tc.ctxTimeouts})
+			t.Cleanup(func() { rdb.Close() })
+			c := clientOn(t, rdb, tc.opts...)
+			ctx := context.Background()
+			// Warm up: scripts loaded, connections open.
+			if l, err := c.Mutex("warm").Lock(ctx); err != nil {
+				t.Fatal(err)
+			} else if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			const deadline = 150 * time.Millisecond
+			tctx, cancel := context.WithTimeout(ctx, deadline)
+			start := time.Now()
+			_, err := c.Mutex("stalled").Lock(tctx)
+			took := time.Since(start)
+			cancel()
+			if err := srv.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Lock against a stopped Redis: %v, want ErrNotAcquired and DeadlineExceeded", err)
+			}
+			if limit := deadline + 250*time.Millisecond; took > limit {
+				t.Fatalf("Lock returned %v after its call, %v past its %v deadline", took, took-deadline, deadline)
+			}
+			t.Logf("Lock gave up after %v: %v", took, err)
+			if tc.ctxTimeouts && len(tc.opts) == 0 {
+				// go-redis cut the request off; whether Redis still runs it
+				// after resuming, and before or after the cleanup release,
+				// is up to the order it serves its connections in.
+				return
+			}
+			// The acquire left behind runs once Redis resumes, and its lock
+			// is released straight away (the TTL is 30s).
+			check := srv.Client(t)
+			gone := false
+			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				if check.Exists(ctx, "dlock:{stalled}").Val() == 0 && check.Get(ctx, "dlock:{stalled}:fence").Val() != "" {
+					gone = true
+					break
+				}
+			}
+			if !gone {
+				t.Fatalf("the acquire left behind ran (fence %q) but its lock is still held: %v",
+					check.Get(ctx, "dlock:{stalled}:fence").Val(), check.HGetAll(ctx, "dlock:{stalled}").Val())
+			}
+		})
+	}
+}

@@ -99,7 +99,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx, op); err != nil {
 		return err
 	}
-	if err := scripts.latchCountDown.Run(ctx, l.c.rdb, []string{l.k.lock}, l.channel).Err(); err != nil {
+	if err := scripts.latchCountDown.Run(ctx, l.c.cmd, []string{l.k.lock}, l.channel).Err(); err != nil {
 		return fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
 	}
 	return nil

@@ -151,7 +151,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := h.endedErr("ttl"); err != nil {
 		return 0, err
 	}
-	ms, err := scripts.ttl.Run(ctx, h.c.rdb, h.k.leaseOnly, h.owner, h.k.kind.leaseType()).Int64()
+	ms, err := scripts.ttl.Run(ctx, h.c.cmd, h.k.leaseOnly, h.owner, h.k.kind.leaseType()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: ttl %q: %w", h.k.name, err)
 	}

@@ -111,6 +111,11 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
+	badAP := redis.NewClient(&redis.Options{Addr: srv.Addr, AutoPipelineOptions: &redis.AutoPipelineOptions{MaxConcurrentBatches: 2}})
+	t.Cleanup(func() { badAP.Close() })
+	if _, err := dlock.New(badAP, dlock.WithAutoPipeline()); err == nil || !strings.Contains(err.Error(), "WithAutoPipeline") {
+		t.Errorf("WithAutoPipeline with an invalid autopipeliner configuration: %v", err)
+	}
 
 	c := clientOn(t, rdb)
 	ctx := context.Background()
@@ -121,6 +126,7 @@ func TestBadInput(t *testing.T) {
 		{"empty name", c.Mutex("")},
 		{"TTL too small", c.Mutex("x", dlock.WithTTL(time.Millisecond))},
 		{"client-only option", c.Mutex("x", dlock.WithPrefix("p:"))},
+		{"client-only option WithAutoPipeline", c.Mutex("x", dlock.WithAutoPipeline())},
 		{"nil client", (*dlock.Client)(nil).Mutex("x")},
 		{"zero Mutex", &dlock.Mutex{}},
 		{"nil Mutex", (*dlock.Mutex)(nil)},

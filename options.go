@@ -37,6 +37,9 @@ type config struct {
 	hooks  *Hooks       // default: none
 	ttl    time.Duration
 	renew  bool // default: true
+	// autoPipeline: send lock requests through the Redis client's
+	// autopipeliner. Default: false.
+	autoPipeline bool
 }
 
 func defaultConfig() config {
@@ -122,6 +125,23 @@ func WithLogger(l *slog.Logger) Option {
 func WithHooks(h Hooks) Option {
 	return Option{name: "WithHooks", clientOnly: true, apply: func(c *config) error {
 		c.hooks = &h
+		return nil
+	}}
+}
+
+// WithAutoPipeline sends the Client's lock requests (acquire, release,
+// renewal) through go-redis's autopipeliner (redis.Client.AutoPipeline), which
+// batches the requests of concurrent goroutines into pipelines. It raises
+// throughput when many goroutines lock at once (about twice as many lock
+// operations per second with 64 goroutines on distinct locks, see the bench
+// module) and costs nothing measurable to a lone caller. The autopipeliner is
+// shared with every other user of the Redis client and configured by its
+// Options.AutoPipelineOptions; go-redis marks it experimental. New fails if that
+// configuration is invalid. Client only. Default: requests go through
+// the Redis client's connection pool, one request per connection at a time.
+func WithAutoPipeline() Option {
+	return Option{name: "WithAutoPipeline", clientOnly: true, apply: func(c *config) error {
+		c.autoPipeline = true
 		return nil
 	}}
 }

@@ -111,7 +111,7 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 // semRelease runs sem_release.lua in a mode of its own (3: set the total, 4:
 // count what is free) with total as its argument.
 func (c *Client) semRelease(ctx context.Context, k keys, mode string, total int64) (int64, error) {
-	v, err := k.kind.release.Run(ctx, c.rdb, k.releaseKeys, "", k.channel, mode, 0, total).Int64()
+	v, err := k.kind.release.Run(ctx, c.cmd, k.releaseKeys, "", k.channel, mode, 0, total).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: semaphore %q: %w", k.name, err)
 	}

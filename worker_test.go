@@ -44,6 +44,9 @@ type workerParams struct {
 	Permits    int64 // of the Semaphore the "sem" workers use
 	ReadShare  int   // percent of the "rw" workers' acquisitions that are reads
 	Write      bool  // the "rwhold" worker takes the write lock, not a read lock
+	// AutoPipeline makes the worker's Client send its requests through the
+	// Redis client's autopipeliner.
+	AutoPipeline bool
 }
 
 // locker is what the workers need of a Mutex or a FairMutex.
@@ -87,7 +90,11 @@ func runWorker(role string) int {
 	defer lockRDB.Close()
 	resRDB := redis.NewClient(&redis.Options{Addr: os.Getenv(envResource)})
 	defer resRDB.Close()
-	c, err := dlock.New(lockRDB, dlock.WithTTL(p.TTL))
+	opts := []dlock.Option{dlock.WithTTL(p.TTL)}
+	if p.AutoPipeline {
+		opts = append(opts, dlock.WithAutoPipeline())
+	}
+	c, err := dlock.New(lockRDB, opts...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
 		return 2
@@ -352,7 +359,7 @@ func hammer(t *testing.T, mutant string, procs int, p workerParams) hammerOutcom
 func TestProcessesHammer(t *testing.T) {
 	p := workerParams{Name: "hammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 50}
 	const procs = 4
-	t.Run("dlock", func(t *testing.T) {
+	exact := func(t *testing.T, p workerParams) {
 		o := hammer(t, "", procs, p)
 		if len(o.workerErrors) > 0 {
 			t.Fatalf("workers failed: %v", o.workerErrors)
@@ -363,6 +370,12 @@ func TestProcessesHammer(t *testing.T) {
 		for _, v := range o.violations() {
 			t.Error(v)
 		}
+	}
+	t.Run("dlock", func(t *testing.T) { exact(t, p) })
+	t.Run("autopipeline", func(t *testing.T) {
+		p := p
+		p.AutoPipeline = true
+		exact(t, p)
 	})
 	t.Run("broken-lock-is-caught", func(t *testing.T) {
 		o := hammer(t, "acquire-ignores-holder", procs, p)
