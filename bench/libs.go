@@ -31,7 +31,8 @@ type variant struct {
 	// retryOnly: the aggressive setting only changes waiting, so the
 	// variant is skipped where nothing waits (uncontended, parallel).
 	retryOnly bool
-	open      func(addr string) (locker, error)
+	// open makes one instance on addr; every client it opens is counted by rc.
+	open func(addr string, rc *reqCounter) (locker, error)
 }
 
 func (v variant) label() string { return v.lib + "/" + v.name }
@@ -39,6 +40,7 @@ func (v variant) label() string { return v.lib + "/" + v.name }
 func allVariants() []variant {
 	return []variant{
 		{lib: "dlock", name: "default", open: openDlock()},
+		{lib: "dlock", name: "aggressive", open: openDlock(dlock.WithAutoPipeline())},
 		{lib: "raw", name: "default", open: openRaw},
 		{lib: "redsync", name: "default", open: openRedsync()},
 		{lib: "redsync", name: "aggressive", retryOnly: true,
@@ -57,9 +59,9 @@ type dlockLocker struct {
 	c   *dlock.Client
 }
 
-func openDlock(opts ...dlock.Option) func(string) (locker, error) {
-	return func(addr string) (locker, error) {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
+func openDlock(opts ...dlock.Option) func(string, *reqCounter) (locker, error) {
+	return func(addr string, rc *reqCounter) (locker, error) {
+		rdb := newRedis(addr, rc)
 		c, err := dlock.New(rdb, opts...)
 		if err != nil {
 			return nil, err
@@ -90,8 +92,8 @@ var rawSeq atomic.Uint64
 
 type rawLocker struct{ rdb *redis.Client }
 
-func openRaw(addr string) (locker, error) {
-	return &rawLocker{rdb: redis.NewClient(&redis.Options{Addr: addr})}, nil
+func openRaw(addr string, rc *reqCounter) (locker, error) {
+	return &rawLocker{rdb: newRedis(addr, rc)}, nil
 }
 
 func (r *rawLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
@@ -131,9 +133,9 @@ type redsyncLocker struct {
 	opts []redsync.Option
 }
 
-func openRedsync(opts ...redsync.Option) func(string) (locker, error) {
-	return func(addr string) (locker, error) {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
+func openRedsync(opts ...redsync.Option) func(string, *reqCounter) (locker, error) {
+	return func(addr string, rc *reqCounter) (locker, error) {
+		rdb := newRedis(addr, rc)
 		return &redsyncLocker{rdb: rdb, rs: redsync.New(goredispool.NewPool(rdb)), opts: opts}, nil
 	}
 }
@@ -169,9 +171,9 @@ type redislockLocker struct {
 	retry time.Duration
 }
 
-func openRedislock(retry time.Duration) func(string) (locker, error) {
-	return func(addr string) (locker, error) {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
+func openRedislock(retry time.Duration) func(string, *reqCounter) (locker, error) {
+	return func(addr string, rc *reqCounter) (locker, error) {
+		rdb := newRedis(addr, rc)
 		return &redislockLocker{rdb: rdb, c: redislock.New(rdb), retry: retry}, nil
 	}
 }
@@ -197,10 +199,13 @@ func (r *redislockLocker) close() { _ = r.rdb.Close() }
 
 type rueidisLocker struct{ l rueidislock.Locker }
 
-func openRueidis(opt rueidislock.LockerOption) func(string) (locker, error) {
-	return func(addr string) (locker, error) {
+func openRueidis(opt rueidislock.LockerOption) func(string, *reqCounter) (locker, error) {
+	return func(addr string, rc *reqCounter) (locker, error) {
 		o := opt
 		o.ClientOption = rueidis.ClientOption{InitAddress: []string{addr}}
+		if rc != nil {
+			o.ClientBuilder = rueidisBuilder(rc)
+		}
 		l, err := rueidislock.NewLocker(o)
 		if err != nil {
 			return nil, err

@@ -17,29 +17,50 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 )
 
+// result is one row of latest.json. Where a figure has a spread, the plain
+// field is the median over Samples slices (uncontended, parallel) or rounds
+// (contended), and the _min/_max fields are the extremes over them.
 type result struct {
-	Scenario        string   `json:"scenario"`
-	Library         string   `json:"library"`
-	Variant         string   `json:"variant"`
-	OpsPerS         *float64 `json:"ops_per_s,omitempty"`
-	P50us           *float64 `json:"p50_us,omitempty"`
-	P99us           *float64 `json:"p99_us,omitempty"`
-	GapP50us        *float64 `json:"gap_p50_us,omitempty"`
-	MaxWaitus       *float64 `json:"max_wait_us,omitempty"`
-	MeanWaitus      *float64 `json:"mean_wait_us,omitempty"`
-	ShareMin        *float64 `json:"share_min,omitempty"`
-	ShareMax        *float64 `json:"share_max,omitempty"`
-	RequestsPerOp   *float64 `json:"requests_per_op,omitempty"`
-	RedisCPUusPerOp *float64 `json:"redis_cpu_us_per_op,omitempty"`
-	MutexOK         *bool    `json:"mutex_ok,omitempty"`
+	Scenario   string   `json:"scenario"`
+	Library    string   `json:"library"`
+	Variant    string   `json:"variant"`
+	OpsPerS    *float64 `json:"ops_per_s,omitempty"`
+	OpsPerSMin *float64 `json:"ops_per_s_min,omitempty"`
+	OpsPerSMax *float64 `json:"ops_per_s_max,omitempty"`
+	// OpsVsRaw, P50VsRaw: median over slices of the ratio to raw's figure in
+	// the same pass.
+	OpsVsRaw    *float64 `json:"ops_vs_raw,omitempty"`
+	P50us       *float64 `json:"p50_us,omitempty"`
+	P50usMin    *float64 `json:"p50_us_min,omitempty"`
+	P50usMax    *float64 `json:"p50_us_max,omitempty"`
+	P50VsRaw    *float64 `json:"p50_vs_raw,omitempty"`
+	P99us       *float64 `json:"p99_us,omitempty"`
+	GapP50us    *float64 `json:"gap_p50_us,omitempty"`
+	GapP50usMin *float64 `json:"gap_p50_us_min,omitempty"`
+	GapP50usMax *float64 `json:"gap_p50_us_max,omitempty"`
+	MaxWaitus   *float64 `json:"max_wait_us,omitempty"`
+	MeanWaitus  *float64 `json:"mean_wait_us,omitempty"`
+	ShareMin    *float64 `json:"share_min,omitempty"`
+	ShareMax    *float64 `json:"share_max,omitempty"`
+	// RequestsPerOp: requests the library's clients sent, counted in the
+	// client; RoundTripsPerOp: their round trips (a pipeline is one);
+	// RedisCommandsPerOp: commands Redis executed (INFO commandstats delta,
+	// commands inside Lua scripts included).
+	RequestsPerOp      *float64 `json:"requests_per_op,omitempty"`
+	RoundTripsPerOp    *float64 `json:"round_trips_per_op,omitempty"`
+	RedisCommandsPerOp *float64 `json:"redis_commands_per_op,omitempty"`
+	RedisCPUusPerOp    *float64 `json:"redis_cpu_us_per_op,omitempty"`
+	MutexOK            *bool    `json:"mutex_ok,omitempty"`
+	Samples            int      `json:"samples,omitempty"`     // slices or rounds the medians are over
+	NotCounted         []string `json:"not_counted,omitempty"` // fields left out because they could not be counted
 
-	errors  int64
-	gapP99  float64
-	selfPct float64
+	errors      int64
+	gapP99      float64
+	selfPct     float64
+	pubsubPerOp float64 // part of RequestsPerOp taken from commandstats (pub/sub (un)subscribe)
 }
 
 func f(x float64) *float64 { return &x }
@@ -60,7 +81,7 @@ func main() {
 
 	cfg := config{slice: 300 * time.Millisecond, perVariant: 6 * time.Second, csWindow: 3 * time.Second, csRounds: 3, periods: 10, scaleLocks: 10000}
 	if *quick {
-		cfg = config{slice: 200 * time.Millisecond, perVariant: 1200 * time.Millisecond, csWindow: 1200 * time.Millisecond, csRounds: 1, periods: 3, scaleLocks: 10000}
+		cfg = config{slice: 200 * time.Millisecond, perVariant: 1200 * time.Millisecond, csWindow: 600 * time.Millisecond, csRounds: 2, periods: 3, scaleLocks: 10000}
 	}
 	var srv *server
 	if *addr == "" {
@@ -107,37 +128,33 @@ func main() {
 	}
 	fmt.Fprintln(os.Stderr, "scale ...")
 	var scales []scaleResult
-	sd, err := runScale(cfg, "dlock", "default", func(addr string) (locker, *rtCounter, error) {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
-		rc := &rtCounter{}
-		rdb.AddHook(rc)
-		c, err := dlock.New(rdb, dlock.WithTTL(3*time.Second))
-		if err != nil {
-			return nil, nil, err
-		}
-		return &dlockLocker{rdb: rdb, c: c}, rc, nil
-	}, time.Second)
+	sd, err := runScale(cfg, "dlock", "default", openDlock(dlock.WithTTL(3*time.Second)), time.Second)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scale dlock:", err)
 	} else {
 		scales = append(scales, sd)
 	}
-	sr, err := runScale(cfg, "rueidislock", "aggressive", func(addr string) (locker, *rtCounter, error) {
-		l, err := rueidislock.NewLocker(rueidislock.LockerOption{ClientOption: rueidis.ClientOption{InitAddress: []string{addr}},
-			KeyMajority: 1, NoLoopTracking: true, KeyValidity: 3 * time.Second, ExtendInterval: time.Second})
-		if err != nil {
-			return nil, nil, err
-		}
-		return &rueidisLocker{l: l}, nil, nil
-	}, time.Second)
+	sr, err := runScale(cfg, "rueidislock", "aggressive", openRueidis(rueidislock.LockerOption{
+		KeyMajority: 1, NoLoopTracking: true, KeyValidity: 3 * time.Second, ExtendInterval: time.Second}), time.Second)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "scale rueidislock:", err)
 	} else {
 		scales = append(scales, sr)
 	}
 	for _, s := range scales {
-		res = append(res, result{Scenario: "scale", Library: s.lib, Variant: s.variant,
-			RequestsPerOp: f(s.cmdsPerPeriod / float64(s.locks)), MutexOK: ptrBool(s.lost == 0)})
+		r := result{Scenario: "scale", Library: s.lib, Variant: s.variant,
+			RedisCommandsPerOp: f(s.cmdsPerPeriod / float64(s.locks)), MutexOK: ptrBool(s.lost == 0)}
+		if s.reqPerPeriod >= 0 {
+			r.RequestsPerOp = f(s.reqPerPeriod / float64(s.locks))
+		} else {
+			r.NotCounted = append(r.NotCounted, "requests_per_op")
+		}
+		if s.rtPerPeriod >= 0 {
+			r.RoundTripsPerOp = f(s.rtPerPeriod / float64(s.locks))
+		} else {
+			r.NotCounted = append(r.NotCounted, "round_trips_per_op")
+		}
+		res = append(res, r)
 	}
 
 	ctx := context.Background()

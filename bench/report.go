@@ -13,14 +13,40 @@ func num(p *float64, format string) string {
 	return fmt.Sprintf(format, *p)
 }
 
+func rateN(x float64, kFormat string) string {
+	if x >= 1000 {
+		return fmt.Sprintf(kFormat, x/1000)
+	}
+	return fmt.Sprintf("%.0f", x)
+}
+
 func rate(p *float64) string {
 	if p == nil {
 		return "–"
 	}
-	if *p >= 1000 {
-		return fmt.Sprintf("%.2fk", *p/1000)
+	return rateN(*p, "%.2fk")
+}
+
+// rateSpread is "median (min–max)" for a rate, e.g. "7.94k (7.1k–8.3k)".
+func rateSpread(med, lo, hi *float64) string {
+	if med == nil {
+		return "–"
 	}
-	return fmt.Sprintf("%.0f", *p)
+	if lo == nil || hi == nil {
+		return rate(med)
+	}
+	return fmt.Sprintf("%s (%s–%s)", rate(med), rateN(*lo, "%.1fk"), rateN(*hi, "%.1fk"))
+}
+
+// numSpread is "median (min–max)" with format for all three.
+func numSpread(med, lo, hi *float64, format string) string {
+	if med == nil {
+		return "–"
+	}
+	if lo == nil || hi == nil {
+		return num(med, format)
+	}
+	return fmt.Sprintf(format+" ("+format+"–"+format+")", *med, *lo, *hi)
 }
 
 func ratio(a, b *float64) string {
@@ -28,6 +54,17 @@ func ratio(a, b *float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f×", *a / *b)
+}
+
+func times(p *float64) string { return num(p, "%.2f×") }
+
+// counted formats a client-side count, "not counted" when the run could not
+// count it.
+func counted(r result, p *float64, field string) string {
+	if slices.Contains(r.NotCounted, field) {
+		return "not counted"
+	}
+	return num(p, "%.2f")
 }
 
 func pick(rs []result, scen string) (out []result, raw *result) {
@@ -40,6 +77,22 @@ func pick(rs []result, scen string) (out []result, raw *result) {
 		}
 	}
 	return out, raw
+}
+
+// pubsubNote lists the pub/sub commands taken from commandstats into the
+// client-side request counts of rs, if any.
+func pubsubNote(rs []result, per string) string {
+	var parts []string
+	for _, r := range rs {
+		if r.pubsubPerOp > 0 {
+			parts = append(parts, fmt.Sprintf("%s/%s %.4f", r.Library, r.Variant, r.pubsubPerOp))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\nClient requests and round trips include pub/sub SUBSCRIBE/UNSUBSCRIBE per %s, taken from commandstats (go-redis hooks do not see the pub/sub connection): %s.\n",
+		per, strings.Join(parts, ", "))
 }
 
 func report(o output, scales []scaleResult) string {
@@ -60,65 +113,106 @@ func report(o output, scales []scaleResult) string {
 	}
 	w("- started %v, took %.0f s, quick=%v\n\n", o.Machine["started"], o.Machine["duration_s"], o.Machine["quick"])
 
-	w("## 4. Floor\n\nPING on one go-redis connection, interleaved with the uncontended slices: p50 %.0f µs, p99 %.0f µs (1 RTT).\n\n",
+	w("## 4. Floor\n\nPING on one go-redis connection, interleaved with the uncontended slices: p50 %.0f µs, p99 %.0f µs (1 RTT; over all its slices).\n\n",
 		o.Machine["ping_p50_us"], o.Machine["ping_p99_us"])
 
-	rs, raw := pick(o.Results, "uncontended")
+	w("%s", targets(o, scales))
+
+	rs, _ := pick(o.Results, "uncontended")
 	w("## 1. Uncontended: 1 goroutine, acquire + release\n\n")
-	w("| library | variant | ops/s | p50 µs | p99 µs | p50 vs raw | p50 in RTT | Redis commands/op (incl. inside scripts) | redis CPU µs/op |\n|---|---|---|---|---|---|---|---|---|\n")
+	w("ops/s and p50: median over %d slices (min–max); p99 over all slices; ratios: median of per-slice ratios to raw.\n\n", samples(rs))
+	w("| library | variant | ops/s | p50 µs | p99 µs | p50 vs raw | p50 in RTT | requests/op (client) | round trips/op (client) | Redis commands/op (incl. in scripts) | redis CPU µs/op |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	ping := o.Machine["ping_p50_us"].(float64)
 	for _, r := range rs {
 		rtt := "–"
 		if r.P50us != nil && ping > 0 {
 			rtt = fmt.Sprintf("%.1f", *r.P50us/ping)
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Library, r.Variant, rate(r.OpsPerS), num(r.P50us, "%.0f"), num(r.P99us, "%.0f"),
-			ratio(r.P50us, rawField(raw, func(r *result) *float64 { return r.P50us })), rtt, num(r.RequestsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"))
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Library, r.Variant, rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
+			numSpread(r.P50us, r.P50usMin, r.P50usMax, "%.0f"), num(r.P99us, "%.0f"), times(r.P50VsRaw), rtt,
+			counted(r, r.RequestsPerOp, "requests_per_op"), counted(r, r.RoundTripsPerOp, "round_trips_per_op"),
+			num(r.RedisCommandsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"))
 	}
-	rs, raw = pick(o.Results, "parallel")
+	w("%s", pubsubNote(rs, "op"))
+	rs, _ = pick(o.Results, "parallel")
 	w("\n## 2. Parallel: 64 goroutines, distinct keys, one client per library\n\n")
-	w("| library | variant | ops/s | vs raw | Redis commands/op (incl. inside scripts) | redis CPU µs/op |\n|---|---|---|---|---|---|\n")
+	w("ops/s: median over %d slices (min–max); vs raw: median of per-slice ratios.\n\n", samples(rs))
+	w("| library | variant | ops/s | vs raw | requests/op (client) | round trips/op (client) | Redis commands/op (incl. in scripts) | redis CPU µs/op |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		w("| %s | %s | %s | %s | %s | %s |\n", r.Library, r.Variant, rate(r.OpsPerS),
-			ratio(r.OpsPerS, rawField(raw, func(r *result) *float64 { return r.OpsPerS })), num(r.RequestsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"))
+		w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Library, r.Variant, rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax), times(r.OpsVsRaw),
+			counted(r, r.RequestsPerOp, "requests_per_op"), counted(r, r.RoundTripsPerOp, "round_trips_per_op"),
+			num(r.RedisCommandsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"))
 	}
+	w("%s", pubsubNote(rs, "op"))
 	for _, scen := range []string{"contended", "contended-think"} {
-		rs, raw = pick(o.Results, scen)
+		rs, raw := pick(o.Results, scen)
 		title := "16 contenders, one key, each its own client, looping"
 		if scen == "contended-think" {
 			title = "as above with 0–200 µs think time between sections"
 		}
 		w("\n## 3. %s: %s\n\n", scen, title)
-		w("| library | variant | mutex ok | CS/s | vs raw (1 ms poll) | gap p50 µs | gap p99 µs | same holder again | mean wait µs | max wait µs | max/mean | share min–max | Redis commands/CS (incl. inside scripts) | redis CPU µs/CS |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("CS/s and gap p50: median over %s (min–max); vs raw: ratio of the medians; share min–max: the extremes over the rounds; the rest over all rounds.\n\n",
+			plural(samples(rs), "round"))
+		w("| library | variant | mutex ok | CS/s | vs raw (1 ms poll) | gap p50 µs | gap p99 µs | same holder again | mean wait µs | max wait µs | max/mean | share min–max | requests/CS (client) | round trips/CS (client) | Redis commands/CS (incl. in scripts) | redis CPU µs/CS |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range rs {
 			ok := r.MutexOK != nil && *r.MutexOK
 			if !ok {
-				w("| %s | %s | **NO — MUTUAL EXCLUSION BROKEN, figures withheld** | | | | | | | | | | | |\n", r.Library, r.Variant)
+				w("| %s | %s | **NO — MUTUAL EXCLUSION BROKEN, figures withheld** | | | | | | | | | | | | | |\n", r.Library, r.Variant)
 				continue
 			}
-			mm := "–"
-			if r.MaxWaitus != nil && r.MeanWaitus != nil && *r.MeanWaitus > 0 {
-				mm = fmt.Sprintf("%.0f×", *r.MaxWaitus / *r.MeanWaitus)
+			if r.OpsPerS == nil {
+				w("| %s | %s | yes | no critical section completed | | | | | | | | | | | | |\n", r.Library, r.Variant)
+				continue
 			}
-			w("| %s | %s | yes | %s | %s | %s | %.0f | %.0f%% | %s | %s | %s | %s–%s | %s | %s |\n", r.Library, r.Variant, rate(r.OpsPerS),
-				ratio(r.OpsPerS, rawField(raw, func(r *result) *float64 { return r.OpsPerS })), num(r.GapP50us, "%.0f"), r.gapP99, r.selfPct,
-				num(r.MeanWaitus, "%.0f"), num(r.MaxWaitus, "%.0f"), mm, num(r.ShareMin, "%.2f"), num(r.ShareMax, "%.2f"),
-				num(r.RequestsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"))
+			w("| %s | %s | yes | %s | %s | %s | %.0f | %.0f%% | %s | %s | %s | %s–%s | %s | %s | %s | %s |\n", r.Library, r.Variant,
+				rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
+				ratio(r.OpsPerS, rawField(raw, func(r *result) *float64 { return r.OpsPerS })),
+				numSpread(r.GapP50us, r.GapP50usMin, r.GapP50usMax, "%.0f"), r.gapP99, r.selfPct,
+				num(r.MeanWaitus, "%.0f"), num(r.MaxWaitus, "%.0f"), maxMean(r), num(r.ShareMin, "%.2f"), num(r.ShareMax, "%.2f"),
+				counted(r, r.RequestsPerOp, "requests_per_op"), counted(r, r.RoundTripsPerOp, "round_trips_per_op"),
+				num(r.RedisCommandsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"))
 		}
+		w("%s", pubsubNote(rs, "CS"))
 	}
 	w("\n## 5. Scale: %d locks held at once by one process, TTL 3 s (renewal period 1 s)\n\n", cfgLocks(scales))
-	w("| library | variant | goroutines added | heap added MB | acquire all, s | Redis commands / period | client round trips / period | round trips per 100 locks / period | leases lost |\n|---|---|---|---|---|---|---|---|---|\n")
+	w("| library | variant | goroutines added | heap added MB | acquire all, s | client requests / period | client round trips / period | round trips per 100 locks / period | Redis commands / period (incl. in scripts) | leases lost |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range scales {
-		rt, per100 := "not counted", "–"
+		req, rt, per100 := "not counted", "not counted", "–"
+		if s.reqPerPeriod >= 0 {
+			req = fmt.Sprintf("%.1f", s.reqPerPeriod)
+		}
 		if s.rtPerPeriod >= 0 {
 			rt = fmt.Sprintf("%.1f", s.rtPerPeriod)
 			per100 = fmt.Sprintf("%.3f", s.rtPerPeriod*100/float64(s.locks))
 		}
-		w("| %s | %s | %d | %.1f | %.2f | %.1f | %s | %s | %d |\n", s.lib, s.variant, s.goroutinesAdded, s.heapMB, s.acquireSeconds, s.cmdsPerPeriod, rt, per100, s.lost)
+		w("| %s | %s | %d | %.1f | %.2f | %s | %s | %s | %.1f | %d |\n", s.lib, s.variant, s.goroutinesAdded, s.heapMB, s.acquireSeconds, req, rt, per100, s.cmdsPerPeriod, s.lost)
 	}
 	w("\nredsync and redislock have no automatic renewal, so they are not in this table.\n")
 	w(howToRead)
 	return b.String()
+}
+
+// samples is the largest Samples of rs (the slices or rounds behind the medians).
+func samples(rs []result) int {
+	n := 0
+	for _, r := range rs {
+		n = max(n, r.Samples)
+	}
+	return n
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word + " (so no spread)"
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+func maxMean(r result) string {
+	if r.MaxWaitus != nil && r.MeanWaitus != nil && *r.MeanWaitus > 0 {
+		return fmt.Sprintf("%.0f×", *r.MaxWaitus / *r.MeanWaitus)
+	}
+	return "–"
 }
 
 func cfgLocks(s []scaleResult) int {
@@ -141,20 +235,41 @@ const howToRead = `
 - All libraries run against the same private redis-server. Uncontended and parallel interleave the libraries in short
   slices with a rotating order, so the machine's drift hits all alike; contended runs each variant in its own window,
   in rotating order over rounds. Read the ratios; absolute times on a shared VM move from run to run.
+- Spread: ops/s and p50 (uncontended, parallel) are the median of the per-slice figures with their min–max; the
+  ratio to raw is the median over slices of the ratio to raw's slice of the same pass. CS/s and gap p50 (contended)
+  are the median of the per-round figures with their min–max; their ratio to raw is the ratio of the medians. p99,
+  mean and max wait and the per-op counts are over all slices or rounds together; share min–max is the lowest and
+  highest per-round share. Each section says how many slices or rounds are behind its figures (a median of two is
+  their mean).
 - RTT = the PING p50 above. An uncontended acquire+release cannot be faster than 2 RTT without pipelining.
+- requests/op (client) is what the library's clients sent, counted in the client: a go-redis hook on every client a
+  library instance opens (dlock, raw, redsync, redislock), a counting wrapper around the rueidis client
+  (rueidislock, via LockerOption.ClientBuilder). A script call (EVALSHA) is one request, each command of a pipeline
+  is one; connection set-up commands count when they happen in the measured span. go-redis sends pub/sub
+  SUBSCRIBE/UNSUBSCRIBE without running hooks, so those are added from the commandstats delta (only the library
+  under test talks to Redis in a measured span); each table notes how many that was.
+  round trips/op (client): a command or a whole pipeline is one; "not counted" for rueidislock, because rueidis
+  pipelines the commands of concurrent callers onto one connection by itself, so the client cannot tell round
+  trips. A figure that cannot be counted reads "not counted" here and is left out of latest.json (listed in the
+  row's not_counted).
 - Redis commands/op and /CS are commands executed, from the INFO commandstats delta (INFO itself excluded;
   commands run inside Lua scripts count too, so raw SET NX + compare-and-delete is 4: SET, EVALSHA, GET, DEL)
   divided by operations: everything the library made Redis do, including failed polls and wake-up traffic.
   redis CPU is the INFO cpu (sys+user) delta per operation.
 - Contended: gap = a holder starts releasing → a *different* contender's Lock returns. Wait = a contender starts
   asking → it holds the lock; waits still pending when the window closed are included in max wait. Share = a
-  contender's critical sections / the mean over contenders (1.0 is perfectly fair). "same holder again" = the
-  releaser took the lock straight back. Mutual exclusion is checked with an occupancy counter and a non-atomic
-  counter that must equal the acquisitions; a variant that broke it has its figures withheld.
+  contender's critical sections in a round / the mean over that round's contenders (1.0 is perfectly fair).
+  "same holder again" = the releaser took the lock straight back. Mutual exclusion is checked with an occupancy
+  counter and a non-atomic counter that must equal the acquisitions; a variant that broke it has its figures withheld.
 - raw = go-redis SET NX PX + EVALSHA compare-and-delete; under contention it polls every 1 ms.
-  Variants: redsync default (32 tries, 50–250 ms delay) / aggressive (1 ms, unlimited tries);
+  Variants: dlock default (a plain go-redis client) / aggressive (WithAutoPipeline: requests batched through go-redis's autopipeliner);
+  redsync default (32 tries, 50–250 ms delay) / aggressive (1 ms, unlimited tries);
   redislock default LinearBackoff(100 ms) (its own default does not wait) / aggressive LinearBackoff(1 ms);
   rueidislock default (KeyMajority 2: 3 keys) / aggressive (KeyMajority 1 + NoLoopTracking).
-- Scale: commands per period are counted by Redis; round trips are counted in the go-redis client (a pipeline is one).
-  In latest.json a scale row's requests_per_op is Redis commands per held lock per renewal period.
+- Targets: peers are the redsync, redislock and rueidislock variants (raw is the baseline, not a peer); a variant
+  whose mutual exclusion broke is left out. MET/MISSED is decided from this run's figures (medians where there is a
+  spread), so on a shared machine a figure near its bound can flip between runs: check the spread.
+- Scale: client requests and round trips per period are counted in the client as above, Redis commands per period
+  by commandstats. In latest.json a scale row's requests_per_op, round_trips_per_op and redis_commands_per_op are
+  per held lock per renewal period.
 `

@@ -37,18 +37,84 @@ func pct(d []time.Duration, p float64) time.Duration {
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
+// median of xs (the mean of the middle two for an even count); 0 if empty.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// spread sets *med, *lo, *hi to the median, min and max of xs.
+func spread(xs []float64, med, lo, hi **float64) {
+	if len(xs) == 0 {
+		return
+	}
+	*med, *lo, *hi = f(median(xs)), f(slices.Min(xs)), f(slices.Max(xs))
+}
+
+// pairRatio is the median over slices s of a[s]/b[s]: each slice of one
+// library is compared with the same pass's slice of the other, so drift of
+// the machine between passes cancels out.
+func pairRatio(a, b []float64) *float64 {
+	var rs []float64
+	for s := range min(len(a), len(b)) {
+		if b[s] > 0 {
+			rs = append(rs, a[s]/b[s])
+		}
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	return f(median(rs))
+}
+
+// setCounts fills the per-op request fields of r from the client-side counts
+// and the commandstats delta over ops operations.
+func setCounts(r *result, rq reqCounts, d stats, ops float64) {
+	if ops <= 0 {
+		return
+	}
+	rq = rq.add(pubsubCounts(d.perCmd))
+	r.RequestsPerOp, r.RoundTripsPerOp = rq.perOp(ops)
+	r.NotCounted = rq.notCounted()
+	r.RedisCommandsPerOp = f(float64(d.calls) / ops)
+	r.RedisCPUusPerOp = f(d.cpu * 1e6 / ops)
+	r.pubsubPerOp = float64(pubsubCounts(d.perCmd).reqs) / ops
+}
+
+func (a *stats) addDelta(d stats) {
+	a.calls += d.calls
+	a.cpu += d.cpu
+	if a.perCmd == nil {
+		a.perCmd = map[string]int64{}
+	}
+	for k, v := range d.perCmd {
+		a.perCmd[k] += v
+	}
+}
+
 // ---------- uncontended (+ PING floor) ----------
 
 type seqRunner struct {
-	name  string
-	v     *variant
-	step  func(ctx context.Context) error
-	close func()
-	lats  []time.Duration
-	ops   int64
-	errs  int64
-	dur   time.Duration
-	delta stats
+	name     string
+	v        *variant
+	rc       *reqCounter
+	step     func(ctx context.Context) error
+	close    func()
+	lats     []time.Duration
+	ops      int64
+	errs     int64
+	dur      time.Duration
+	delta    stats
+	req      reqCounts
+	sliceOps []float64 // ops/s in each slice
+	sliceP50 []float64 // p50 µs in each slice
 }
 
 func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 time.Duration, err error) {
@@ -59,12 +125,13 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 		if v.retryOnly {
 			continue
 		}
-		lk, err := v.open(cfg.addr)
+		rc := &reqCounter{}
+		lk, err := v.open(cfg.addr, rc)
 		if err != nil {
 			return nil, 0, 0, fmt.Errorf("%s: %w", v.label(), err)
 		}
 		key := "unc:" + v.label()
-		runners = append(runners, &seqRunner{name: v.label(), v: v, close: lk.close, step: func(ctx context.Context) error {
+		runners = append(runners, &seqRunner{name: v.label(), v: v, rc: rc, close: lk.close, step: func(ctx context.Context) error {
 			rel, err := lk.lock(ctx, key)
 			if err != nil {
 				return err
@@ -73,7 +140,7 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 		}})
 	}
 	ping := redis.NewClient(&redis.Options{Addr: cfg.addr, PoolSize: 1})
-	runners = append(runners, &seqRunner{name: "ping", close: func() { ping.Close() }, step: func(ctx context.Context) error { return ping.Ping(ctx).Err() }})
+	runners = append(runners, &seqRunner{name: "ping", rc: &reqCounter{}, close: func() { ping.Close() }, step: func(ctx context.Context) error { return ping.Ping(ctx).Err() }})
 	defer func() {
 		for _, r := range runners {
 			r.close()
@@ -89,6 +156,8 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 		for k := range runners {
 			r := runners[(k+s)%len(runners)]
 			before := mustSnapshot(cfg.admin)
+			rq := r.rc.snap()
+			ops0, lat0 := r.ops, len(r.lats)
 			start := time.Now()
 			end := start.Add(cfg.slice)
 			for {
@@ -103,10 +172,18 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 				r.lats = append(r.lats, time.Since(t0))
 				r.ops++
 			}
-			r.dur += time.Since(start)
-			d := mustSnapshot(cfg.admin).sub(before)
-			r.delta.calls += d.calls
-			r.delta.cpu += d.cpu
+			el := time.Since(start)
+			r.dur += el
+			r.req = r.req.add(r.rc.since(rq))
+			r.delta.addDelta(mustSnapshot(cfg.admin).sub(before))
+			r.sliceOps = append(r.sliceOps, float64(r.ops-ops0)/el.Seconds())
+			r.sliceP50 = append(r.sliceP50, us(pct(r.lats[lat0:], .5)))
+		}
+	}
+	var raw *seqRunner
+	for _, r := range runners {
+		if r.v != nil && r.v.lib == "raw" {
+			raw = r
 		}
 	}
 	for _, r := range runners {
@@ -117,10 +194,15 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 			pingP50, pingP99 = pct(r.lats, .5), pct(r.lats, .99)
 			continue
 		}
-		n := float64(max(r.ops, 1))
-		res = append(res, result{Scenario: "uncontended", Library: r.v.lib, Variant: r.v.name,
-			OpsPerS: f(float64(r.ops) / r.dur.Seconds()), P50us: f(us(pct(r.lats, .5))), P99us: f(us(pct(r.lats, .99))),
-			RequestsPerOp: f(float64(r.delta.calls) / n), RedisCPUusPerOp: f(r.delta.cpu * 1e6 / n), errors: r.errs})
+		x := result{Scenario: "uncontended", Library: r.v.lib, Variant: r.v.name, P99us: f(us(pct(r.lats, .99))),
+			Samples: slicesN, errors: r.errs}
+		spread(r.sliceOps, &x.OpsPerS, &x.OpsPerSMin, &x.OpsPerSMax)
+		spread(r.sliceP50, &x.P50us, &x.P50usMin, &x.P50usMax)
+		if raw != nil {
+			x.OpsVsRaw, x.P50VsRaw = pairRatio(r.sliceOps, raw.sliceOps), pairRatio(r.sliceP50, raw.sliceP50)
+		}
+		setCounts(&x, r.req, r.delta, float64(r.ops))
+		res = append(res, x)
 	}
 	return res, pingP50, pingP99, nil
 }
@@ -129,12 +211,15 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 
 func runParallel(cfg config, vs []variant, workers int) ([]result, error) {
 	type pr struct {
-		v     *variant
-		lk    locker
-		ops   int64
-		errs  atomic.Int64
-		dur   time.Duration
-		delta stats
+		v        *variant
+		lk       locker
+		rc       *reqCounter
+		ops      int64
+		errs     atomic.Int64
+		dur      time.Duration
+		delta    stats
+		req      reqCounts
+		sliceOps []float64
 	}
 	var rs []*pr
 	for i := range vs {
@@ -142,11 +227,12 @@ func runParallel(cfg config, vs []variant, workers int) ([]result, error) {
 		if v.retryOnly {
 			continue
 		}
-		lk, err := v.open(cfg.addr)
+		rc := &reqCounter{}
+		lk, err := v.open(cfg.addr, rc)
 		if err != nil {
 			return nil, err
 		}
-		rs = append(rs, &pr{v: v, lk: lk})
+		rs = append(rs, &pr{v: v, lk: lk, rc: rc})
 	}
 	defer func() {
 		for _, r := range rs {
@@ -180,16 +266,26 @@ func runParallel(cfg config, vs []variant, workers int) ([]result, error) {
 	for _, r := range rs {
 		run(r, 100*time.Millisecond) // warm-up: fill the pools
 	}
-	for s := range int(cfg.perVariant / cfg.slice) {
+	slicesN := int(cfg.perVariant / cfg.slice)
+	for s := range slicesN {
 		for k := range rs {
 			r := rs[(k+s)%len(rs)]
 			before := mustSnapshot(cfg.admin)
+			rq := r.rc.snap()
 			start := time.Now()
-			r.ops += run(r, cfg.slice)
-			r.dur += time.Since(start)
-			d := mustSnapshot(cfg.admin).sub(before)
-			r.delta.calls += d.calls
-			r.delta.cpu += d.cpu
+			n := run(r, cfg.slice)
+			el := time.Since(start)
+			r.ops += n
+			r.dur += el
+			r.req = r.req.add(r.rc.since(rq))
+			r.delta.addDelta(mustSnapshot(cfg.admin).sub(before))
+			r.sliceOps = append(r.sliceOps, float64(n)/el.Seconds())
+		}
+	}
+	var raw *pr
+	for _, r := range rs {
+		if r.v.lib == "raw" {
+			raw = r
 		}
 	}
 	var res []result
@@ -197,10 +293,13 @@ func runParallel(cfg config, vs []variant, workers int) ([]result, error) {
 		if e := r.errs.Load(); e > 0 {
 			fmt.Fprintf(os.Stderr, "parallel %s: %d errors\n", r.v.label(), e)
 		}
-		n := float64(max(r.ops, 1))
-		res = append(res, result{Scenario: "parallel", Library: r.v.lib, Variant: r.v.name,
-			OpsPerS: f(float64(r.ops) / r.dur.Seconds()), RequestsPerOp: f(float64(r.delta.calls) / n),
-			RedisCPUusPerOp: f(r.delta.cpu * 1e6 / n), errors: r.errs.Load()})
+		x := result{Scenario: "parallel", Library: r.v.lib, Variant: r.v.name, Samples: slicesN, errors: r.errs.Load()}
+		spread(r.sliceOps, &x.OpsPerS, &x.OpsPerSMin, &x.OpsPerSMax)
+		if raw != nil {
+			x.OpsVsRaw = pairRatio(r.sliceOps, raw.sliceOps)
+		}
+		setCounts(&x, r.req, r.delta, float64(r.ops))
+		res = append(res, x)
 	}
 	return res, nil
 }
@@ -215,20 +314,27 @@ type csAcc struct {
 	waitSum   time.Duration
 	waitN     int64
 	waitMax   time.Duration
-	counts    []int64
+	counts    []int64 // per contender, this window
 	self      int64
 	cs        int64
 	dur       time.Duration
 	delta     stats
+	req       reqCounts
 	errs      int64
 	counter   int64 // incremented non-atomically under the distributed lock
 	violation int64
+	// per window (round)
+	roundCS       []float64 // critical sections / s
+	roundGapP50   []float64 // µs
+	roundShareMin []float64
+	roundShareMax []float64
 }
 
 func contendedWindow(cfg config, v *variant, n int, think bool, acc *csAcc) error {
+	rc := &reqCounter{}
 	lks := make([]locker, n)
 	for i := range lks {
-		lk, err := v.open(cfg.addr)
+		lk, err := v.open(cfg.addr, rc)
 		if err != nil {
 			return err
 		}
@@ -244,7 +350,10 @@ func contendedWindow(cfg config, v *variant, n int, think bool, acc *csAcc) erro
 	key := "cont:" + v.label()
 	var occ atomic.Int32
 	acc.lastBy = -1
+	acc.counts = make([]int64, n)
+	cs0, gaps0 := acc.cs, len(acc.gaps)
 	before := mustSnapshot(cfg.admin)
+	rq := rc.snap()
 	start := time.Now()
 	end := start.Add(cfg.csWindow)
 	ctx, cancel := context.WithDeadline(context.Background(), end.Add(2*time.Second))
@@ -308,10 +417,17 @@ func contendedWindow(cfg config, v *variant, n int, think bool, acc *csAcc) erro
 		})
 	}
 	wg.Wait()
-	acc.dur += min(time.Since(start), cfg.csWindow+time.Since(end))
-	d := mustSnapshot(cfg.admin).sub(before)
-	acc.delta.calls += d.calls
-	acc.delta.cpu += d.cpu
+	el := time.Since(start)
+	acc.dur += el
+	acc.req = acc.req.add(rc.since(rq))
+	acc.delta.addDelta(mustSnapshot(cfg.admin).sub(before))
+	if cs := acc.cs - cs0; cs > 0 {
+		mean := float64(cs) / float64(n)
+		acc.roundCS = append(acc.roundCS, float64(cs)/el.Seconds())
+		acc.roundGapP50 = append(acc.roundGapP50, us(pct(acc.gaps[gaps0:], .5)))
+		acc.roundShareMin = append(acc.roundShareMin, float64(slices.Min(acc.counts))/mean)
+		acc.roundShareMax = append(acc.roundShareMax, float64(slices.Max(acc.counts))/mean)
+	}
 	return nil
 }
 
@@ -324,7 +440,7 @@ func runContended(cfg config, vs []variant, n int, think bool) ([]result, error)
 	}
 	accs := make([]*csAcc, len(vs))
 	for i := range accs {
-		accs[i] = &csAcc{counts: make([]int64, n)}
+		accs[i] = &csAcc{}
 	}
 	for round := range cfg.csRounds {
 		for k := range vs {
@@ -348,16 +464,14 @@ func runContended(cfg config, vs []variant, n int, think bool) ([]result, error)
 		}
 		r := result{Scenario: scen, Library: v.lib, Variant: v.name, MutexOK: &ok, errors: a.errs}
 		if ok && a.cs > 0 {
-			mean := float64(a.cs) / float64(n)
-			lo, hi := slices.Min(a.counts), slices.Max(a.counts)
-			r.OpsPerS = f(float64(a.cs) / a.dur.Seconds())
-			r.GapP50us = f(us(pct(a.gaps, .5)))
+			r.Samples = len(a.roundCS)
+			spread(a.roundCS, &r.OpsPerS, &r.OpsPerSMin, &r.OpsPerSMax)
+			spread(a.roundGapP50, &r.GapP50us, &r.GapP50usMin, &r.GapP50usMax)
 			r.gapP99 = us(pct(a.gaps, .99))
 			r.MaxWaitus = f(us(a.waitMax))
 			r.MeanWaitus = f(us(a.waitSum / time.Duration(max(a.waitN, 1))))
-			r.ShareMin, r.ShareMax = f(float64(lo)/mean), f(float64(hi)/mean)
-			r.RequestsPerOp = f(float64(a.delta.calls) / float64(a.cs))
-			r.RedisCPUusPerOp = f(a.delta.cpu * 1e6 / float64(a.cs))
+			r.ShareMin, r.ShareMax = f(slices.Min(a.roundShareMin)), f(slices.Max(a.roundShareMax))
+			setCounts(&r, a.req, a.delta, float64(a.cs))
 			r.selfPct = 100 * float64(a.self) / float64(a.cs)
 		}
 		res = append(res, r)
@@ -372,20 +486,22 @@ type scaleResult struct {
 	locks           int
 	goroutinesAdded int
 	heapMB          float64
-	cmdsPerPeriod   float64
-	rtPerPeriod     float64 // -1 if not counted
+	cmdsPerPeriod   float64 // Redis commands (commandstats)
+	reqPerPeriod    float64 // client requests; -1 if not counted
+	rtPerPeriod     float64 // client round trips; -1 if not counted
 	lost            int
 	acquireSeconds  float64
 	perCmd          map[string]int64
 }
 
-func runScale(cfg config, lib, vname string, open func(addr string) (locker, *rtCounter, error), period time.Duration) (scaleResult, error) {
-	sr := scaleResult{lib: lib, variant: vname, locks: cfg.scaleLocks, rtPerPeriod: -1}
+func runScale(cfg config, lib, vname string, open func(addr string, rc *reqCounter) (locker, error), period time.Duration) (scaleResult, error) {
+	sr := scaleResult{lib: lib, variant: vname, locks: cfg.scaleLocks, reqPerPeriod: -1, rtPerPeriod: -1}
 	runtime.GC()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	g0 := runtime.NumGoroutine()
-	lk, rc, err := open(cfg.addr)
+	rc := &reqCounter{}
+	lk, err := open(cfg.addr, rc)
 	if err != nil {
 		return sr, err
 	}
@@ -418,15 +534,18 @@ func runScale(cfg config, lib, vname string, open func(addr string) (locker, *rt
 	sr.goroutinesAdded = runtime.NumGoroutine() - g0
 	sr.heapMB = float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / (1 << 20)
 	before := mustSnapshot(cfg.admin)
-	if rc != nil {
-		rc.take()
-	}
+	rq := rc.snap()
 	time.Sleep(time.Duration(cfg.periods) * period)
+	got := rc.since(rq)
 	d := mustSnapshot(cfg.admin).sub(before)
+	got = got.add(pubsubCounts(d.perCmd))
 	sr.cmdsPerPeriod = float64(d.calls) / float64(cfg.periods)
 	sr.perCmd = d.perCmd
-	if rc != nil {
-		sr.rtPerPeriod = float64(rc.take()) / float64(cfg.periods)
+	if reqs, rts := got.perOp(float64(cfg.periods)); reqs != nil {
+		sr.reqPerPeriod = *reqs
+		if rts != nil {
+			sr.rtPerPeriod = *rts
+		}
 	}
 	for _, rel := range rels {
 		if err := rel(context.Background()); err != nil {
@@ -435,23 +554,3 @@ func runScale(cfg config, lib, vname string, open func(addr string) (locker, *rt
 	}
 	return sr, nil
 }
-
-// rtCounter counts go-redis round trips (a pipeline is one) and commands.
-type rtCounter struct{ rt, cmds atomic.Int64 }
-
-func (c *rtCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *rtCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.rt.Add(1)
-		c.cmds.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (c *rtCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.rt.Add(1)
-		c.cmds.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-func (c *rtCounter) take() int64 { c.cmds.Store(0); return c.rt.Swap(0) }
