@@ -48,13 +48,19 @@ local waiting = redis.call('ZCARD', KEYS[2])
 redis.call('DEL', KEYS[1])
 if waiting > 0 then
   local t = redis.call('TIME')
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', t[1] * 1000 + math.floor(t[2] / 1000))
-  local next = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if next then
-    redis.call('ZREM', KEYS[2], next)
-    redis.call('HSET', KEYS[1], 'reserved', next)
-    redis.call('PEXPIRE', KEYS[1], ARGV[4])
-    redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(next, '^[^:]*'), next)
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  -- The waiter whose registration lapses first; lapsed ones go on the way.
+  while true do
+    local head = redis.call('ZPOPMIN', KEYS[2])
+    if not head[1] then
+      break
+    end
+    if tonumber(head[2]) > now then
+      redis.call('HSET', KEYS[1], 'reserved', head[1])
+      redis.call('PEXPIRE', KEYS[1], ARGV[4])
+      redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(head[1], '^[^:]*'), head[1])
+      break
+    end
   end
 end
 return 1
