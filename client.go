@@ -53,6 +53,13 @@ type Client struct {
 // primitive made from this Client; the Client-only ones (WithPrefix,
 // WithLogger, WithHooks, WithAutoPipeline) configure the Client itself. New
 // does not contact Redis.
+//
+// A Lock returns when its context ends even if Redis has stalled. Unless rdb
+// gives up requests at their deadline by itself (made with
+// ContextTimeoutEnabled, and WithAutoPipeline not given), the Client waits for
+// each acquire on another goroutine to make that so, which costs a goroutine
+// hand-off per acquire; a Redis client made with ContextTimeoutEnabled avoids
+// it.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if rdb == nil {
 		return nil, errors.New("dlock: New: nil Redis client")

@@ -181,6 +181,13 @@ func main() {
 	if *svgPath != "" {
 		writeFile(*svgPath, []byte(chart(o)))
 	}
+	for _, r := range o.Results {
+		if r.MutexOK != nil && !*r.MutexOK {
+			fmt.Fprintf(os.Stderr, "bench: %s %s/%s broke mutual exclusion or lost leases; see the report\n", r.Scenario, r.Library, r.Variant)
+			stopOnce()
+			os.Exit(3)
+		}
+	}
 }
 
 func ptrBool(b bool) *bool { return &b }
