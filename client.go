@@ -44,8 +44,10 @@ type Client struct {
 	closing   chan struct{} // closed when Close starts
 
 	behindMu     sync.Mutex
-	behindClosed bool           // Close is waiting for behind: run requests inline
-	behind       sync.WaitGroup // requests left behind by callers whose context ended
+	behindClosed bool // Close is waiting for behind
+	// behind: requests in the background, which Close waits for: those left
+	// behind by callers whose context ended, and waiters' unregistrations.
+	behind sync.WaitGroup
 }
 
 // New returns a Client working on rdb, which may be a *redis.Client or a
@@ -253,7 +255,8 @@ func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Dur
 	return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}, nil
 }
 
-// errLeftBehind marks the error of a call that within gave up on.
+// errLeftBehind marks the error of a call that within gave up on; the caller
+// names the call.
 var errLeftBehind = errors.New("left to finish in the background")
 
 // within runs call, which makes one request to Redis, and returns its result,
@@ -268,7 +271,7 @@ var errLeftBehind = errors.New("left to finish in the background")
 // Waiting on another goroutine costs a hand-off per call (about 18µs on a
 // 2-vCPU VM), so where go-redis honors deadlines itself (a Redis client made
 // with ContextTimeoutEnabled, without WithAutoPipeline) call runs inline.
-func within[T any](c *Client, ctx context.Context, what string, call func() (T, error), late func(T, error)) (T, error) {
+func within[T any](c *Client, ctx context.Context, call func() (T, error), late func(T, error)) (T, error) {
 	if c.ctxAware || ctx.Done() == nil {
 		return call()
 	}
@@ -297,7 +300,7 @@ func within[T any](c *Client, ctx context.Context, what string, call func() (T, 
 			return o.v, o.err
 		}
 		var zero T
-		return zero, fmt.Errorf("dlock: %s: %w: %w", what, errLeftBehind, context.Cause(ctx))
+		return zero, fmt.Errorf("%w: %w", errLeftBehind, context.Cause(ctx))
 	}
 }
 
@@ -315,8 +318,7 @@ func contextTimeouts(rdb redis.UniversalClient) bool {
 }
 
 // goBehind runs f in a goroutine that Close waits for, and reports whether it
-// did: once Close has started waiting, it does not, and the caller runs f
-// itself.
+// did: once Close has started waiting, it does not.
 func (c *Client) goBehind(f func()) bool {
 	c.behindMu.Lock()
 	defer c.behindMu.Unlock()

@@ -188,7 +188,7 @@ func (m *exclusive) wait(ctx context.Context, g *gate, owner string, start time.
 // 1ms; the lock's own TTL if the holder's key has no expiry).
 func (m *exclusive) attempt(ctx context.Context, owner string, start time.Time, register time.Duration, extra []any) (*Lease, time.Duration, error) {
 	sent := time.Now()
-	r, err := within(m.c, ctx, "acquire "+strconv.Quote(m.k.name), func() (acquireResult, error) {
+	r, err := within(m.c, ctx, func() (acquireResult, error) {
 		return m.c.acquire(ctx, m.k, owner, m.ttl, false, register, extra...)
 	}, func(r acquireResult, err error) {
 		if err != nil || r.fence > 0 { // taken, or maybe taken, after the caller left
@@ -196,9 +196,10 @@ func (m *exclusive) attempt(ctx context.Context, owner string, start time.Time, 
 		}
 	})
 	if err != nil {
-		if !errors.Is(err, errLeftBehind) {
-			m.abandon(ctx, owner)
+		if errors.Is(err, errLeftBehind) {
+			return nil, 0, fmt.Errorf("dlock: acquire %q: %w", m.k.name, err)
 		}
+		m.abandon(ctx, owner)
 		return nil, 0, err
 	}
 	if r.fence == 0 {

@@ -32,8 +32,7 @@ type notifier struct {
 	gates  map[string]*gate
 	idle   *list.List // channels without waiters, oldest first, still subscribed
 	closed bool
-	done   chan struct{}  // closed when the receive loop exits
-	passes sync.WaitGroup // hand-overs of wake-ups to Redis, in flight
+	done   chan struct{} // closed when the receive loop exits
 }
 
 // gate is where this process's waiters for one lock wait.
@@ -211,15 +210,11 @@ func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 
 // unregister removes owner's registration as a waiter of g's lock, and if the
 // lock is kept for owner, keeps it for the next waiter or frees it. It runs in
-// the background: the caller may be a Lock that is returning, or the receive
-// loop.
+// the background, which Close waits for: the caller may be a Lock that is
+// returning, or the receive loop. Once Close waits, it is skipped: the lock
+// frees itself when its reservation lapses.
 func (n *notifier) unregister(g *gate, owner string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return // the lock frees itself when its reservation lapses
-	}
-	n.passes.Go(func() {
+	n.c.goBehind(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if _, err := n.c.release(ctx, g.k, owner, releaseLeave, g.ttl); err != nil {
@@ -310,14 +305,12 @@ func (n *notifier) wakeAll() {
 	}
 }
 
-// close closes the pub/sub connection and waits for the receive loop and the
-// hand-overs in flight.
+// close closes the pub/sub connection and waits for the receive loop.
 func (n *notifier) close() {
 	n.mu.Lock()
 	n.closed = true
 	ps := n.ps
 	n.mu.Unlock()
-	n.passes.Wait()
 	if ps == nil {
 		return
 	}
