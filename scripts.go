@@ -2,15 +2,20 @@ package dlock
 
 import (
 	_ "embed"
+	"regexp"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // The Lua scripts, one file each under lua/. Each file's header names its
-// KEYS, ARGV and return codes. They run with Script.Run: EVALSHA, falling back
-// to EVAL when the server does not know the script (after a restart, a
-// failover or SCRIPT FLUSH).
+// KEYS, ARGV and return codes; the functions of lua/lib.lua that a script
+// calls are put in front of it. They run with Script.Run: EVALSHA, falling back to EVAL
+// when the server does not know the script (after a restart, a failover or
+// SCRIPT FLUSH).
 var (
+	//go:embed lua/lib.lua
+	libLua string
 	//go:embed lua/acquire.lua
 	acquireLua string
 	//go:embed lua/release.lua
@@ -35,23 +40,43 @@ var (
 	rwReleaseLua string
 
 	scripts = scriptSet{
-		acquire: redis.NewScript(acquireLua),
-		release: redis.NewScript(releaseLua),
-		extend:  redis.NewScript(extendLua),
-		ttl:     redis.NewScript(ttlLua),
+		acquire: script(acquireLua),
+		release: script(releaseLua),
+		extend:  script(extendLua),
+		ttl:     script(ttlLua),
 
-		fairAcquire: redis.NewScript(fairAcquireLua),
-		fairRelease: redis.NewScript(fairReleaseLua),
+		fairAcquire: script(fairAcquireLua),
+		fairRelease: script(fairReleaseLua),
 
-		semAcquire: redis.NewScript(semAcquireLua),
-		semRelease: redis.NewScript(semReleaseLua),
+		semAcquire: script(semAcquireLua),
+		semRelease: script(semReleaseLua),
 
-		latchCountDown: redis.NewScript(latchCountDownLua),
+		latchCountDown: script(latchCountDownLua),
 
-		rwAcquire: redis.NewScript(rwAcquireLua),
-		rwRelease: redis.NewScript(rwReleaseLua),
+		rwAcquire: script(rwAcquireLua),
+		rwRelease: script(rwReleaseLua),
 	}
 )
+
+// script makes a script of a file under lua/ and the shared functions it
+// calls. Only those: Redis runs a script's whole text on every call, and each
+// function defined costs a closure per call.
+func script(src string) *redis.Script {
+	var b strings.Builder
+	for _, part := range strings.Split(libLua, "\n\n") {
+		m := libFunc.FindStringSubmatch(part)
+		if m != nil && strings.Contains(src, m[1]+"(") {
+			b.WriteString(part)
+			b.WriteString("\n\n")
+		}
+	}
+	b.WriteString(src)
+	return redis.NewScript(b.String())
+}
+
+// libFunc finds the name of the function a part of lib.lua defines. The
+// functions do not call each other, so each is taken on its own.
+var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)
 
 // scriptSet is a variable rather than constants so that tests can swap a
 // script for a deliberately broken one and show that the safety checks fail.

@@ -23,17 +23,12 @@
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
 if ARGV[3] == '1' then
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-    return -1
-  end
-  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-  return 0
+  return reenter(KEYS[1], ARGV[1])
 end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 and not (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == ARGV[1]) then
   if ARGV[4] ~= '0' then
-    local t = redis.call('TIME')
-    redis.call('ZADD', KEYS[3], t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[4]), ARGV[1])
+    redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[4]), ARGV[1])
   end
   return -redis.call('PTTL', KEYS[1]) - 3
 end

@@ -34,8 +34,7 @@ for i, key in ipairs(KEYS) do
     res[i] = 0
   else
     if not now then
-      local tm = redis.call('TIME')
-      now = tm[1] * 1000 + math.floor(tm[2] / 1000)
+      now = now_ms()
     end
     local lapse = tonumber(redis.call('ZSCORE', key, owner))
     if lapse and lapse > now then

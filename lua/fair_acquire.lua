@@ -23,11 +23,7 @@
 --         the situation changes by itself: the holder's remaining TTL, or the
 --         time until the waiter ahead lapses (-2: no expiry known)
 if ARGV[3] == '1' then
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-    return -1
-  end
-  redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-  return 0
+  return reenter(KEYS[1], ARGV[1])
 end
 local n = redis.call('HLEN', KEYS[1])
 local free = n == 0 or (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == ARGV[1])

@@ -11,25 +11,16 @@
 -- Returns as release.lua does.
 local mode = ARGV[3]
 if mode == '2' then
-  local kept = redis.call('HGET', KEYS[1], 'reserved') == ARGV[1] and redis.call('HLEN', KEYS[1]) == 1
+  local kept = kept_for(KEYS[1], ARGV[1])
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
   if not kept then
     return 0
   end
 else
-  local n = redis.call('HGET', KEYS[1], ARGV[1])
-  if not n then
-    if redis.call('EXISTS', KEYS[1]) == 0 then
-      return -1
-    end
-    return 0
-  end
-  if mode ~= '1' then
-    if tonumber(n) > 1 then
-      redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-    end
-    return 2
+  local code = give_back(KEYS[1], ARGV[1], mode)
+  if code then
+    return code
   end
 end
 local queued = redis.call('ZCARD', KEYS[2])
@@ -38,8 +29,7 @@ redis.call('DEL', KEYS[1])
 if queued == 0 then
   return 1
 end
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 while true do
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   if not head then
@@ -49,7 +39,7 @@ while true do
   if lapse and lapse > now then
     redis.call('HSET', KEYS[1], 'reserved', head)
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
-    redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(head, '^[^:]*'), head)
+    tell(ARGV[2], head)
     return 1
   end
   redis.call('ZREM', KEYS[2], head)

@@ -24,31 +24,21 @@
 --   -1  nothing done: nobody holds the lock (it expired, or was never taken)
 local mode = ARGV[3]
 if mode == '2' then
-  local kept = redis.call('HGET', KEYS[1], 'reserved') == ARGV[1] and redis.call('HLEN', KEYS[1]) == 1
+  local kept = kept_for(KEYS[1], ARGV[1])
   redis.call('ZREM', KEYS[2], ARGV[1])
   if not kept then
     return 0
   end
 else
-  local n = redis.call('HGET', KEYS[1], ARGV[1])
-  if not n then
-    if redis.call('EXISTS', KEYS[1]) == 0 then
-      return -1
-    end
-    return 0
-  end
-  if mode ~= '1' then
-    if tonumber(n) > 1 then
-      redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-    end
-    return 2
+  local code = give_back(KEYS[1], ARGV[1], mode)
+  if code then
+    return code
   end
 end
 local waiting = redis.call('ZCARD', KEYS[2])
 redis.call('DEL', KEYS[1])
 if waiting > 0 then
-  local t = redis.call('TIME')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local now = now_ms()
   -- The waiter whose registration lapses first; lapsed ones go on the way.
   while true do
     local head = redis.call('ZPOPMIN', KEYS[2])
@@ -58,7 +48,7 @@ if waiting > 0 then
     if tonumber(head[2]) > now then
       redis.call('HSET', KEYS[1], 'reserved', head[1])
       redis.call('PEXPIRE', KEYS[1], ARGV[4])
-      redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(head[1], '^[^:]*'), head[1])
+      tell(ARGV[2], head[1])
       break
     end
   end

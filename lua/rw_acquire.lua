@@ -44,7 +44,7 @@
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
 local me = ARGV[1]
-local t = redis.call('TIME')
+local t = redis.call('TIME') -- also the arrival time of a caller queued below
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 
 if ARGV[3] == '1' then
@@ -75,12 +75,7 @@ for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
   if w == me then
     break
   end
-  local v = redis.call('HGET', KEYS[4], w)
-  local lapse, what
-  if v then
-    local l, k = string.match(v, '^(%d+)|([rw])$')
-    lapse, what = tonumber(l), k
-  end
+  local lapse, what = entry(KEYS[4], w, '[rw]')
   if lapse and lapse > now then
     if not reading or what == 'w' then
       ahead, aheadLapse = w, lapse

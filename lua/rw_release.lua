@@ -40,13 +40,12 @@ redis.call('HLEN', KEYS[1]) -- type checks, before any write
 redis.call('ZCARD', KEYS[2])
 redis.call('HLEN', KEYS[3])
 redis.call('ZCARD', KEYS[4])
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 
 local res, reader
 if mode == '2' then
   local v = redis.call('HGET', KEYS[3], me)
-  local kept = redis.call('HGET', KEYS[1], 'reserved') == me and redis.call('HLEN', KEYS[1]) == 1
+  local kept = kept_for(KEYS[1], me)
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   redis.call('ZREM', KEYS[2], me)
   redis.call('HDEL', KEYS[3], me)
@@ -101,22 +100,17 @@ if readers > 0 and reader then
 end
 local told = 0
 for _, w in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  local v = redis.call('HGET', KEYS[3], w)
-  local lapse, what
-  if v then
-    local l, k = string.match(v, '^(%d+)|([rw])$')
-    lapse, what = tonumber(l), k
-  end
+  local lapse, what = entry(KEYS[3], w, '[rw]')
   if lapse and lapse > now then
     if what == 'w' then
       if told == 0 and readers == 0 then
         redis.call('HSET', KEYS[1], 'reserved', w)
         redis.call('PEXPIRE', KEYS[1], ARGV[4])
-        redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(w, '^[^:]*'), w)
+        tell(ARGV[2], w)
       end
       break
     end
-    redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(w, '^[^:]*'), w)
+    tell(ARGV[2], w)
     told = told + 1
   else
     redis.call('ZREM', KEYS[2], w)

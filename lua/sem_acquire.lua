@@ -32,7 +32,7 @@ if not total then
   total = tonumber(ARGV[6])
   redis.call('HSET', KEYS[1], 'permits', total)
 end
-local t = redis.call('TIME')
+local t = redis.call('TIME') -- also the arrival time of a caller queued below
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local me, want = ARGV[1], tonumber(ARGV[5])
 
@@ -51,12 +51,8 @@ for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
     queued = true
     break
   end
-  local v = redis.call('HGET', KEYS[4], w)
-  local lapse, n = nil, 0
-  if v then
-    local l, k = string.match(v, '^(%d+)|(%d+)$')
-    lapse, n = tonumber(l), tonumber(k)
-  end
+  local lapse, k = entry(KEYS[4], w, '%d+')
+  local n = tonumber(k) or 0
   if lapse and lapse > now then
     ahead = ahead + n
     if not soonest or lapse < soonest then

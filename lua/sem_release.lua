@@ -26,8 +26,7 @@ local total = tonumber(redis.call('HGET', KEYS[1], 'permits') or '0')
 redis.call('ZCARD', KEYS[2]) -- type checks, before any write
 redis.call('HLEN', KEYS[3])
 redis.call('ZCARD', KEYS[4])
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local used = tonumber(redis.call('HGET', KEYS[1], 'used') or '0')
 local res = 0
 
@@ -65,18 +64,14 @@ end
 
 local free = total - used
 for _, w in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  local v = redis.call('HGET', KEYS[3], w)
-  local lapse, n = nil, 0
-  if v then
-    local l, k = string.match(v, '^(%d+)|(%d+)$')
-    lapse, n = tonumber(l), tonumber(k)
-  end
+  local lapse, k = entry(KEYS[3], w, '%d+')
+  local n = tonumber(k) or 0
   if lapse and lapse > now then
     if n > free then
       break
     end
     free = free - n
-    redis.call('PUBLISH', ARGV[2] .. ':' .. string.match(w, '^[^:]*'), w)
+    tell(ARGV[2], w)
   else
     redis.call('ZREM', KEYS[2], w)
     redis.call('HDEL', KEYS[3], w)

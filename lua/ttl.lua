@@ -10,8 +10,7 @@
 -- (for "z": the owner's lease lapsed or was given back).
 if ARGV[2] == 'z' then
   local lapse = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
-  local t = redis.call('TIME')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local now = now_ms()
   if lapse and lapse > now then
     return lapse - now
   end
