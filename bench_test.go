@@ -60,7 +60,8 @@ func rawUnlock(ctx context.Context, rdb *redis.Client, key, token string) error 
 
 // requestCounter is a go-redis hook counting the requests a client sends:
 // every command, also inside a pipeline, and separately every round trip (a
-// pipeline is one). The connection handshake is left out.
+// pipeline is one). The connection handshake and the Client's eviction check
+// are left out.
 type requestCounter struct {
 	requests   atomic.Int64
 	roundTrips atomic.Int64
@@ -113,10 +114,12 @@ func (rc *requestCounter) report(b *testing.B, n int) (reqPerOp float64) {
 	return reqPerOp
 }
 
-// isHandshake reports whether cmd is part of go-redis's connection set-up.
+// isHandshake reports whether cmd is part of go-redis's connection set-up, or
+// the one look at Redis's eviction policy a dlock Client takes on its first
+// use (Client.Check): requests no lock operation sends.
 func isHandshake(cmd redis.Cmder) bool {
 	switch cmd.Name() {
-	case "hello", "auth", "select", "client", "readonly":
+	case "hello", "auth", "select", "client", "readonly", "config":
 		return true
 	}
 	return false

@@ -37,16 +37,19 @@ type Client struct {
 	id       string        // random, unique per Client: the stem of every owner id
 	seq      atomic.Uint64 // makes each acquisition's owner id unique
 
-	ren  *renewer
-	note *notifier
+	ren    *renewer
+	note   *notifier
+	events *dispatcher // runs the hooks called from background work
 
 	closeOnce sync.Once
 	closing   chan struct{} // closed when Close starts
+	checked   sync.Once     // Check has been started in the background
 
 	behindMu     sync.Mutex
 	behindClosed bool // Close is waiting for behind
-	// behind: requests in the background, which Close waits for: those left
-	// behind by callers whose context ended, and waiters' unregistrations.
+	// behind: work in the background, which Close waits for: requests left
+	// behind by callers whose context ended, waiters' unregistrations,
+	// releases retried after a failed Unlock, and waiting Locks (track).
 	behind sync.WaitGroup
 }
 
@@ -93,13 +96,16 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	c.ren = newRenewer(c)
 	c.note = newNotifier(c)
+	c.events = &dispatcher{}
 	return c, nil
 }
 
 // Close releases every lock still held through c (best effort, bounded by a
 // few seconds), ends their leases with an error matching ErrClosed, wakes every
-// waiting Lock (which returns ErrClosed), and stops c's goroutines, waiting for
-// them. It does not close the Redis client. Calling Close again does nothing.
+// waiting Lock (which returns ErrClosed once it has left the lock's queue in
+// Redis), and stops c's goroutines, waiting for them and for every hook call
+// in flight. It does not close the Redis client. Calling Close again does
+// nothing.
 func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
@@ -109,7 +115,7 @@ func (c *Client) Close() error {
 		defer cancel()
 		var errs []error
 		for _, h := range holds {
-			if _, rerr := c.release(ctx, h.k, h.owner, releaseLast, h.currentTTL()); rerr != nil {
+			if _, rerr := c.release(ctx, h.k, h.owner, releaseLast, h.currentTTL(), 0); rerr != nil {
 				errs = append(errs, rerr)
 			}
 			h.end(fmt.Errorf("%w: lock %q ended by Close", ErrClosed, h.k.name), nil)
@@ -118,6 +124,7 @@ func (c *Client) Close() error {
 		c.behindClosed = true
 		c.behindMu.Unlock()
 		c.behind.Wait()
+		c.events.close()
 		c.note.close()
 		err = errors.Join(errs...)
 	})
@@ -141,59 +148,52 @@ func (c *Client) newOwner() string {
 
 // keys names everything in Redis that belongs to one lock. Every name carries
 // the same {hash tag}, so they share a Redis Cluster slot and one script can
-// touch them all.
-//
-// Layout, for prefix "dlock:" and a Mutex named "orders" (a FairMutex's keys
-// start with "dlock:fair:{orders}", a Semaphore's with "dlock:sem:{orders}",
-// where the hash holds "permits", "used" and each holder's permits, and
-// ":holders" is a sorted set of holders scored by when their lease lapses; an
-// RWMutex's with "dlock:rw:{orders}", where the hash holds the writer and
-// ":readers" is the sorted set of read holders, each one's lease, expiring
-// with the last of them):
-//
-//	dlock:{orders}                  hash   owner id -> hold count, PX = lease TTL
-//	dlock:{orders}:fence            string the fence counter, no expiry
-//	dlock:{orders}:waiters          zset   Mutex: waiting owner ids, scored by when they lapse;
-//	                                       FairMutex: scored by arrival
-//	dlock:{orders}:alive            hash   FairMutex only: waiting owner id -> when it lapses
-//	dlock:{orders}:released:<id>    pub/sub channel of the Client with that id,
-//	                                told when the lock is kept for one of its waiters
+// touch them all. Which keys a kind has, and in which order its scripts take
+// them, is the kind's (see lockKind); the package documentation lists them.
 type keys struct {
 	kind    *lockKind
 	name    string // as the caller gave it
-	lock    string
-	lease   string // the key that carries each holder's lease: lock, or a sorted set of holders
-	fence   string
-	waiters string
-	alive   string
-	channel string // the stem; a Client listens on channel + ":" + its id
+	tag     string // prefix, namespace and {hash tag}: the lock hash's name, and the stem of every other
+	lease   string // the key that carries each holder's lease: leaseKeys[0]
+	channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
 
-	acquireKeys []string // KEYS of the acquire script, made once
-	releaseKeys []string // KEYS of the release script, made once
-	leaseOnly   []string // KEYS of ttl.lua, made once
+	acquireKeys []string // KEYS of the acquire script
+	releaseKeys []string // KEYS of the release script but the last, the release marker
+	leaseKeys   []string // one lease's KEYS group of extend.lua; the first is also ttl.lua's KEYS
 }
 
 func (c *Client) keys(kind *lockKind, name string) keys {
 	tag := c.tag(kind.space, name)
-	k := keys{kind: kind, name: name, lock: tag, fence: tag + ":fence", waiters: tag + ":waiters", alive: tag + ":alive", channel: tag + ":released"}
-	k.acquireKeys = []string{k.lock, k.fence, k.waiters}
-	k.releaseKeys = []string{k.lock, k.waiters}
-	if kind.fair {
-		k.acquireKeys = append(k.acquireKeys, k.alive)
-		k.releaseKeys = append(k.releaseKeys, k.alive)
-	}
-	k.lease = k.lock
-	if kind.holders != "" {
-		holders := tag + kind.holders
-		k.acquireKeys = append(k.acquireKeys, holders)
-		k.releaseKeys = append(k.releaseKeys, holders)
-		if kind.zlease {
-			k.lease = holders
+	names := func(suffixes []string) []string {
+		ks := make([]string, len(suffixes))
+		for i, s := range suffixes {
+			ks[i] = tag + s
 		}
+		return ks
 	}
-	k.leaseOnly = []string{k.lease}
+	k := keys{kind: kind, name: name, tag: tag, channel: tag + ":wake",
+		acquireKeys: names(kind.acquireKeys), releaseKeys: names(kind.releaseKeys), leaseKeys: names(kind.leaseKeys)}
+	if len(k.leaseKeys) > 0 {
+		k.lease = k.leaseKeys[0]
+	}
 	return k
 }
+
+// marker is the key of the marker of a call made by owner (an acquisition's
+// owner id, or a latch call's own id): a script that must answer a retry of
+// the same call (go-redis retries after a lost reply) as it answered the call
+// sets it for markerTTL. A release that freed a hold sets it, so that its
+// retry answers "released" again instead of "not held".
+func (k keys) marker(owner string) string { return k.tag + ":done:" + owner }
+
+// markerTTL is how long a release marker (and a latch call's marker) lives.
+// A reply read later than markerTrust after its request was first sent may
+// come from a retry that ran after the marker had gone, so a "not held" in it
+// is reported as uncertain.
+const (
+	markerTTL   = 10 * time.Second
+	markerTrust = markerTTL - time.Second
+)
 
 // tag returns the start of every key of the object called name in namespace
 // space ("" for a Mutex, "fair:", "latch:" and so on): the prefix, the space
@@ -213,13 +213,55 @@ var nameEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 func escapeName(name string) string { return nameEscaper.Replace(name) }
 
-// checkCall rejects a call that cannot proceed: a nil context, a closed Client.
+// checkCall rejects a call that cannot proceed: a nil context, a closed
+// Client. The first call that passes starts the Client's look at Redis's
+// eviction policy (see Check).
 func (c *Client) checkCall(ctx context.Context, op, name string) error {
 	if ctx == nil {
 		return fmt.Errorf("dlock: %s %q: nil context", op, name)
 	}
 	if c.closed() {
 		return fmt.Errorf("%w: %s %q", ErrClosed, op, name)
+	}
+	c.checked.Do(func() {
+		c.goBehind(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := c.Check(ctx); err != nil {
+				c.log.Warn("dlock: Redis may not keep the locks' promises", "err", err)
+			}
+		})
+	})
+	return nil
+}
+
+// Check asks Redis whether it can keep this package's promises, and returns
+// an error that says why not: Redis cannot be reached, or its
+// maxmemory-policy is not noeviction. Under any other policy Redis may evict
+// keys when it runs out of memory: a lock's hash, so that a second owner gets
+// a held lock, or a fence key, so that fences start again from the clock. The
+// volatile-* policies evict exactly such keys, since every key a lock writes
+// has an expiry. With noeviction, a Redis out of memory refuses new locks
+// with an error instead. A policy Redis will not tell (CONFIG GET refused, as
+// some managed services do) is not an error.
+//
+// New does not contact Redis; the Client runs Check once, in the background,
+// when it is first used, and logs a warning if it fails.
+func (c *Client) Check(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("dlock: check: nil context")
+	}
+	v, err := c.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		c.log.Info("dlock: cannot read Redis's maxmemory-policy; it must be noeviction", "err", err)
+		return nil
+	case err != nil:
+		return fmt.Errorf("dlock: check: read maxmemory-policy: %w", err)
+	}
+	if p, ok := v["maxmemory-policy"]; ok && p != "noeviction" {
+		return fmt.Errorf("dlock: check: Redis's maxmemory-policy is %q: it may evict locks and fence keys; set it to noeviction", p)
 	}
 	return nil
 }
@@ -228,18 +270,26 @@ func (c *Client) checkCall(ctx context.Context, op, name string) error {
 type acquireResult struct {
 	fence     int64         // > 0 when the lock was taken
 	reentered bool          // the owner's hold count went up
-	gone      bool          // re-entry asked, but the owner holds nothing
+	gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
 	pttl      time.Duration // when held by another: its remaining TTL, -1ms if none
 }
 
-// acquire runs acquire.lua once: one round trip. If the lock is held and
-// register is above zero, owner is registered as a waiter for that long.
-func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl time.Duration, reenter bool, register time.Duration, extra ...any) (acquireResult, error) {
-	mode := "0"
-	if reenter {
-		mode = "1"
-	}
-	args := append([]any{owner, ttl.Milliseconds(), mode, register.Milliseconds()}, extra...)
+// acquire runs the kind's acquire script once: one round trip. If the lock
+// is held and register is above zero, owner is registered as a waiter for that
+// long. extra are the kind's own arguments, after the four every acquire
+// script takes.
+func (c *Client) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra ...any) (acquireResult, error) {
+	args := append([]any{owner, ttl.Milliseconds(), "0", register.Milliseconds()}, extra...)
+	return c.runAcquire(ctx, k, args)
+}
+
+// reenter runs the kind's acquire script to add a hold of owner, which then
+// has count holds: one round trip.
+func (c *Client) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int) (acquireResult, error) {
+	return c.runAcquire(ctx, k, []any{owner, ttl.Milliseconds(), "1", count})
+}
+
+func (c *Client) runAcquire(ctx context.Context, k keys, args []any) (acquireResult, error) {
 	v, err := k.kind.acquire.Run(ctx, c.cmd, k.acquireKeys, args...).Int64()
 	if err != nil {
 		return acquireResult{}, fmt.Errorf("dlock: acquire %q: %w", k.name, err)
@@ -329,19 +379,45 @@ func (c *Client) goBehind(f func()) bool {
 	return true
 }
 
+// track counts a call in progress that Close is to wait for (a waiting Lock,
+// which must leave the queue in Redis before Close returns), and reports
+// whether it did: once Close has started waiting, it does not, and the call
+// must not proceed. A tracked call ends with untrack.
+func (c *Client) track() bool {
+	c.behindMu.Lock()
+	defer c.behindMu.Unlock()
+	if c.behindClosed {
+		return false
+	}
+	c.behind.Add(1)
+	return true
+}
+
+func (c *Client) untrack() { c.behind.Done() }
+
+// behindOrNow runs f in the background if it can (see goBehind), else on the
+// caller's goroutine.
+func (c *Client) behindOrNow(f func()) {
+	if !c.goBehind(f) {
+		f()
+	}
+}
+
 // releaseMode tells release.lua what to give back.
 type releaseMode string
 
 const (
-	releaseOne   releaseMode = "0" // one of several holds
+	releaseOne   releaseMode = "0" // one of several holds: the count that remains is given
 	releaseLast  releaseMode = "1" // the last hold: the lock
 	releaseLeave releaseMode = "2" // a waiter gives up: unregister it, pass the lock on if kept for it
 )
 
-// release runs release.lua once: one round trip. ttl is the lock's TTL, which
-// sets how long a freed lock is kept for the waiter that is told.
-func (c *Client) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration) (int64, error) {
-	code, err := k.kind.release.Run(ctx, c.cmd, k.releaseKeys, owner, k.channel, string(mode), reserveFor(ttl).Milliseconds()).Int64()
+// release runs the kind's release script once: one round trip. ttl is the
+// lock's TTL, which sets how long a freed lock is kept for the waiter that is
+// told; count, for releaseOne, the holds that remain.
+func (c *Client) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration, count int) (int64, error) {
+	ks := append(k.releaseKeys[:len(k.releaseKeys):len(k.releaseKeys)], k.marker(owner))
+	code, err := k.kind.release.Run(ctx, c.cmd, ks, owner, k.channel, string(mode), reserveFor(ttl).Milliseconds(), count, markerTTL.Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: release %q: %w", k.name, err)
 	}
@@ -362,13 +438,21 @@ func keepAlive(ttl time.Duration) time.Duration {
 	return min(max(ttl/6, 50*time.Millisecond), 5*time.Second)
 }
 
-// extend runs extend.lua once over a batch of holds: one round trip.
+// extend runs extend.lua once over a batch of leases: one round trip.
 func (c *Client) extend(ctx context.Context, batch []extendItem) ([]int64, error) {
-	ks := make([]string, len(batch))
-	args := make([]any, 0, 2*len(batch))
-	for i, it := range batch {
-		ks[i] = it.k.lease
-		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds())
+	n := 0
+	for _, it := range batch {
+		n += len(it.k.leaseKeys)
+	}
+	ks := make([]string, 0, n)
+	args := make([]any, 0, 5*len(batch))
+	for _, it := range batch {
+		how := "gt"
+		if it.exact {
+			how = "set"
+		}
+		ks = append(ks, it.k.leaseKeys...)
+		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds(), how, len(it.k.leaseKeys))
 	}
 	codes, err := scripts.extend.Run(ctx, c.cmd, ks, args...).Int64Slice()
 	if err != nil {
@@ -388,6 +472,9 @@ type extendItem struct {
 	k     keys
 	owner string
 	ttl   time.Duration
+	// exact: the lease lapses ttl from now even if it would have lapsed later
+	// (Lease.Extend); otherwise it is only lengthened (a renewal).
+	exact bool
 }
 
 // cleanupContext returns a context for releasing a lock after the caller's

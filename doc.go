@@ -23,7 +23,8 @@
 // # Guarantees
 //
 // While Redis keeps its data (no failover to a replica that missed a write, no
-// restart without persistence) and clocks run at about the same rate:
+// restart without persistence, no eviction: see below) and clocks run at
+// about the same rate:
 //
 //   - At most one owner holds a lock whose lease has not expired. Acquire,
 //     release and extend are each one Lua script, so none of them can interleave
@@ -35,9 +36,38 @@
 //     client's monotonic clock from before the request was sent), the lease is
 //     lost: Done closes and Err matches ErrLockLost, within one renewal period
 //     of the loss being observable.
+//   - The client never counts on more of a lease than Redis gives it: every
+//     deadline is measured from before the request that set it was sent, a
+//     lease's renewals and Lease.Extend calls reach Redis one at a time, and a
+//     renewal never shortens a lease, so a request that reaches Redis late
+//     cannot undo a newer one.
 //   - A holder that crashes or stops renewing leaves the lock free after at
-//     most its TTL.
+//     most its TTL. A lock given up with Unlock is never renewed again, even
+//     when the release cannot reach Redis (the Client then keeps retrying it).
 //   - Every acquisition of a name gets a fence greater than all earlier ones.
+//
+// # Retries
+//
+// go-redis runs a request again when its reply is lost (MaxRetries, 3 by
+// default), so a script may run twice with the same arguments. Every script
+// of this package gives the same outcome when it does: an acquire that
+// succeeded answers the same hold and fence and counts nothing twice, a
+// release that freed a lock answers "released" (a marker of it is kept for
+// 10s), and a latch's CountDown counts once. A reply that comes more than 9s
+// after its request was first sent cannot rely on the marker; an Unlock that
+// then finds the lock no longer its owner's says so with an error matching
+// ErrNotHeld.
+//
+// # Fences and clocks
+//
+// A fence is the larger of the last fence of the name plus one and the Redis
+// server's clock in microseconds (TIME). The last fence is kept only as long
+// as the lock (it expires with it), so fences keep rising across expiries,
+// across a restart of a Redis without persistence and across a failover to a
+// replica that missed writes, as long as the new server's clock is not behind
+// the old one's by more than the outage lasted. A Redis host whose clock is
+// stepped back can hand out a fence lower than one it handed out before the
+// step, once the fence key has expired.
 //
 // # What a lease cannot do
 //
@@ -52,14 +82,23 @@
 //
 // Redis replicates asynchronously. If the primary fails over before a lock
 // reached a replica, the new primary does not know the lock and can grant it
-// again; its fence counter may also be behind. The same is true after a restart
-// of a Redis without persistence. A fence is therefore only as durable as the
-// Redis primary that issued it: a resource that must survive such failures
-// should also record an epoch (for example, a new one after each failover).
+// again. The same is true after a restart of a Redis without persistence. The
+// fence still rises in both cases (see Fences and clocks), so a resource that
+// checks fences rejects the older holder's writes.
 //
 // Redis expires keys by its wall clock. A jump of the Redis host's clock can
 // expire a lease early or late; the client's clock matters only for the local
 // deadline, which is measured on its monotonic clock.
+//
+// # Eviction
+//
+// Redis must run with maxmemory-policy noeviction. Under any other policy,
+// Redis out of memory evicts keys: a lock's hash, so that a second owner gets
+// a lock that is held, or a fence key. The volatile-* policies pick exactly
+// such keys, since every key a lock writes expires. Under noeviction, a Redis
+// out of memory refuses new locks with an error instead. Client.Check
+// reports the policy, and a Client logs a warning on its first use if it can
+// read another one.
 //
 // # Waiting
 //
@@ -79,7 +118,9 @@
 // registration; a registration lapses after three keep-alives. So a lost
 // message costs latency, never a hang. A waiter that gives up while the lock
 // is kept for it passes it on to the next one at once; a waiter whose process
-// died costs the others at most the reservation plus one keep-alive.
+// died costs the others at most the reservation plus one keep-alive. The
+// pub/sub connection is checked after 30s of silence: a connection that does
+// not answer within 5s more is replaced, and every waiter woken.
 //
 // # Re-entry
 //
@@ -87,7 +128,8 @@
 // again while holding it, as reentrant code paths do, pass a context carrying
 // the Lease: the one Do hands to its function, or one from Lease.Context. The
 // hold count in Redis goes up, the fence stays the same, and the lock is free
-// after every hold is unlocked.
+// after every hold is unlocked. A context carrying a Lease that has ended
+// re-enters nothing: a Lock with it acquires anew.
 //
 // # Keys
 //
@@ -95,22 +137,29 @@
 //
 //	dlock:{N}                 hash: owner id -> hold count; expires after the lease's TTL
 //	                          (while kept for a woken waiter: "reserved" -> its owner id)
-//	dlock:{N}:fence           string: the last fence handed out; no expiry
-//	dlock:{N}:waiters         sorted set: waiting owner ids, scored by when they lapse
-//	dlock:{N}:released:<id>   pub/sub channel of the Client with that id
+//	dlock:{N}:fence           string: the last fence handed out; expires no sooner than the lock
+//	dlock:{N}:waiters         sorted set: waiting owner ids, scored by when they lapse;
+//	                          expires when the last registration would
+//	dlock:{N}:done:<owner>    string: the owner's release happened; expires after 10s
+//	dlock:{N}:wake:<id>       pub/sub channel of the Client with that id
 //
 // The other primitives keep their keys in namespaces of their own, so that
 // they never collide with a Mutex of the same name: "dlock:fair:{N}..." for a
-// FairMutex, "dlock:rw:{N}..." for an RWMutex (":readers" is a sorted set of
-// read holds scored by when their lease lapses), "dlock:sem:{N}..." for a
-// Semaphore (":holders", likewise for its holders), "dlock:latch:{N}" for a
-// CountDownLatch.
+// FairMutex (":waiters" is its queue, scored by arrival, and ":alive" holds
+// when each waiter lapses), "dlock:rw:{N}..." for an RWMutex (":readers" is a
+// sorted set of read holds scored by when their lease lapses, ":fences" each
+// holder's fence), "dlock:sem:{N}..." for a Semaphore (":holders", likewise
+// for its holders; ":total" the total set with SetPermits), "dlock:latch:{N}"
+// for a CountDownLatch.
+//
+// Every key expires within its TTL (or a waiter's registration time, three
+// keep-alives) after its last use, the call markers after 10s, except the
+// state a caller sets on purpose: a Semaphore's total set with SetPermits and
+// an armed CountDownLatch's count, which last until Semaphore.Delete or
+// CountDownLatch.Delete (or the count reaching zero) remove them. A name used
+// once and abandoned, with its holders dead and its waiters gone, therefore
+// leaves nothing behind.
 //
 // '{', '}' and '%' in N are written as %7B, %7D and %25, so every key of a lock
-// shares one hash tag (and one Redis Cluster slot) whatever the name. The fence
-// key is never deleted, so that fences keep rising: it costs Redis about 50
-// bytes plus the key's length for every lock name ever used (MEMORY USAGE
-// reports 72 bytes for the name "orders" on Redis 7.0), and can be
-// deleted by hand for a name that will not be used again, at the price of its
-// fences starting over.
+// shares one hash tag (and one Redis Cluster slot) whatever the name.
 package dlock

@@ -10,22 +10,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// lockKind is what tells the exclusive locks apart: their Lua and where their
-// keys live. Everything else (leases, renewal, waiting, re-entry) is the
-// engine's.
+// lockKind is what tells the kinds of lock apart: their Lua and their keys.
+// Everything else (leases, renewal, waiting, re-entry) is the engine's.
+//
+// Each key list names keys by their suffix after the lock's tag ("" is the
+// tag itself, the lock hash), in the order of the KEYS its script's header
+// lists.
 type lockKind struct {
 	what    string // the type's name, for messages
 	space   string // key namespace after the prefix
 	acquire *redis.Script
 	release *redis.Script
-	fair    bool // keeps a queue in arrival order and the waiters' lapse times
-	// holders is the key suffix of a sorted set of holders scored by when
-	// their lease lapses, which the scripts take as their last KEYS; "" if
-	// the kind has none. With zlease, each holder's lease is its member of
-	// that set rather than the lock hash.
-	holders string
-	zlease  bool
-	once    bool // no re-entry: a Lease in the context does not make an acquisition share its hold
+
+	acquireKeys []string // KEYS of acquire
+	releaseKeys []string // KEYS of release, but the last: the release marker (see keys.marker)
+	// leaseKeys is a lease's KEYS group of extend.lua: the key that carries
+	// each holder's lease, then those that must outlive it.
+	leaseKeys []string
+	zlease    bool // each holder's lease is its member of a sorted set of holders, not the lock hash
+	once      bool // no re-entry: a Lease in the context does not make an acquisition share its hold
 }
 
 // leaseType names, for extend.lua and ttl.lua, what carries a holder's lease.
@@ -37,9 +40,19 @@ func (k *lockKind) leaseType() string {
 }
 
 var (
-	mutexKind = &lockKind{what: "Mutex", acquire: scripts.acquire, release: scripts.release}
-	fairKind  = &lockKind{what: "FairMutex", space: "fair:", acquire: scripts.fairAcquire, release: scripts.fairRelease, fair: true}
-	semKind   = &lockKind{what: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease, fair: true, holders: ":holders", zlease: true, once: true}
+	mutexKind = &lockKind{what: "Mutex", acquire: scripts.acquire, release: scripts.release,
+		acquireKeys: []string{"", ":fence", ":waiters"},
+		releaseKeys: []string{"", ":waiters"},
+		leaseKeys:   []string{"", ":fence"}}
+	fairKind = &lockKind{what: "FairMutex", space: "fair:", acquire: scripts.fairAcquire, release: scripts.fairRelease,
+		acquireKeys: []string{"", ":fence", ":waiters", ":alive"},
+		releaseKeys: []string{"", ":waiters", ":alive"},
+		leaseKeys:   []string{"", ":fence"}}
+	semKind = &lockKind{what: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease,
+		acquireKeys: []string{"", ":fence", ":waiters", ":alive", ":holders", ":total"},
+		releaseKeys: []string{"", ":waiters", ":alive", ":holders", ":total"},
+		leaseKeys:   []string{":holders", ":fence", ""},
+		zlease:      true, once: true}
 )
 
 // exclusive is the engine of the reentrant exclusive locks, Mutex and
@@ -86,8 +99,10 @@ func (m *exclusive) lock(ctx context.Context, op string, wait bool, extra []any)
 	if ctx.Err() != nil {
 		return nil, m.gaveUp(ctx)
 	}
-	if h := heldIn(ctx).find(m.c, m.k); h != nil && !m.k.kind.once {
-		return h.reenter(ctx)
+	if !m.k.kind.once {
+		if h := heldIn(ctx).find(m.c, m.k); h != nil {
+			return h.reenter(ctx)
+		}
 	}
 	start := time.Now()
 	owner := m.c.newOwner()
@@ -101,6 +116,9 @@ func (m *exclusive) lock(ctx context.Context, op string, wait bool, extra []any)
 		}
 	}
 	l, _, err := m.attempt(ctx, owner, start, 0, extra)
+	if err == errTooMany && wait {
+		err = nil // it waits, registered, for the total to be raised
+	}
 	if err != nil && ended(ctx) {
 		return nil, m.gaveUp(ctx)
 	}
@@ -139,6 +157,12 @@ func (m *exclusive) contended() {
 // holder's lease would have run out, or its registration needs renewing.
 // announce says whether a first failed attempt is news for the Contended hook.
 func (m *exclusive) wait(ctx context.Context, g *gate, owner string, start time.Time, announce bool, extra []any) (*Lease, error) {
+	// Close waits for a waiting Lock, so that its registration is gone from
+	// Redis when Close returns.
+	if !m.c.track() {
+		return nil, fmt.Errorf("%w: lock %q", ErrClosed, m.k.name)
+	}
+	defer m.c.untrack()
 	w := m.c.note.enter(g, owner)
 	registered := false // in Redis, by an attempt that found the lock held
 	defer func() { m.c.note.exit(g, w, registered) }()
@@ -189,10 +213,15 @@ func (m *exclusive) wait(ctx context.Context, g *gate, owner string, start time.
 func (m *exclusive) attempt(ctx context.Context, owner string, start time.Time, register time.Duration, extra []any) (*Lease, time.Duration, error) {
 	sent := time.Now()
 	r, err := within(m.c, ctx, func() (acquireResult, error) {
-		return m.c.acquire(ctx, m.k, owner, m.ttl, false, register, extra...)
+		return m.c.acquire(ctx, m.k, owner, m.ttl, register, extra...)
 	}, func(r acquireResult, err error) {
-		if err != nil || r.fence > 0 { // taken, or maybe taken, after the caller left
+		// The caller has gone: undo whatever the script did for it. Its
+		// own unregistration may have run before this script did.
+		if err != nil || r.fence > 0 {
 			m.abandon(context.Background(), owner)
+		}
+		if register > 0 {
+			m.c.note.unregister(m.k, m.ttl, owner)
 		}
 	})
 	if err != nil {
@@ -201,6 +230,9 @@ func (m *exclusive) attempt(ctx context.Context, owner string, start time.Time, 
 		}
 		m.abandon(ctx, owner)
 		return nil, 0, err
+	}
+	if r.gone {
+		return nil, 0, errTooMany
 	}
 	if r.fence == 0 {
 		if r.pttl < 0 {
@@ -221,6 +253,10 @@ func (m *exclusive) attempt(ctx context.Context, owner string, start time.Time, 
 	return &Lease{h: h}, 0, nil
 }
 
+// errTooMany is what attempt returns when a Semaphore's acquire script
+// answers that more permits were asked for than its total.
+var errTooMany = errors.New("more permits than the semaphore's total")
+
 // abandon releases whatever owner may hold after an acquire whose outcome is
 // unknown: the script may have run even though its reply never arrived. If
 // ctx has ended, the release goes on in the background, so that a stalled
@@ -229,7 +265,7 @@ func (m *exclusive) abandon(ctx context.Context, owner string) {
 	release := func() {
 		cctx, cancel := cleanupContext(ctx, m.ttl)
 		defer cancel()
-		if _, err := m.c.release(cctx, m.k, owner, releaseLast, m.ttl); err != nil {
+		if _, err := m.c.release(cctx, m.k, owner, releaseLast, m.ttl, 0); err != nil {
 			m.c.log.Debug("dlock: cleanup after failed acquire", "lock", m.k.name, "err", err)
 		}
 	}

@@ -12,14 +12,16 @@ local fence = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], ARGV[1], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return fence`,
-	// Acquires correctly but hands every holder the same fence.
-	"constant-fence": `
+	// Acquires correctly but hands out a fence it does not record: the
+	// server time an hour ahead, so the next holder's fence is lower.
+	"unrecorded-fence": `
 if redis.call('HLEN', KEYS[1]) > 0 then
   return -redis.call('PTTL', KEYS[1]) - 3
 end
 redis.call('HSET', KEYS[1], ARGV[1], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1`,
+local t = redis.call('TIME')
+return t[1] * 1000000 + t[2] + 3600000000`,
 }
 
 // semMutants are broken acquire scripts of the Semaphore.

@@ -143,7 +143,7 @@ func TestFairCancelLeavesNothing(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if keys := rdb.Keys(ctx, "dlock:fair:*").Val(); len(keys) != 1 {
+	if keys := stateKeys(rdb, "dlock:fair:*"); len(keys) != 1 {
 		t.Errorf("keys left: %v, want the fence only", keys)
 	}
 }

@@ -21,16 +21,18 @@ import (
 //
 // A latch with no count is open, and stays open until TrySetCount arms it
 // again. It keeps no generations: a Wait that has not yet seen it open when
-// it is armed again waits for the new count. Count downs are not owned and
-// not idempotent: any caller may count down, a CountDown retried after its
-// reply was lost may count twice, and one that a crashed process never made
-// is missing for good. The count has no expiry; it lasts as long as Redis
-// keeps its data.
+// it is armed again waits for the new count. Count downs are not owned: any
+// caller may count down, and one that a crashed process never made is
+// missing for good (Delete opens a latch that can no longer reach zero). Each
+// call counts once, even when go-redis retries it after a lost reply. The
+// count has no expiry: an armed latch lasts until it reaches zero or is
+// deleted.
 //
 // For a latch named N and the default prefix "dlock:", Redis holds
 //
-//	dlock:latch:{N}        string: the count, while above zero; no expiry
-//	dlock:latch:{N}:zero   channel: "*" is published on it when the count reaches zero
+//	dlock:latch:{N}            string: the count, while above zero; no expiry
+//	dlock:latch:{N}:done:<id>  string: the answer of one call, for 10s, for its retries
+//	dlock:latch:{N}:zero       channel: "*" is published on it when the latch opens
 type CountDownLatch struct {
 	c       *Client
 	k       keys
@@ -39,8 +41,8 @@ type CountDownLatch struct {
 }
 
 // latchKind names the latch's key namespace. A latch registers no waiters in
-// Redis and keeps nothing for anyone, so it has no release script, and its
-// gates ignore every message but "*".
+// Redis and keeps nothing for anyone, so it has no acquire or release script,
+// and its gates ignore every message but "*".
 var latchKind = &lockKind{what: "CountDownLatch", space: "latch:"}
 
 // The fallback re-check of a waiting Wait, against a lost wake-up message:
@@ -57,8 +59,8 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	if c == nil {
 		return &CountDownLatch{k: keys{name: name}, err: errors.New("dlock: CountDownLatch of a nil Client")}
 	}
-	tag := c.tag(latchKind.space, name)
-	l := &CountDownLatch{c: c, k: keys{kind: latchKind, name: name, lock: tag}, channel: tag + ":zero"}
+	k := c.keys(latchKind, name)
+	l := &CountDownLatch{c: c, k: k, channel: k.tag + ":zero"}
 	if name == "" {
 		l.err = errors.New("dlock: CountDownLatch: empty latch name")
 	}
@@ -84,11 +86,8 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 	if count <= 0 {
 		return false, fmt.Errorf("dlock: %s %q: count %d, want more than 0", op, l.k.name, count)
 	}
-	ok, err := l.c.rdb.SetNX(ctx, l.k.lock, count, 0).Result()
-	if err != nil {
-		return false, fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
-	}
-	return ok, nil
+	v, err := l.run(ctx, op, "set", count)
+	return v == 1, err
 }
 
 // CountDown decrements the latch's count by one. When it reaches zero the
@@ -99,10 +98,32 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx, op); err != nil {
 		return err
 	}
-	if err := scripts.latchCountDown.Run(ctx, l.c.cmd, []string{l.k.lock}, l.channel).Err(); err != nil {
-		return fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
+	_, err := l.run(ctx, op, "down", 0)
+	return err
+}
+
+// Delete removes the latch's count, which opens it: every waiter is woken and
+// returns. It reports whether there was a count. Use it for a latch that can
+// no longer reach zero, or to leave nothing of an armed latch in Redis. One
+// round trip.
+func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
+	const op = "delete latch"
+	if err := l.check(ctx, op); err != nil {
+		return false, err
 	}
-	return nil
+	v, err := l.run(ctx, op, "delete", 0)
+	return v == 1, err
+}
+
+// run runs latch.lua once in mode, with an id of its own so that a retry of
+// the call answers as the call did.
+func (l *CountDownLatch) run(ctx context.Context, op, mode string, count int64) (int64, error) {
+	ks := []string{l.k.tag, l.k.marker(l.c.newOwner())}
+	v, err := scripts.latch.Run(ctx, l.c.cmd, ks, mode, l.channel, count, markerTTL.Milliseconds()).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
+	}
+	return v, nil
 }
 
 // Count returns the latch's count: 0 when it has none. One round trip.
@@ -176,7 +197,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 
 // count reads the count, 0 if there is none.
 func (l *CountDownLatch) count(ctx context.Context, op string) (int64, error) {
-	s, err := l.c.rdb.Get(ctx, l.k.lock).Result()
+	s, err := l.c.rdb.Get(ctx, l.k.tag).Result()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}

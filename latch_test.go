@@ -83,7 +83,7 @@ func TestLatch(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("Wait did not return after the count reached zero")
 	}
-	if keys := rdb.Keys(ctx, "*").Val(); len(keys) != 0 {
+	if keys := stateKeys(rdb, "*"); len(keys) != 0 {
 		t.Fatalf("keys left after the latch opened: %q", keys)
 	}
 	if n, _ := l.Count(ctx); n != 0 {
@@ -148,7 +148,7 @@ func TestLatchBadInput(t *testing.T) {
 			}
 		})
 	}
-	if keys := rdb.Keys(ctx, "*").Val(); !slices.Equal(keys, []string{latchKey("junk")}) {
+	if keys := stateKeys(rdb, "*"); !slices.Equal(keys, []string{latchKey("junk")}) {
 		t.Errorf("keys after bad calls: %q", keys)
 	}
 }
@@ -271,7 +271,7 @@ func TestLatchWaitContext(t *testing.T) {
 	if n, _ := l.Count(context.Background()); n != 1 {
 		t.Errorf("Count after Waits gave up = %d, want 1", n)
 	}
-	if keys := rdb.Keys(context.Background(), "*").Val(); !slices.Equal(keys, []string{latchKey("ctx")}) {
+	if keys := stateKeys(rdb, "*"); !slices.Equal(keys, []string{latchKey("ctx")}) {
 		t.Errorf("keys after Waits gave up: %q", keys)
 	}
 }
@@ -571,7 +571,7 @@ func TestLatchKilledWaiter(t *testing.T) {
 	if !within(2*time.Second, func() bool { return subscribers(rdb, latchChannel(name)) == 2 }) {
 		t.Error("the killed waiter's subscription outlived it")
 	}
-	if keys := rdb.Keys(ctx, "*").Val(); !slices.Equal(keys, []string{latchKey(name)}) {
+	if keys := stateKeys(rdb, "*"); !slices.Equal(keys, []string{latchKey(name)}) {
 		t.Errorf("keys with waiters, one killed: %q, want only the count", keys)
 	}
 
@@ -590,7 +590,7 @@ func TestLatchKilledWaiter(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Error("the waiter in this process did not return")
 	}
-	if keys := rdb.Keys(ctx, "*").Val(); len(keys) != 0 {
+	if keys := stateKeys(rdb, "*"); len(keys) != 0 {
 		t.Errorf("keys left after the latch opened: %q", keys)
 	}
 }

@@ -73,13 +73,17 @@ func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel con
 
 // Unlock gives the lock back: the hold this Lease stands for is released, and
 // when it was the last hold of its owner the lock becomes free and one waiter
-// is woken. Renewal has stopped before Unlock returns.
+// is woken. Renewal has stopped before Unlock sends anything to Redis, so a
+// lock given up is never renewed again, whatever happens next.
 //
 // Unlock still works when ctx is already cancelled: the release runs with ctx's
 // values under a timeout of its own. A second Unlock of the same Lease, or an
 // Unlock after the lease ended, returns an error matching ErrNotHeld (and
 // ErrLockLost if the lease had been lost) and changes nothing in Redis. If
-// Redis could not be reached, the error says so and Unlock may be retried.
+// Redis could not be reached, the error says so; the Lease counts as unlocked
+// all the same, and the Client keeps trying to release the lock in the
+// background until it succeeds or the lease's TTL has run out (after which
+// Redis has freed the lock by itself), so there is nothing to retry.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil || l.h == nil {
 		return errors.New("dlock: Unlock of a nil Lease")
@@ -91,11 +95,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if !l.unlocked.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: unlock %q: already unlocked", ErrNotHeld, h.k.name)
 	}
-	err := h.unlock(ctx)
-	if err != nil && !errors.Is(err, ErrNotHeld) {
-		l.unlocked.Store(false) // Redis failed: nothing changed locally, so Unlock may be retried
-	}
-	return err
+	return h.unlock(ctx)
 }
 
 // Release gives the lease back, as Unlock does; it reads better for the
@@ -104,9 +104,17 @@ func (l *Lease) Release(ctx context.Context) error { return l.Unlock(ctx) }
 
 // Extend sets the lease to expire ttl from now, and makes ttl the lease's TTL
 // for the renewals that follow. It is one round trip. For a lease made
-// WithoutRenewal, it is how the holder asks for more time. If the lease was
-// found lost, the error matches ErrNotHeld and ErrLockLost.
+// WithoutRenewal, it is how the holder asks for more time; a ttl shorter than
+// what is left shortens the lease. If the lease was found lost, the error
+// matches ErrNotHeld and ErrLockLost.
+//
+// Extends of one lease, and its renewals, reach Redis one at a time, so the
+// newest intent is what Redis keeps; while one is in flight the lease counts
+// as ending no later than the shorter of the old and the new TTL allow.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil || l.h == nil {
+		return errors.New("dlock: Extend of a nil Lease")
+	}
 	h := l.h
 	if ctx == nil {
 		return fmt.Errorf("dlock: extend %q: nil context", h.k.name)
@@ -114,12 +122,17 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinTTL {
 		return fmt.Errorf("dlock: extend %q by %v: the TTL must be at least %v", h.k.name, ttl, MinTTL)
 	}
+	h.extMu.Lock()
+	defer h.extMu.Unlock()
 	if err := h.endedErr("extend"); err != nil {
 		return err
 	}
 	sent := time.Now()
-	codes, err := h.c.extend(ctx, []extendItem{{k: h.k, owner: h.owner, ttl: ttl}})
+	h.sending(sent, ttl)
+	codes, err := h.c.extend(ctx, []extendItem{{k: h.k, owner: h.owner, ttl: ttl, exact: true}})
 	if err != nil {
+		// The renewer may have passed h over while this was in flight.
+		h.c.ren.requeue(h, time.Now(), 0)
 		return err
 	}
 	if codes[0] != codeDone {
@@ -127,23 +140,24 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		h.lose(lost)
 		return fmt.Errorf("%w: extend: %w", ErrNotHeld, lost)
 	}
-	h.mu.Lock()
-	h.ttlGen++
-	gen := h.ttlGen
-	h.mu.Unlock()
-	if !h.extended(sent, ttl, gen) {
+	if !h.extended(sent, ttl) {
 		return h.endedErr("extend")
 	}
-	h.c.ren.reschedule(h)
-	if f := h.c.cfg.hooks; f != nil && f.Extended != nil {
-		f.Extended(h.k.name)
-	}
+	h.c.ren.requeue(h, sent.Add(ttl/3), ttl/6)
+	h.report(func(f *Hooks) {
+		if f.Extended != nil {
+			f.Extended(h.k.name)
+		}
+	})
 	return nil
 }
 
 // TTL returns how long the lock has left before it expires, as Redis sees it.
 // If the lease is no longer held, the error matches ErrNotHeld.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	if l == nil || l.h == nil {
+		return 0, errors.New("dlock: TTL of a nil Lease")
+	}
 	h := l.h
 	if ctx == nil {
 		return 0, fmt.Errorf("dlock: ttl %q: nil context", h.k.name)
@@ -151,7 +165,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := h.endedErr("ttl"); err != nil {
 		return 0, err
 	}
-	ms, err := scripts.ttl.Run(ctx, h.c.cmd, h.k.leaseOnly, h.owner, h.k.kind.leaseType()).Int64()
+	ms, err := scripts.ttl.Run(ctx, h.c.cmd, h.k.leaseKeys[:1], h.owner, h.k.kind.leaseType()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: ttl %q: %w", h.k.name, err)
 	}
@@ -213,13 +227,16 @@ type hold struct {
 	// opMu serialises the round trips that change the hold count in Redis
 	// (re-entry and release), so that the local count below stays exact.
 	opMu sync.Mutex
+	// extMu serialises the round trips that lengthen the lease (renewals and
+	// Lease.Extend), so that replies cannot come back out of order and the
+	// newest intent is the one Redis keeps.
+	extMu sync.Mutex
 
 	mu       sync.Mutex // guards the fields below
 	holds    int        // the authoritative hold count
 	ttl      time.Duration
 	deadline time.Time // after this, without a renewal, the lease counts as lost
 	lastErr  error     // the last renewal error, for the loss message
-	ttlGen   uint64    // counts changes of ttl by Extend
 	ended    bool
 
 	// Renewal schedule, guarded by the renewer's mutex.
@@ -269,28 +286,42 @@ func (h *hold) unlock(ctx context.Context) error {
 		return err
 	}
 	h.mu.Lock()
-	last := h.holds == 1
-	ttl := h.ttl
+	holds, ttl := h.holds, h.ttl
 	h.mu.Unlock()
-
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
-	mode := releaseOne
-	if last {
-		mode = releaseLast
-	}
-	code, err := h.c.release(cctx, h.k, h.owner, mode, ttl)
-	if err != nil {
-		h.c.log.Error("dlock: release failed", "lock", h.k.name, "fence", h.fence, "err", err)
-		return err
-	}
-	switch {
-	case code == codeHeld && !last:
+
+	if holds > 1 {
+		// The client's count is the one that decides when the lock is freed:
+		// this hold is given back whatever Redis answers, and a count that
+		// failed to reach Redis is set right by the next one that does.
 		h.mu.Lock()
 		h.holds--
 		h.mu.Unlock()
-		return nil
-	case code == codeDone && last:
+		code, err := h.c.release(cctx, h.k, h.owner, releaseOne, ttl, holds-1)
+		switch {
+		case err != nil:
+			return fmt.Errorf("%w (the hold was given back; the lock stays held by its other holds)", err)
+		case code == codeHeld:
+			return nil
+		}
+		lost := h.lostErr(code)
+		h.lose(lost)
+		return fmt.Errorf("%w: unlock: %w", ErrNotHeld, lost)
+	}
+
+	// The last hold: the owner gives the lock up, so it is never renewed
+	// again, whatever Redis answers.
+	h.c.ren.remove(h)
+	sent := time.Now()
+	code, err := h.c.release(cctx, h.k, h.owner, releaseLast, ttl, 0)
+	switch {
+	case err != nil:
+		h.c.log.Error("dlock: release failed; retrying in the background", "lock", h.k.name, "fence", h.fence, "err", err)
+		h.end(errUnlocked, nil)
+		h.c.behindOrNow(func() { h.releaseLater(ttl) })
+		return fmt.Errorf("%w (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", err)
+	case code == codeDone:
 		h.end(errUnlocked, func() {
 			held := time.Since(h.acquired)
 			h.c.log.Debug("dlock: released", "lock", h.k.name, "fence", h.fence, "held", held)
@@ -299,10 +330,53 @@ func (h *hold) unlock(ctx context.Context) error {
 			}
 		})
 		return nil
+	case time.Since(sent) >= markerTrust:
+		// The reply may come from a retry that ran after this release's
+		// marker lapsed: whether this call freed the lock is unknown.
+		err := fmt.Errorf("%w: unlock %q: the lock is free of this owner, but the reply took %v, too long to tell whether this call freed it or its lease had expired before",
+			ErrNotHeld, h.k.name, time.Since(sent).Round(time.Millisecond))
+		h.end(errUnlocked, nil)
+		return err
 	}
 	lost := h.lostErr(code)
 	h.lose(lost)
 	return fmt.Errorf("%w: unlock: %w", ErrNotHeld, lost)
+}
+
+// releaseLater retries the release of an ended hold whose Unlock could not
+// reach Redis, every retryDelay, until it succeeds, Redis says the lock is no
+// longer this owner's, or the lease's local deadline passes (Redis then frees
+// the lock by itself). Once the Client closes, it makes one last attempt.
+func (h *hold) releaseLater(ttl time.Duration) {
+	h.mu.Lock()
+	deadline := h.deadline
+	h.mu.Unlock()
+	timer := time.NewTimer(retryDelay(ttl))
+	defer timer.Stop()
+	for {
+		closing := false
+		select {
+		case <-timer.C:
+		case <-h.c.closing:
+			closing = true
+		}
+		if !time.Now().Before(deadline) {
+			h.c.log.Info("dlock: release not retried: the lease has expired by now", "lock", h.k.name, "fence", h.fence)
+			return
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		_, err := h.c.release(ctx, h.k, h.owner, releaseLast, ttl, 0)
+		cancel()
+		if err == nil {
+			h.c.log.Info("dlock: released in the background", "lock", h.k.name, "fence", h.fence)
+			return
+		}
+		if closing {
+			h.c.log.Warn("dlock: release failed; Redis frees the lock when its TTL runs out", "lock", h.k.name, "fence", h.fence, "err", err)
+			return
+		}
+		timer.Reset(retryDelay(ttl))
+	}
 }
 
 // reenter adds one hold in Redis for a Lock made with a context carrying h.
@@ -313,13 +387,12 @@ func (h *hold) reenter(ctx context.Context) (*Lease, error) {
 		return nil, fmt.Errorf("%w: %w", ErrNotAcquired, err)
 	}
 	h.mu.Lock()
-	ttl := h.ttl
+	ttl, holds := h.ttl, h.holds
 	h.mu.Unlock()
-	r, err := h.c.acquire(ctx, h.k, h.owner, ttl, true, 0)
+	r, err := h.c.reenter(ctx, h.k, h.owner, ttl, holds+1)
 	if err != nil {
 		// If the reply was lost the count in Redis may be one too high; the
-		// last release deletes the lock whatever the count says, so no hold
-		// is left behind.
+		// next count sent, or the last release, sets it right.
 		return nil, err
 	}
 	if !r.reentered {
@@ -342,14 +415,27 @@ func (h *hold) endedErr(op string) error {
 	return fmt.Errorf("%w: %s %q: %w", ErrNotHeld, op, h.k.name, context.Cause(h.ctx))
 }
 
-// extended records a successful renewal or extension sent at sent, made with
-// the TTL of generation gen. It reports false if the hold had ended, or if
-// Extend changed the TTL meanwhile (then Redis may hold either TTL, and the
-// renewal must be done again with the new one).
-func (h *hold) extended(sent time.Time, ttl time.Duration, gen uint64) bool {
+// sending records that a request to make the lease lapse ttl from now is
+// being sent at sent. Redis may carry it out at any moment from now on, so
+// until its reply tells otherwise the lease counts as ending no later than it
+// would under the request: a request that shortens the lease shortens the
+// local deadline at once. h.extMu must be held.
+func (h *hold) sending(sent time.Time, ttl time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ended || gen != h.ttlGen {
+	if d := sent.Add(ttl - drift(ttl)); !h.ended && d.Before(h.deadline) {
+		h.deadline = d
+		h.timer.Reset(time.Until(d))
+	}
+}
+
+// extended records a successful renewal or extension sent at sent with ttl.
+// It reports false if the hold had ended. h.extMu must be held, so that no
+// other extension is in flight: this one is what Redis holds now.
+func (h *hold) extended(sent time.Time, ttl time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
 		return false
 	}
 	h.ttl = ttl
@@ -393,10 +479,21 @@ func (h *hold) lostErr(code int64) error {
 func (h *hold) lose(err error) {
 	h.end(err, func() {
 		h.c.log.Error("dlock: lease lost", "lock", h.k.name, "fence", h.fence, "err", err)
-		if f := h.c.cfg.hooks; f != nil && f.Lost != nil {
-			f.Lost(h.k.name, err)
-		}
+		h.report(func(f *Hooks) {
+			if f.Lost != nil {
+				f.Lost(h.k.name, err)
+			}
+		})
 	})
+}
+
+// report hands call to the Client's hook dispatcher, if the Client has hooks:
+// hooks of events that the Client's background work may observe run off the
+// goroutines that do that work.
+func (h *hold) report(call func(*Hooks)) {
+	if f := h.c.cfg.hooks; f != nil {
+		h.c.events.post(func() { call(f) })
+	}
 }
 
 // end ends h with cause, once: it stops the deadline timer and the renewal,
@@ -433,11 +530,12 @@ func heldIn(ctx context.Context) *heldEntry {
 	return e
 }
 
-// find returns the hold of lock k on Client c carried by e's chain, if any.
-// The kind must match too: an RWMutex's read and write holds share its keys.
+// find returns the live hold of lock k on Client c carried by e's chain, if
+// any: a hold that has ended is no longer anyone's to re-enter. The kind must
+// match too: an RWMutex's read and write holds share its keys.
 func (e *heldEntry) find(c *Client, k keys) *hold {
 	for ; e != nil; e = e.next {
-		if e.h.c == c && e.h.k.lock == k.lock && e.h.k.kind == k.kind {
+		if e.h.c == c && e.h.k.tag == k.tag && e.h.k.kind == k.kind && e.h.ctx.Err() == nil {
 			return e.h
 		}
 	}
@@ -506,21 +604,6 @@ func (r *renewer) remove(h *hold) {
 	}
 }
 
-// reschedule moves h's next renewal to TTL/3 after its last extension.
-func (r *renewer) reschedule(h *hold) {
-	h.mu.Lock()
-	ttl, deadline := h.ttl, h.deadline
-	h.mu.Unlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if h.index < 0 {
-		return
-	}
-	h.due, h.slack = deadline.Add(drift(ttl)-ttl+ttl/3), ttl/6
-	heap.Fix(&r.queue, h.index)
-	r.wakeFor(h)
-}
-
 // wakeFor wakes the goroutine if h is due before its timer fires; otherwise
 // the timer finds h in time and nobody needs waking (the common case, which
 // keeps Lock from waking a second thread). r.mu must be held.
@@ -577,12 +660,16 @@ func (r *renewer) run() {
 }
 
 // renewDue renews every queued hold that is due, or nearly due, in batches.
+// A hold whose Lease.Extend is in flight is left to it: Extend requeues it.
 func (r *renewer) renewDue() {
 	now := time.Now()
 	var due []*hold
 	r.mu.Lock()
 	for len(r.queue) > 0 && r.queue[0].due.Sub(now) <= r.queue[0].slack {
-		due = append(due, heap.Pop(&r.queue).(*hold))
+		h := heap.Pop(&r.queue).(*hold)
+		if h.extMu.TryLock() {
+			due = append(due, h)
+		}
 	}
 	r.mu.Unlock()
 	for len(due) > 0 {
@@ -593,14 +680,18 @@ func (r *renewer) renewDue() {
 }
 
 // renewBatch extends a batch of holds with one script call and requeues them.
+// The caller holds each hold's extMu; renewBatch releases them.
 func (r *renewer) renewBatch(batch []*hold) {
+	defer func() {
+		for _, h := range batch {
+			h.extMu.Unlock()
+		}
+	}()
 	items := make([]extendItem, len(batch))
-	gens := make([]uint64, len(batch))
 	var latest time.Time
 	for i, h := range batch {
 		h.mu.Lock()
 		items[i] = extendItem{k: h.k, owner: h.owner, ttl: h.ttl}
-		gens[i] = h.ttlGen
 		latest = later(latest, h.deadline)
 		h.mu.Unlock()
 	}
@@ -609,30 +700,31 @@ func (r *renewer) renewBatch(batch []*hold) {
 	defer cancel()
 	sent := time.Now()
 	codes, err := r.c.extend(ctx, items)
-	hooks := r.c.cfg.hooks
+	if err != nil && r.ctx.Err() != nil {
+		return // closing
+	}
 	for i, h := range batch {
+		ttl := items[i].ttl
 		switch {
 		case err != nil:
-			if r.ctx.Err() != nil {
-				return // closing
-			}
 			h.mu.Lock()
 			h.lastErr = err
-			ttl := h.ttl
 			h.mu.Unlock()
 			r.c.log.Warn("dlock: renewal failed, will retry", "lock", h.k.name, "fence", h.fence, "err", err)
-			if hooks != nil && hooks.ExtendFailed != nil {
-				hooks.ExtendFailed(h.k.name, err)
-			}
+			h.report(func(f *Hooks) {
+				if f.ExtendFailed != nil {
+					f.ExtendFailed(h.k.name, err)
+				}
+			})
 			r.requeue(h, time.Now().Add(retryDelay(ttl)), 0)
 		case codes[i] == codeDone:
-			if h.extended(sent, items[i].ttl, gens[i]) {
-				if hooks != nil && hooks.Extended != nil {
-					hooks.Extended(h.k.name)
-				}
-				r.requeue(h, sent.Add(items[i].ttl/3), items[i].ttl/6)
-			} else {
-				r.requeue(h, time.Now(), 0) // Extend changed the TTL meanwhile: renew again with it
+			if h.extended(sent, ttl) {
+				h.report(func(f *Hooks) {
+					if f.Extended != nil {
+						f.Extended(h.k.name)
+					}
+				})
+				r.requeue(h, sent.Add(ttl/3), ttl/6)
 			}
 		default:
 			h.lose(h.lostErr(codes[i]))
@@ -645,18 +737,27 @@ func retryDelay(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 10*time.Millisecond), time.Second)
 }
 
-// requeue puts h back in the queue unless it ended meanwhile.
+// requeue schedules h's next renewal at due (or up to slack before, to batch
+// it with others), unless h ended or does not renew.
 func (r *renewer) requeue(h *hold, due time.Time, slack time.Duration) {
+	if !h.renew {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stopped || h.index >= 0 {
+	if r.stopped {
 		return
 	}
 	if _, ok := r.live[h]; !ok {
 		return
 	}
 	h.due, h.slack = due, slack
-	heap.Push(&r.queue, h)
+	if h.index >= 0 {
+		heap.Fix(&r.queue, h.index)
+	} else {
+		heap.Push(&r.queue, h)
+	}
+	r.wakeFor(h)
 }
 
 func later(a, b time.Time) time.Time {

@@ -159,13 +159,13 @@ type MultiLease struct {
 	cancel context.CancelCauseFunc
 	stops  []func() bool // undo the context.AfterFunc on each lease
 
-	mu      sync.Mutex // serialises Unlock
-	pending []*Lease   // not yet unlocked, in Names order
+	mu       sync.Mutex // serialises Unlock
+	unlocked bool
 }
 
 func newMultiLease(names []string, leases []*Lease) *MultiLease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &MultiLease{names: names, leases: leases, ctx: ctx, cancel: cancel, pending: slices.Clone(leases)}
+	l := &MultiLease{names: names, leases: leases, ctx: ctx, cancel: cancel}
 	l.stops = make([]func() bool, len(leases))
 	for i, sub := range leases {
 		h := sub.h
@@ -234,10 +234,10 @@ func (l *MultiLease) Context(parent context.Context) (ctx context.Context, cance
 // Unlock unlocks every lease, in reverse order, and returns their errors
 // joined: one matching ErrNotHeld and ErrLockLost tells of a lease that had
 // been lost, and the others are unlocked all the same. Unlock still works when
-// ctx is already cancelled. If Redis could not be reached for some of the
-// leases, the error says so and Unlock may be retried: it then unlocks only
-// those. Once every lease is unlocked, another Unlock returns an error
-// matching ErrNotHeld and changes nothing in Redis.
+// ctx is already cancelled. A release that could not reach Redis is retried
+// by the Client in the background, as Lease.Unlock says; the error says so,
+// and there is nothing to retry. Another Unlock returns an error matching
+// ErrNotHeld and changes nothing in Redis.
 func (l *MultiLease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errors.New("dlock: Unlock of a nil MultiLease")
@@ -247,29 +247,16 @@ func (l *MultiLease) Unlock(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.pending) == 0 {
+	if l.unlocked {
 		return fmt.Errorf("%w: unlock %q: already unlocked", ErrNotHeld, l.names)
 	}
-	var errs []error
-	var failed []*Lease
-	for _, sub := range slices.Backward(l.pending) {
-		err := sub.Unlock(ctx)
-		if err != nil {
-			errs = append(errs, err)
-			if !errors.Is(err, ErrNotHeld) {
-				failed = append(failed, sub) // Redis failed: left for a retry
-			}
-		}
+	l.unlocked = true
+	err := unlockAll(ctx, l.leases)
+	for _, stop := range l.stops {
+		stop()
 	}
-	slices.Reverse(failed)
-	l.pending = failed
-	if len(failed) == 0 {
-		for _, stop := range l.stops {
-			stop()
-		}
-		l.cancel(l.endCause())
-	}
-	return errors.Join(errs...)
+	l.cancel(l.endCause())
+	return err
 }
 
 // endCause is why the MultiLease ended once every lease is unlocked: the

@@ -572,19 +572,19 @@ func TestMultiLockRedisErrors(t *testing.T) {
 	if held := heldNames(t, rdb); len(held) != 0 {
 		t.Errorf("held after the partly failed Unlock: %v, want a and c released", held)
 	}
-	rdb.Del(ctx, "dlock:{b}")
-	rdb.HSet(ctx, "dlock:{b}", owner, 1)
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock retried: %v", err)
-	}
-	if held := heldNames(t, rdb); len(held) != 0 {
-		t.Errorf("held after the retried Unlock: %v", held)
-	}
 	if !closedWithin(l.Done(), time.Second) || !errors.Is(l.Err(), dlock.ErrNotHeld) {
 		t.Errorf("after Unlock: Err %v, want ErrNotHeld", l.Err())
 	}
+	// The Client keeps trying to release b in the background: once b is a
+	// lock again, its release goes through.
+	rdb.Del(ctx, "dlock:{b}")
+	rdb.HSet(ctx, "dlock:{b}", owner, 1)
+	rdb.PExpire(ctx, "dlock:{b}", dlock.DefaultTTL)
+	if !within(5*time.Second, func() bool { return len(heldNames(t, rdb)) == 0 }) {
+		t.Errorf("held after the background release: %v", heldNames(t, rdb))
+	}
 	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("third Unlock: %v, want ErrNotHeld", err)
+		t.Errorf("second Unlock: %v, want ErrNotHeld", err)
 	}
 }
 

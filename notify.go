@@ -23,9 +23,16 @@ import (
 // is lost, and one sent to a process that died is lost with it. Waiters never
 // rely on it alone: every wait is also bounded by the holder's remaining TTL
 // and by the waiter's keep-alive, after which it tries again. After the
-// connection breaks, every waiter is woken so that it looks for itself.
+// connection breaks, or stays silent past a health check that gets no answer
+// (a half-open connection), every waiter is woken so that it looks for
+// itself, and the connection is made again.
 type notifier struct {
 	c *Client
+
+	// subMu orders every SUBSCRIBE and UNSUBSCRIBE the notifier sends, and
+	// the replacement of its connection, so that what the server last heard
+	// about a channel is what the notifier last decided about it.
+	subMu sync.Mutex
 
 	mu     sync.Mutex
 	ps     *redis.PubSub // nil until the first wait
@@ -33,12 +40,15 @@ type notifier struct {
 	idle   *list.List // channels without waiters, oldest first, still subscribed
 	closed bool
 	done   chan struct{} // closed when the receive loop exits
+	// pending counts, per channel, the SUBSCRIBEs sent and not yet
+	// confirmed; a gate is ready when its channel's last one is confirmed.
+	pending map[string]int
 }
 
 // gate is where this process's waiters for one lock wait.
 type gate struct {
 	k       keys
-	ttl     time.Duration // of the Mutex that made the gate; sets how long a passed-on lock is kept
+	ttl     time.Duration // of the primitive that made the gate; sets how long a passed-on lock is kept
 	channel string
 	ready   chan struct{} // closed when Redis confirmed the subscription, or it failed
 	readyOK bool
@@ -63,14 +73,18 @@ func (w *waiter) signal() {
 
 // maxIdleGates is how many channels stay subscribed with nobody waiting, so
 // that a lock contended over and over is not subscribed again for every wait.
-const maxIdleGates = 256
+var maxIdleGates = 256
 
 // healthCheck is how long the receive loop waits in silence before it pings
-// the pub/sub connection to learn whether it is still alive.
-const healthCheck = 30 * time.Second
+// the pub/sub connection; pongWait is how long it then waits for any word
+// from the server before it takes the connection for dead and makes another.
+var (
+	healthCheck = 30 * time.Second
+	pongWait    = 5 * time.Second
+)
 
 func newNotifier(c *Client) *notifier {
-	return &notifier{c: c, gates: make(map[string]*gate), idle: list.New(), done: make(chan struct{})}
+	return &notifier{c: c, gates: make(map[string]*gate), idle: list.New(), done: make(chan struct{}), pending: make(map[string]int)}
 }
 
 // join returns the gate of channel, for lock k, subscribed: Redis has
@@ -93,18 +107,10 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 		n.gates[channel] = g
 	}
 	n.use(g)
-	ps := n.ps
 	n.mu.Unlock()
 
 	if subscribe {
-		// The connection is shared: a caller's deadline cutting the write
-		// short would break it for every waiter of this Client. The write is
-		// local and quick; the wait for the confirmation below is what ctx
-		// bounds.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		err := ps.Subscribe(sctx, channel)
-		cancel()
-		if err != nil {
+		if err := n.subscribe(ctx, channel); err != nil {
 			err = fmt.Errorf("dlock: subscribe to %s: %w", channel, err)
 			n.fail(g, err)
 			return nil, err
@@ -124,6 +130,30 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 		n.leave(g)
 		return nil, ErrClosed
 	}
+}
+
+// subscribe sends SUBSCRIBE for channel on the current connection.
+func (n *notifier) subscribe(ctx context.Context, channel string) error {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	n.mu.Lock()
+	ps := n.ps
+	n.pending[channel]++
+	n.mu.Unlock()
+	// The connection is shared: a caller's deadline cutting the write short
+	// would break it for every waiter of this Client. The write is local and
+	// quick; the wait for the confirmation is what ctx bounds.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := ps.Subscribe(sctx, channel)
+	if err != nil {
+		n.mu.Lock()
+		if n.pending[channel]--; n.pending[channel] <= 0 {
+			delete(n.pending, channel)
+		}
+		n.mu.Unlock()
+	}
+	return err
 }
 
 // joinSubscribed is join for a channel whose subscription is in place
@@ -179,13 +209,37 @@ func (n *notifier) leave(g *gate) {
 			evict = append(evict, old.channel)
 		}
 	}
-	ps, closed := n.ps, n.closed
 	n.mu.Unlock()
-	if len(evict) > 0 && !closed {
-		// Best effort: a failure leaves a harmless subscription behind.
-		_ = ps.Unsubscribe(context.Background(), evict...)
+	if len(evict) > 0 {
+		n.unsubscribe(evict)
 	}
 }
+
+// unsubscribe sends UNSUBSCRIBE for those of channels that no gate has taken
+// up again meanwhile: a join that did is ordered after this by subMu, so its
+// SUBSCRIBE comes later and stands.
+func (n *notifier) unsubscribe(channels []string) {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	testHookUnsubscribe()
+	n.mu.Lock()
+	gone := channels[:0]
+	for _, ch := range channels {
+		if n.gates[ch] == nil {
+			gone = append(gone, ch)
+		}
+	}
+	ps, closed := n.ps, n.closed
+	n.mu.Unlock()
+	if len(gone) > 0 && !closed {
+		// Best effort: a failure leaves a harmless subscription behind.
+		_ = ps.Unsubscribe(context.Background(), gone...)
+	}
+}
+
+// testHookUnsubscribe runs before unsubscribe decides which channels to let
+// go; tests use it to make a join race the decision.
+var testHookUnsubscribe = func() {}
 
 // enter makes owner a waiter of g, to be woken by messages naming it.
 func (n *notifier) enter(g *gate, owner string) *waiter {
@@ -204,21 +258,22 @@ func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 	delete(g.waiters, w.owner)
 	n.mu.Unlock()
 	if registered {
-		n.unregister(g, w.owner)
+		n.unregister(g.k, g.ttl, w.owner)
 	}
 }
 
-// unregister removes owner's registration as a waiter of g's lock, and if the
-// lock is kept for owner, keeps it for the next waiter or frees it. It runs in
-// the background, which Close waits for: the caller may be a Lock that is
-// returning, or the receive loop. Once Close waits, it is skipped: the lock
-// frees itself when its reservation lapses.
-func (n *notifier) unregister(g *gate, owner string) {
-	n.c.goBehind(func() {
+// unregister removes owner's registration as a waiter of lock k (whose TTL
+// is ttl), and if the lock is kept for owner, keeps it for the next waiter or
+// frees it. It runs in the background, which Close waits for, since the
+// caller may be a Lock that is returning or the receive loop; once Close
+// waits, it runs on the caller's goroutine (a waiting Lock, which Close waits
+// for too).
+func (n *notifier) unregister(k keys, ttl time.Duration, owner string) {
+	n.c.behindOrNow(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := n.c.release(ctx, g.k, owner, releaseLeave, g.ttl); err != nil {
-			n.c.log.Warn("dlock: removing a waiter that gave up failed", "lock", g.k.name, "err", err)
+		if _, err := n.c.release(ctx, k, owner, releaseLeave, ttl, 0); err != nil {
+			n.c.log.Warn("dlock: removing a waiter that gave up failed", "lock", k.name, "err", err)
 		}
 	})
 }
@@ -227,22 +282,34 @@ func (n *notifier) unregister(g *gate, owner string) {
 func (n *notifier) receive(ps *redis.PubSub) {
 	defer close(n.done)
 	ctx := context.Background()
+	pinged := false // a PING went out, and nothing has come back since
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, healthCheck)
+		wait := healthCheck
+		if pinged {
+			wait = pongWait
+		}
+		msg, err := ps.ReceiveTimeout(ctx, wait)
 		if err != nil {
-			n.mu.Lock()
-			closed := n.closed
-			n.mu.Unlock()
-			if closed {
+			if n.isClosed() {
 				return
 			}
 			if isTimeout(err) {
-				_ = ps.Ping(ctx) // a dead connection fails the next receive, which reconnects
+				if !pinged {
+					pinged = ps.Ping(ctx) == nil // a failed write fails the next receive, which reconnects
+					continue
+				}
+				n.c.log.Warn("dlock: wake-up connection silent after a health check; connecting again")
+				pinged = false
+				if ps = n.reconnect(ps); ps == nil {
+					return
+				}
+				n.wakeAll()
 				continue
 			}
 			// The connection broke; go-redis reconnects and subscribes again
 			// on the next receive. Messages sent meanwhile were lost: wake
 			// every waiter so that it looks for itself.
+			pinged = false
 			n.c.log.Warn("dlock: wake-up messages interrupted", "err", err)
 			n.wakeAll()
 			select {
@@ -251,21 +318,70 @@ func (n *notifier) receive(ps *redis.PubSub) {
 			}
 			continue
 		}
+		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
 			n.deliver(m.Channel, m.Payload)
 		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				continue
+			if m.Kind == "subscribe" {
+				n.confirmed(m.Channel)
 			}
-			n.mu.Lock()
-			if g := n.gates[m.Channel]; g != nil && !g.readyOK {
-				g.readyOK = true
-				close(g.ready)
-			}
-			n.mu.Unlock()
 		}
 	}
+}
+
+// confirmed records Redis's confirmation of a SUBSCRIBE to channel. The
+// channel's gate is ready once the last SUBSCRIBE sent for it is confirmed:
+// an earlier one may have been undone by an UNSUBSCRIBE sent after it.
+func (n *notifier) confirmed(channel string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.pending[channel] > 1 {
+		n.pending[channel]--
+		return
+	}
+	delete(n.pending, channel)
+	if g := n.gates[channel]; g != nil && !g.readyOK {
+		g.readyOK = true
+		close(g.ready)
+	}
+}
+
+// reconnect replaces the pub/sub connection old, which stopped answering, by
+// a new one subscribed to every channel that has a gate. It returns the new
+// connection, or nil if the notifier closed meanwhile.
+func (n *notifier) reconnect(old *redis.PubSub) *redis.PubSub {
+	n.subMu.Lock()
+	defer n.subMu.Unlock()
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	ps := n.c.rdb.Subscribe(context.Background())
+	n.ps = ps
+	channels := make([]string, 0, len(n.gates))
+	clear(n.pending)
+	for ch := range n.gates {
+		channels = append(channels, ch)
+		n.pending[ch] = 1
+	}
+	n.mu.Unlock()
+	_ = old.Close()
+	if len(channels) > 0 {
+		// A failure here surfaces on the next receive, which connects and
+		// subscribes again: go-redis keeps the channels.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = ps.Subscribe(ctx, channels...)
+		cancel()
+	}
+	return ps
+}
+
+func (n *notifier) isClosed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.closed
 }
 
 // deliver wakes the waiter a lock was kept for, or passes the lock on if that
@@ -291,7 +407,14 @@ func (n *notifier) deliver(channel, owner string) {
 	case g != nil && g.k.kind != nil && g.k.kind.release != nil:
 		// A lock may be kept for a waiter that has gone: pass it on. Gates of
 		// primitives that keep nothing for anyone ignore stray messages.
-		n.unregister(g, owner)
+		// Once Close waits, the reservation is left to lapse.
+		n.c.goBehind(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := n.c.release(ctx, g.k, owner, releaseLeave, g.ttl, 0); err != nil {
+				n.c.log.Warn("dlock: passing on a lock kept for a waiter that left failed", "lock", g.k.name, "err", err)
+			}
+		})
 	}
 }
 
@@ -307,10 +430,12 @@ func (n *notifier) wakeAll() {
 
 // close closes the pub/sub connection and waits for the receive loop.
 func (n *notifier) close() {
+	n.subMu.Lock()
 	n.mu.Lock()
 	n.closed = true
 	ps := n.ps
 	n.mu.Unlock()
+	n.subMu.Unlock()
 	if ps == nil {
 		return
 	}

@@ -149,10 +149,16 @@ func WithAutoPipeline() Option {
 }
 
 // Hooks are optional functions called on lock events, in the manner of
-// net/http/httptrace.ClientTrace. A nil field is skipped. They are called
-// synchronously from the goroutine that observed the event, possibly from many
-// goroutines at once, so they must be quick and safe for concurrent use. name
-// is the lock's name as the caller gave it.
+// net/http/httptrace.ClientTrace. A nil field is skipped. name is the lock's
+// name as the caller gave it.
+//
+// Acquired, Contended and Released are called on the goroutine of the call
+// that caused them, possibly from many goroutines at once. Extended,
+// ExtendFailed and Lost, which the Client's background work observes, are
+// called from a goroutine of their own, one at a time, in the order the
+// events happened, so that a slow hook delays no renewal; Lost may therefore
+// come a moment after the lease's Done has closed. Client.Close waits for
+// every hook call in flight. Hooks must be safe for concurrent use.
 type Hooks struct {
 	// Acquired is called when a lock is acquired (not re-entered). waited is the
 	// time from the call to Lock or TryLock until then.

@@ -60,8 +60,15 @@ type RWMutex struct {
 // channel; a read hold's lease is its member of the readers set, the write
 // hold's is the lock hash.
 var (
-	rwReadKind  = &lockKind{what: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease, fair: true, holders: ":readers", zlease: true}
-	rwWriteKind = &lockKind{what: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease, fair: true, holders: ":readers"}
+	rwReadKind = &lockKind{what: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
+		acquireKeys: []string{"", ":fence", ":waiters", ":alive", ":readers", ":fences"},
+		releaseKeys: []string{"", ":waiters", ":alive", ":readers", ":fences"},
+		leaseKeys:   []string{":readers", ":fence", ":fences"},
+		zlease:      true}
+	rwWriteKind = &lockKind{what: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
+		acquireKeys: rwReadKind.acquireKeys,
+		releaseKeys: rwReadKind.releaseKeys,
+		leaseKeys:   []string{"", ":fence", ":fences"}}
 )
 
 // RWMutex returns the reader/writer lock called name. Any byte string is a
@@ -135,7 +142,7 @@ func (m *RWMutex) rlock(ctx context.Context, op string, wait bool) (*Lease, erro
 	}
 	writer := "" // the owner of a write hold carried by ctx: the caller is the writer
 	if ctx != nil {
-		if h := heldIn(ctx).find(w.c, w.k); h != nil && h.ctx.Err() == nil {
+		if h := heldIn(ctx).find(w.c, w.k); h != nil {
 			writer = h.owner
 		}
 	}

@@ -140,7 +140,7 @@ func TestRWMutex(t *testing.T) {
 	if err := w.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("second Unlock of a write lease: %v", err)
 	}
-	if keys := rdb.Keys(ctx, "dlock:rw:*").Val(); len(keys) != 1 || keys[0] != "dlock:rw:{doc}:fence" {
+	if keys := stateKeys(rdb, "dlock:rw:*"); len(keys) != 1 || keys[0] != "dlock:rw:{doc}:fence" {
 		t.Errorf("keys left: %v, want the fence only", keys)
 	}
 
@@ -152,7 +152,7 @@ func TestRWMutex(t *testing.T) {
 	if err := m.RDo(ctx, func(context.Context) error { return nil }); err != nil {
 		t.Errorf("RDo: %v", err)
 	}
-	if keys := rdb.Keys(ctx, "dlock:rw:*").Val(); len(keys) != 1 {
+	if keys := stateKeys(rdb, "dlock:rw:*"); len(keys) != 1 {
 		t.Errorf("keys left after Do and RDo: %v", keys)
 	}
 }
@@ -290,7 +290,7 @@ func TestRWMutexReentry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if keys := rdb.Keys(ctx, "dlock:rw:*").Val(); len(keys) != 1 {
+	if keys := stateKeys(rdb, "dlock:rw:*"); len(keys) != 1 {
 		t.Errorf("keys left: %v, want the fence only", keys)
 	}
 	// A context from a read lease of another Client re-enters nothing.
@@ -610,7 +610,7 @@ func TestRWMutexCancelLeavesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if keys := rdb.Keys(ctx, "dlock:rw:*").Val(); len(keys) != 1 {
+	if keys := stateKeys(rdb, "dlock:rw:*"); len(keys) != 1 {
 		t.Errorf("keys left: %v, want the fence only", keys)
 	}
 }
@@ -1106,8 +1106,8 @@ func TestRWMutexChurn(t *testing.T) {
 		t.Errorf("%d entries found a writer beside a reader or another writer", violations.Load())
 	}
 	ctx := context.Background()
-	if !within(3*time.Second, func() bool { return len(rdb.Keys(ctx, "dlock:rw:*").Val()) == 1 }) {
-		t.Errorf("keys left: %v; queue %v; alive %v", rdb.Keys(ctx, "dlock:rw:*").Val(),
+	if !within(3*time.Second, func() bool { return len(stateKeys(rdb, "dlock:rw:*")) == 1 }) {
+		t.Errorf("keys left: %v; queue %v; alive %v", stateKeys(rdb, "dlock:rw:*"),
 			rdb.ZRange(ctx, "dlock:rw:{churn}:waiters", 0, -1).Val(), rdb.HGetAll(ctx, "dlock:rw:{churn}:alive").Val())
 	}
 	t.Logf("%d acquisitions, %d gave up", acquired.Load(), gaveUp.Load())

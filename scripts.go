@@ -32,8 +32,8 @@ var (
 	semAcquireLua string
 	//go:embed lua/sem_release.lua
 	semReleaseLua string
-	//go:embed lua/latch_countdown.lua
-	latchCountDownLua string
+	//go:embed lua/latch.lua
+	latchLua string
 	//go:embed lua/rw_acquire.lua
 	rwAcquireLua string
 	//go:embed lua/rw_release.lua
@@ -51,7 +51,7 @@ var (
 		semAcquire: script(semAcquireLua),
 		semRelease: script(semReleaseLua),
 
-		latchCountDown: script(latchCountDownLua),
+		latch: script(latchLua),
 
 		rwAcquire: script(rwAcquireLua),
 		rwRelease: script(rwReleaseLua),
@@ -59,14 +59,33 @@ var (
 )
 
 // script makes a script of a file under lua/ and the shared functions it
-// calls. Only those: Redis runs a script's whole text on every call, and each
-// function defined costs a closure per call.
+// calls, directly or through each other. Only those: Redis runs a script's
+// whole text on every call, and each function defined costs a closure per
+// call.
 func script(src string) *redis.Script {
+	type part struct{ name, text string }
+	var parts []part
+	for _, text := range strings.Split(libLua, "\n\n") {
+		if m := libFunc.FindStringSubmatch(text); m != nil {
+			parts = append(parts, part{m[1], text})
+		}
+	}
+	calls := func(text, name string) bool {
+		return regexp.MustCompile(`\b` + name + `\(`).MatchString(text)
+	}
+	// A function calls only those above it, so one pass from the bottom up
+	// finds every function needed.
+	need := make([]bool, len(parts))
+	for i := len(parts) - 1; i >= 0; i-- {
+		need[i] = calls(src, parts[i].name)
+		for j := i + 1; j < len(parts) && !need[i]; j++ {
+			need[i] = need[j] && calls(parts[j].text, parts[i].name)
+		}
+	}
 	var b strings.Builder
-	for _, part := range strings.Split(libLua, "\n\n") {
-		m := libFunc.FindStringSubmatch(part)
-		if m != nil && strings.Contains(src, m[1]+"(") {
-			b.WriteString(part)
+	for i, p := range parts {
+		if need[i] {
+			b.WriteString(p.text)
 			b.WriteString("\n\n")
 		}
 	}
@@ -74,8 +93,7 @@ func script(src string) *redis.Script {
 	return redis.NewScript(b.String())
 }
 
-// libFunc finds the name of the function a part of lib.lua defines. The
-// functions do not call each other, so each is taken on its own.
+// libFunc finds the name of the function a part of lib.lua defines.
 var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)
 
 // scriptSet is a variable rather than constants so that tests can swap a
@@ -84,7 +102,7 @@ type scriptSet struct {
 	acquire, release, extend, ttl *redis.Script
 	fairAcquire, fairRelease      *redis.Script
 	semAcquire, semRelease        *redis.Script
-	latchCountDown                *redis.Script
+	latch                         *redis.Script
 	rwAcquire, rwRelease          *redis.Script
 }
 

@@ -19,18 +19,25 @@ import (
 // context does not make a later Acquire share its permits. The zero Semaphore
 // is not usable; get one from Client.Semaphore.
 //
-// Waiters are served in order of arrival: an Acquire gets its permits once
-// they are free after every waiter queued before it has had its own, so a
-// request for many permits is not starved by a stream of small ones, and a
-// small one is not held up by a large one ahead that already fits. A release
-// wakes only the waiters that can now proceed. A waiter whose context ends
-// leaves the queue at once; one whose process died lapses after three
+// Waiters are served in order of arrival, strictly: an Acquire gets its
+// permits once they are free after every waiter queued before it has had its
+// own, so a request for many permits is never starved by a stream of small
+// ones (those that come after it wait behind it, even while they would fit),
+// and waiters that all fit are served together. The one exception is a
+// request for more permits than the total: it can never be served while the
+// total stays as it is, so it holds nobody up. Acquire waits for it (until ctx
+// ends, or SetPermits raises the total enough), as golang.org/x/sync's
+// semaphore does; TryAcquire fails at once with an error that says so. A
+// release wakes only the waiters that can now proceed. A waiter whose context
+// ends leaves the queue at once; one whose process died lapses after three
 // keep-alives (TTL/6 each, at most 5s).
 //
-// The total is stored in Redis with the semaphore: the permits given to
-// Client.Semaphore set it only if the semaphore has none yet. SetPermits
-// changes it at run time; lowering it below what is held takes effect as
-// holders release.
+// The total: SetPermits stores one in Redis, which lasts until Delete removes
+// it. While none is stored, the permits given to Client.Semaphore are the
+// total; the first acquisition keeps its number with the semaphore's other
+// state for as long as the semaphore is in use (held or waited for), and
+// later callers use that. Lowering the total below what is held takes effect
+// as holders release.
 type Semaphore struct {
 	x       exclusive
 	permits int64
@@ -75,11 +82,15 @@ func (s *Semaphore) acquire(ctx context.Context, op string, wait bool, n int64) 
 	if n < 1 {
 		return nil, fmt.Errorf("dlock: %s %d permits of %q: want at least 1", op, n, x.k.name)
 	}
-	return x.lock(ctx, op, wait, []any{n, s.permits})
+	l, err := x.lock(ctx, op, wait, []any{n, s.permits})
+	if err == errTooMany {
+		return nil, fmt.Errorf("%w: %s %d permits of %q: more than the semaphore's total", ErrNotAcquired, op, n, x.k.name)
+	}
+	return l, err
 }
 
-// SetPermits sets the total number of permits, and wakes the waiters that can
-// proceed under the new total.
+// SetPermits stores the total number of permits in Redis, where it lasts
+// until Delete, and wakes the waiters that can proceed under the new total.
 func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
 	x := s.engine()
 	if x.err != nil {
@@ -96,7 +107,8 @@ func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
 }
 
 // Available returns how many permits are free: the total less what live
-// holders have.
+// holders have. A request for that many or fewer may still wait, behind
+// waiters queued before it.
 func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 	x := s.engine()
 	if x.err != nil {
@@ -108,10 +120,29 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 	return x.c.semRelease(ctx, x.k, "4", s.permits)
 }
 
-// semRelease runs sem_release.lua in a mode of its own (3: set the total, 4:
-// count what is free) with total as its argument.
+// Delete removes the total stored by SetPermits, and reports whether there
+// was one; the permits given to Client.Semaphore are the total again. Holders
+// and waiters are not affected. Everything else the semaphore keeps in Redis
+// expires by itself once nobody holds it or waits for it, so after Delete a
+// semaphore no longer in use leaves nothing behind.
+func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
+	x := s.engine()
+	if x.err != nil {
+		return false, x.err
+	}
+	if err := x.c.checkCall(ctx, "delete", x.k.name); err != nil {
+		return false, err
+	}
+	v, err := x.c.semRelease(ctx, x.k, "5", s.permits)
+	return v == 1, err
+}
+
+// semRelease runs sem_release.lua in a mode of its own (3: store the total,
+// 4: count what is free, 5: remove the stored total) with total as its
+// argument: the new total, or the one to use when none is stored.
 func (c *Client) semRelease(ctx context.Context, k keys, mode string, total int64) (int64, error) {
-	v, err := k.kind.release.Run(ctx, c.cmd, k.releaseKeys, "", k.channel, mode, 0, total).Int64()
+	ks := append(k.releaseKeys[:len(k.releaseKeys):len(k.releaseKeys)], k.marker(""))
+	v, err := k.kind.release.Run(ctx, c.cmd, ks, "", k.channel, mode, 0, total, markerTTL.Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: semaphore %q: %w", k.name, err)
 	}

@@ -1,44 +1,57 @@
--- acquire.lua: take a free lock (or one reserved for the caller), register the
+-- acquire.lua: take a free lock (or one kept for the caller), register the
 -- caller as a waiter if it is held, or re-enter a hold the caller has.
 --
 -- KEYS[1]  lock hash: owner id -> hold count, with a PX expiry; or, while a
 --          released lock is kept for a woken waiter, the field "reserved" ->
 --          that waiter's owner id
--- KEYS[2]  fence counter: a string with no expiry
+-- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
 -- KEYS[3]  waiters: sorted set of waiting owner ids, each scored by the server
---          time (ms) at which the entry lapses unless renewed
+--          time (ms) at which the entry lapses unless renewed; the key expires
+--          when the last entry would
 -- ARGV[1]  owner id
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "1": re-enter a hold of ARGV[1]; "0": take the lock
--- ARGV[4]  "0": do not register; else how long (ms) the caller stays
---          registered as a waiter when the lock is held
+-- ARGV[3]  "0": take the lock; "1": re-enter a hold of ARGV[1]
+-- ARGV[4]  taking: "0" not to register, else how long (ms) the caller stays
+--          registered as a waiter when the lock is held; re-entering: the
+--          owner's hold count after this re-entry
 --
 -- Returns one integer (cheaper for Redis to reply than a table):
---    > 0  acquired; the value is the new fence
---      0  re-entered: hold count + 1, expiry unchanged
+--    > 0  acquired; the value is the fence
+--      0  re-entered: hold count set, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
 --  <= -2  held by another owner (or kept for another waiter), whose remaining
 --         TTL in ms is -value - 3 (-2: the key has no expiry)
 --
+-- Run twice (a retry after a lost reply): a take that succeeded finds the
+-- caller holding and answers the same fence, changing nothing; a re-entry sets
+-- the same count; a registration is renewed.
+--
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
+local me = ARGV[1]
 if ARGV[3] == '1' then
-  return reenter(KEYS[1], ARGV[1])
+  return reenter(KEYS[1], me, ARGV[4])
 end
 local n = redis.call('HLEN', KEYS[1])
-if n > 0 and not (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == ARGV[1]) then
-  if ARGV[4] ~= '0' then
-    redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[4]), ARGV[1])
+if n > 0 then
+  if redis.call('HEXISTS', KEYS[1], me) == 1 then
+    return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], redis.call('TIME'), ARGV[2])
   end
-  return -redis.call('PTTL', KEYS[1]) - 3
+  if not (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me) then
+    if ARGV[4] ~= '0' then
+      redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[4]), me)
+      at_least(KEYS[3], ARGV[4])
+    end
+    return -redis.call('PTTL', KEYS[1]) - 3
+  end
 end
 if ARGV[4] ~= '0' then
-  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[3], me)
 end
-local fence = redis.call('INCR', KEYS[2])
+local fence = next_fence(KEYS[2], redis.call('TIME'), ARGV[2])
 if n > 0 then
   redis.call('DEL', KEYS[1])
 end
-redis.call('HSET', KEYS[1], ARGV[1], 1)
+redis.call('HSET', KEYS[1], me, 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return fence

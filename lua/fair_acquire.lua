@@ -4,29 +4,38 @@
 --
 -- KEYS[1]  lock hash: owner id -> hold count, with a PX expiry; or, while a
 --          released lock is kept for the waiter at the head, "reserved" -> it
--- KEYS[2]  fence counter: a string with no expiry
+-- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
 -- KEYS[3]  queue: sorted set of waiting owner ids, scored by arrival (server
 --          time in microseconds)
 -- KEYS[4]  alive: hash of waiting owner id -> server time (ms) at which it
---          lapses unless renewed; a lapsed waiter is dropped from the queue
+--          lapses unless renewed; a lapsed waiter is dropped from the queue.
+--          Queue and alive expire when the last registration would lapse.
 -- ARGV[1]  owner id
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "1": re-enter a hold of ARGV[1]; "0": take the lock
--- ARGV[4]  "0": do not queue (TryLock); else how long (ms) the caller stays
---          queued unless it renews (by calling again)
+-- ARGV[3]  "0": take the lock; "1": re-enter a hold of ARGV[1]
+-- ARGV[4]  taking: "0" not to queue (TryLock), else how long (ms) the caller
+--          stays queued unless it renews (by calling again); re-entering: the
+--          owner's hold count after this re-entry
 --
 -- Returns, as acquire.lua does:
---    > 0  acquired; the value is the new fence
---      0  re-entered: hold count + 1, expiry unchanged
+--    > 0  acquired; the value is the fence
+--      0  re-entered: hold count set, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
 --  <= -2  not acquired; -value - 3 is how long (ms) the caller may sleep before
 --         the situation changes by itself: the holder's remaining TTL, or the
 --         time until the waiter ahead lapses (-2: no expiry known)
+--
+-- Run twice: a take that succeeded answers the same fence and changes
+-- nothing; a queued caller keeps its place (its arrival is not renewed).
+local me = ARGV[1]
 if ARGV[3] == '1' then
-  return reenter(KEYS[1], ARGV[1])
+  return reenter(KEYS[1], me, ARGV[4])
 end
 local n = redis.call('HLEN', KEYS[1])
-local free = n == 0 or (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == ARGV[1])
+if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
+  return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], redis.call('TIME'), ARGV[2])
+end
+local free = n == 0 or (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me)
 redis.call('ZCARD', KEYS[3]) -- type checks, before any write
 redis.call('HLEN', KEYS[4])
 local t = redis.call('TIME')
@@ -35,7 +44,7 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local head, lapse
 while true do
   head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if not head or head == ARGV[1] then
+  if not head or head == me then
     break
   end
   lapse = tonumber(redis.call('HGET', KEYS[4], head))
@@ -45,22 +54,24 @@ while true do
   redis.call('ZREM', KEYS[3], head)
   redis.call('HDEL', KEYS[4], head)
 end
-if free and (not head or head == ARGV[1]) then
-  local fence = redis.call('INCR', KEYS[2])
+if free and (not head or head == me) then
+  local fence = next_fence(KEYS[2], t, ARGV[2])
   if head then
-    redis.call('ZREM', KEYS[3], ARGV[1])
-    redis.call('HDEL', KEYS[4], ARGV[1])
+    redis.call('ZREM', KEYS[3], me)
+    redis.call('HDEL', KEYS[4], me)
   end
   if n > 0 then
     redis.call('DEL', KEYS[1])
   end
-  redis.call('HSET', KEYS[1], ARGV[1], 1)
+  redis.call('HSET', KEYS[1], me, 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return fence
 end
 if ARGV[4] ~= '0' then
-  redis.call('ZADD', KEYS[3], 'NX', t[1] * 1000000 + t[2], ARGV[1])
-  redis.call('HSET', KEYS[4], ARGV[1], now + tonumber(ARGV[4]))
+  redis.call('ZADD', KEYS[3], 'NX', t[1] * 1000000 + t[2], me)
+  redis.call('HSET', KEYS[4], me, now + tonumber(ARGV[4]))
+  at_least(KEYS[3], ARGV[4])
+  at_least(KEYS[4], ARGV[4])
 end
 if not free then
   return -redis.call('PTTL', KEYS[1]) - 3

@@ -6,10 +6,14 @@
 -- KEYS[1]  lock hash: owner id -> hold count, or "reserved" -> owner id
 -- KEYS[2]  queue: sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> lapse time (server ms)
--- ARGV[1..4] as in release.lua: owner id, channel stem, mode, reservation (ms)
+-- KEYS[4]  release marker of ARGV[1], as in release.lua
+-- ARGV[1..6] as in release.lua: owner id, channel stem, mode, reservation
+--          (ms), remaining hold count (mode "0"), marker lifetime (ms)
 --
--- Returns as release.lua does.
+-- Returns, and runs twice, as release.lua does.
 local mode = ARGV[3]
+local queued = redis.call('ZCARD', KEYS[2]) -- type checks, before any write
+redis.call('HLEN', KEYS[3])
 if mode == '2' then
   local kept = kept_for(KEYS[1], ARGV[1])
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -18,13 +22,12 @@ if mode == '2' then
     return 0
   end
 else
-  local code = give_back(KEYS[1], ARGV[1], mode)
+  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[4])
   if code then
     return code
   end
+  redis.call('SET', KEYS[4], 1, 'PX', ARGV[6])
 end
-local queued = redis.call('ZCARD', KEYS[2])
-redis.call('HLEN', KEYS[3]) -- type check, before any write
 redis.call('DEL', KEYS[1])
 if queued == 0 then
   return 1

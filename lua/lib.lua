@@ -1,11 +1,47 @@
--- lib.lua: functions the other scripts share. scripts.go puts each function
--- a script calls in front of it; so that it can, functions are separated by a
--- blank line, have none inside, and do not call each other.
+-- lib.lua: functions the other scripts share. scripts.go puts in front of a
+-- script each function it calls, and each function those call, in this
+-- file's order; so that it can, functions are separated by a blank line, have
+-- none inside, and call only functions defined above them.
+--
+-- Numbers written to Redis go through redis.call, which writes them exactly
+-- (up to 2^53); never through '..', which rounds to 14 digits.
 
 -- now_ms returns the server time in milliseconds.
 local function now_ms()
   local t = redis.call('TIME')
   return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- at_least makes key expire no sooner than ms from now: a key without an
+-- expiry gets one, a key that would expire sooner is given more, and a
+-- missing key stays missing.
+local function at_least(key, ms)
+  local p = redis.call('PTTL', key)
+  if p == -1 or (p >= 0 and p < tonumber(ms)) then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+-- next_fence hands out a fence: above the last one (the string key), and at
+-- least the server time in microseconds (t, from TIME), so that fences keep
+-- rising when the key is gone (it expired, or Redis restarted without it).
+-- The key lives at least ms. Raises before writing if key holds anything but
+-- an integer.
+local function next_fence(key, t, ms)
+  local f = t[1] * 1000000 + t[2]
+  local v = redis.call('GET', key)
+  if v then
+    local last = tonumber(v)
+    if not last then
+      error({err = 'ERR dlock: fence key ' .. key .. ' holds a non-integer'})
+    end
+    if last >= f then
+      f = last + 1
+    end
+  end
+  redis.call('SET', key, f, 'KEEPTTL')
+  at_least(key, ms)
+  return f
 end
 
 -- tell publishes owner on the channel of owner's Client: stem, ':' and the
@@ -14,13 +50,14 @@ local function tell(stem, owner)
   redis.call('PUBLISH', stem .. ':' .. string.match(owner, '^[^:]*'), owner)
 end
 
--- reenter adds one hold of owner to the lock hash lock. Returns 0, or -1 if
--- owner holds nothing there.
-local function reenter(lock, owner)
+-- reenter sets owner's hold count on the lock hash lock to count, the
+-- client's own count after this re-entry (so that a retry counts once).
+-- Returns 0, or -1 if owner holds nothing there.
+local function reenter(lock, owner, count)
   if redis.call('HEXISTS', lock, owner) == 0 then
     return -1
   end
-  redis.call('HINCRBY', lock, owner, 1)
+  redis.call('HSET', lock, owner, count)
   return 0
 end
 
@@ -29,23 +66,25 @@ local function kept_for(lock, owner)
   return redis.call('HGET', lock, 'reserved') == owner and redis.call('HLEN', lock) == 1
 end
 
--- give_back gives back one hold of owner on the lock hash lock (mode "0"), or
--- its last one (mode "1"). It returns the code to return at once: 2 when one
--- of several holds went (the count never goes below 1), 0 when another owner
--- holds the lock, -1 when nobody does; or nil when owner's last hold goes and
--- the caller is to free the lock.
-local function give_back(lock, owner, mode)
-  local n = redis.call('HGET', lock, owner)
-  if not n then
+-- give_back gives back holds of owner on the lock hash lock: mode "0" sets
+-- its hold count to count (it keeps the lock), mode "1" gives back its last
+-- hold. It returns the code to return at once: 2 when owner keeps the lock;
+-- 1 when owner's release already happened (its marker exists: this is a
+-- retry); 0 when another owner holds the lock or it is kept for a waiter; -1
+-- when nobody holds it; or nil when owner's last hold goes and the caller is
+-- to free the lock.
+local function give_back(lock, owner, mode, count, marker)
+  if redis.call('HEXISTS', lock, owner) == 0 then
+    if redis.call('EXISTS', marker) == 1 then
+      return 1
+    end
     if redis.call('EXISTS', lock) == 0 then
       return -1
     end
     return 0
   end
   if mode ~= '1' then
-    if tonumber(n) > 1 then
-      redis.call('HINCRBY', lock, owner, -1)
-    end
+    redis.call('HSET', lock, owner, count)
     return 2
   end
   return nil
@@ -62,4 +101,3 @@ local function entry(h, w, rest)
   end
   return nil
 end
-

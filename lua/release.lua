@@ -4,17 +4,20 @@
 --
 -- KEYS[1]  lock hash: owner id -> hold count, or "reserved" -> owner id
 -- KEYS[2]  waiters: sorted set of owner ids, scored by when the entry lapses
+-- KEYS[3]  release marker of ARGV[1]: set when its last hold goes, for
+--          ARGV[6] ms, so that a retried release knows it happened
 -- ARGV[1]  owner id (mode "2": a waiter's)
 -- ARGV[2]  channel stem: a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
 --          its owner id
 -- ARGV[3]  "1": the owner's last hold goes: free the lock
---          "0": one of several holds goes: decrement the count, never below 1
---          (the client keeps the authoritative count, so a retried or lost
---          reply can never free a lock that is still in use)
+--          "0": one of several holds goes: set the owner's hold count to
+--          ARGV[5] (the client keeps the authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          is kept for it, keep it for the next waiter instead, or free it
 -- ARGV[4]  how long (ms) a freed lock is kept for the waiter that is told
+-- ARGV[5]  mode "0": the hold count that remains
+-- ARGV[6]  how long (ms) the release marker lives
 --
 -- Returns:
 --    1  released (mode 2: passed on or freed)
@@ -22,7 +25,11 @@
 --    0  nothing done: another owner holds the lock (mode 2: the lock was not
 --       kept for ARGV[1]; only its registration went)
 --   -1  nothing done: nobody holds the lock (it expired, or was never taken)
+--
+-- Run twice: a release that freed the lock finds its marker and answers 1
+-- again; mode "0" sets the same count; mode "2" finds nothing more to do.
 local mode = ARGV[3]
+local waiting = redis.call('ZCARD', KEYS[2]) -- type check, before any write
 if mode == '2' then
   local kept = kept_for(KEYS[1], ARGV[1])
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -30,12 +37,12 @@ if mode == '2' then
     return 0
   end
 else
-  local code = give_back(KEYS[1], ARGV[1], mode)
+  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[3])
   if code then
     return code
   end
+  redis.call('SET', KEYS[3], 1, 'PX', ARGV[6])
 end
-local waiting = redis.call('ZCARD', KEYS[2])
 redis.call('DEL', KEYS[1])
 if waiting > 0 then
   local now = now_ms()

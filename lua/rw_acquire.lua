@@ -5,22 +5,27 @@
 -- KEYS[1]  lock hash: the writer's owner id -> hold count, with a PX expiry;
 --          or, while a freed lock is kept for the writer at the head of the
 --          queue, "reserved" -> that writer's owner id
--- KEYS[2]  fence counter: a string with no expiry, shared by reads and writes
+-- KEYS[2]  fence: the last fence handed out, shared by reads and writes,
+--          expiring no sooner than any hold
 -- KEYS[3]  queue: sorted set of waiting owner ids, scored by arrival (server
 --          time in microseconds)
 -- KEYS[4]  alive: hash of waiting owner id -> "<lapse ms>|r" for a reader,
---          "<lapse ms>|w" for a writer; a lapsed waiter is dropped
+--          "<lapse ms>|w" for a writer; a lapsed waiter is dropped. Queue and
+--          alive expire when the last registration would lapse.
 -- KEYS[5]  readers: sorted set of read holders' owner ids, each scored by the
 --          server time (ms) at which its lease lapses; the key expires when
 --          the last of them would
+-- KEYS[6]  fences: hash of holder owner id (readers and the writer) -> the
+--          fence of its hold, expiring no sooner than any hold
 -- ARGV[1]  owner id
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "1": re-enter the hold of ARGV[1], read or write, whichever it
---          is; "0": acquire
--- ARGV[4]  "0": do not queue (TryLock, TryRLock); else how long (ms) the
---          caller stays queued unless it renews (by calling again)
--- ARGV[5]  "r": acquire for reading; "w": for writing (absent when ARGV[3]
---          is "1")
+-- ARGV[3]  "0": acquire; "1": re-enter the hold of ARGV[1], read or write,
+--          whichever it is
+-- ARGV[4]  acquiring: "0" not to queue (TryLock, TryRLock), else how long
+--          (ms) the caller stays queued unless it renews (by calling again);
+--          re-entering: the owner's hold count after this re-entry (a read
+--          hold has no count in Redis)
+-- ARGV[5]  "r": acquire for reading; "w": for writing
 -- ARGV[6]  for "r": the owner id of a write hold the caller has, or "". A
 --          writer that reads gets the read at once, whoever waits, since all
 --          of them wait for it.
@@ -32,24 +37,28 @@
 -- after it wait behind it.
 --
 -- Returns, as acquire.lua does:
---    > 0  acquired; the value is the new fence
---      0  re-entered (a write hold's count in Redis + 1; a read hold has no
---         count in Redis)
+--    > 0  acquired; the value is the fence
+--      0  re-entered
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
 --  <= -2  not acquired; -value - 3 is how long (ms) the caller may sleep
 --         before the situation changes by itself: the writer's remaining TTL,
 --         or the time until the first reader's lease or the waiter in the
 --         way lapses (-2: none known)
 --
+-- Run twice: an acquisition that succeeded finds the caller holding and
+-- answers the same fence, changing nothing; a re-entry sets the same count; a
+-- queued caller keeps its place.
+--
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
 local me = ARGV[1]
 local t = redis.call('TIME') -- also the arrival time of a caller queued below
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local reading = ARGV[5] == 'r'
 
 if ARGV[3] == '1' then
   if redis.call('HEXISTS', KEYS[1], me) == 1 then
-    redis.call('HINCRBY', KEYS[1], me, 1)
+    redis.call('HSET', KEYS[1], me, ARGV[4])
     return 0
   end
   local lapse = tonumber(redis.call('ZSCORE', KEYS[5], me))
@@ -59,12 +68,22 @@ if ARGV[3] == '1' then
   return -1
 end
 
-local reading = ARGV[5] == 'r'
 local ttl = tonumber(ARGV[2])
 local n = redis.call('HLEN', KEYS[1])
 redis.call('GET', KEYS[2]) -- type checks, before any write
 redis.call('ZCARD', KEYS[3])
 redis.call('HLEN', KEYS[4])
+redis.call('HLEN', KEYS[6])
+local held
+if reading then
+  local lapse = tonumber(redis.call('ZSCORE', KEYS[5], me))
+  held = lapse and lapse > now
+else
+  held = n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1
+end
+if held then
+  return tonumber(redis.call('HGET', KEYS[6], me)) or tonumber(redis.call('GET', KEYS[2]))
+end
 local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 
 -- The live waiters before the caller, as far as they matter: for a writer,
@@ -104,17 +123,18 @@ for _, w in ipairs(drop) do
 end
 
 if granted then
-  local fence = redis.call('INCR', KEYS[2])
+  local fence = next_fence(KEYS[2], t, ttl)
   if ARGV[4] ~= '0' then
     redis.call('ZREM', KEYS[3], me)
     redis.call('HDEL', KEYS[4], me)
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+  for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)) do
+    redis.call('ZREM', KEYS[5], r)
+    redis.call('HDEL', KEYS[6], r)
+  end
   if reading then
     redis.call('ZADD', KEYS[5], now + ttl, me)
-    if redis.call('PTTL', KEYS[5]) < ttl then
-      redis.call('PEXPIRE', KEYS[5], ttl)
-    end
+    at_least(KEYS[5], ttl)
   else
     if n > 0 then
       redis.call('DEL', KEYS[1])
@@ -122,6 +142,8 @@ if granted then
     redis.call('HSET', KEYS[1], me, 1)
     redis.call('PEXPIRE', KEYS[1], ttl)
   end
+  redis.call('HSET', KEYS[6], me, fence)
+  at_least(KEYS[6], ttl)
   return fence
 end
 
@@ -131,7 +153,9 @@ if ARGV[4] ~= '0' then
     what = 'r'
   end
   redis.call('ZADD', KEYS[3], 'NX', t[1] * 1000000 + t[2], me)
-  redis.call('HSET', KEYS[4], me, (now + tonumber(ARGV[4])) .. '|' .. what)
+  redis.call('HSET', KEYS[4], me, string.format('%d|%s', now + tonumber(ARGV[4]), what))
+  at_least(KEYS[3], ARGV[4])
+  at_least(KEYS[4], ARGV[4])
 end
 
 -- How long until the situation changes by itself: whichever of the things in

@@ -7,19 +7,23 @@
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|r" or "<lapse ms>|w"
 -- KEYS[4]  readers: sorted set of read holders' owner ids, scored by when
 --          their lease lapses (server ms)
+-- KEYS[5]  fences: hash of holder owner id -> the fence of its hold
+-- KEYS[6]  release marker of ARGV[1]: set when its last hold goes, for
+--          ARGV[6] ms, so that a retried release knows it happened
 -- ARGV[1]  owner id (mode "2": a waiter's); whether it holds a read or the
 --          write is found in Redis
 -- ARGV[2]  channel stem: a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
 --          its owner id
 -- ARGV[3]  "1": the owner's last hold goes
---          "0": one of several holds goes: a write hold's count goes down,
---          never below 1; a read hold has no count in Redis (the client keeps
---          the authoritative count, so a retried or lost reply can never free
---          a lock that is still in use)
+--          "0": one of several holds goes: a write hold's count is set to
+--          ARGV[5]; a read hold has no count in Redis (the client keeps the
+--          authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock is
 --          kept for it, or it stood in others' way, wake who can now proceed
 -- ARGV[4]  how long (ms) a freed lock is kept for the writer that is told
+-- ARGV[5]  mode "0": the hold count that remains
+-- ARGV[6]  how long (ms) the release marker lives
 --
 -- Who is woken, when the lock has no writer and is kept for nobody: if the
 -- first live waiter is a writer and no live reader holds, the lock is kept for
@@ -35,11 +39,16 @@
 --       for ARGV[1]; only its registration went)
 --   -1  nothing done: ARGV[1] holds nothing (its lease lapsed, or it was never
 --       taken)
+--
+-- Run twice: a release that gave back the last hold finds its marker and
+-- answers 1 again; mode "0" sets the same count; mode "2" finds nothing more
+-- to do.
 local me, mode = ARGV[1], ARGV[3]
 redis.call('HLEN', KEYS[1]) -- type checks, before any write
 redis.call('ZCARD', KEYS[2])
 redis.call('HLEN', KEYS[3])
 redis.call('ZCARD', KEYS[4])
+redis.call('HLEN', KEYS[5])
 local now = now_ms()
 
 local res, reader
@@ -62,16 +71,19 @@ else
   local count = redis.call('HGET', KEYS[1], me)
   if count then
     if mode ~= '1' then
-      if tonumber(count) > 1 then
-        redis.call('HINCRBY', KEYS[1], me, -1)
-      end
+      redis.call('HSET', KEYS[1], me, ARGV[5])
       return 2
     end
     redis.call('DEL', KEYS[1])
+    redis.call('HDEL', KEYS[5], me)
+    redis.call('SET', KEYS[6], 1, 'PX', ARGV[6])
     res = 1
   else
     local lapse = tonumber(redis.call('ZSCORE', KEYS[4], me))
     if not lapse then
+      if redis.call('EXISTS', KEYS[6]) == 1 then
+        return 1
+      end
       if redis.call('HLEN', KEYS[1]) > 0 then
         return 0
       end
@@ -81,9 +93,12 @@ else
       return 2
     end
     redis.call('ZREM', KEYS[4], me)
+    redis.call('HDEL', KEYS[5], me)
     res, reader = 1, true
     if lapse <= now then
       res = -1
+    else
+      redis.call('SET', KEYS[6], 1, 'PX', ARGV[6])
     end
   end
 end
@@ -93,7 +108,10 @@ end
 if redis.call('HLEN', KEYS[1]) > 0 then
   return res
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)) do
+  redis.call('ZREM', KEYS[4], r)
+  redis.call('HDEL', KEYS[5], r)
+end
 local readers = redis.call('ZCARD', KEYS[4])
 if readers > 0 and reader then
   return res

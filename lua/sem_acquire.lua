@@ -1,47 +1,73 @@
 -- sem_acquire.lua: take permits of a semaphore, in order of arrival, each
 -- acquisition with a lease of its own.
 --
--- KEYS[1]  semaphore hash: "permits" -> total, "used" -> permits held,
---          owner id -> permits that holder has
--- KEYS[2]  fence counter: a string with no expiry
+-- KEYS[1]  semaphore hash: "used" -> permits held, "permits" -> the total
+--          when none is stored in KEYS[6] (the first caller's), owner id ->
+--          "<permits>|<fence>" of that holder; expires when the last holder's
+--          lease would
+-- KEYS[2]  fence: the last fence handed out, expiring no sooner than the
+--          holders' leases
 -- KEYS[3]  queue: sorted set of waiting owner ids, scored by arrival (server µs)
--- KEYS[4]  alive: hash of waiting owner id -> "<lapse ms>|<permits wanted>"
+-- KEYS[4]  alive: hash of waiting owner id -> "<lapse ms>|<permits wanted>".
+--          Queue and alive expire when the last registration would lapse.
 -- KEYS[5]  holders: sorted set of owner ids, scored by when their lease lapses
+-- KEYS[6]  total: the total set with SetPermits, with no expiry
 -- ARGV[1]  owner id
 -- ARGV[2]  TTL of the lease in milliseconds
 -- ARGV[3]  "0" (an acquisition is never a re-entry)
 -- ARGV[4]  "0": do not queue; else how long (ms) the caller stays queued
 --          unless it renews (by calling again)
 -- ARGV[5]  permits wanted
--- ARGV[6]  total permits, set if the semaphore has none yet
+-- ARGV[6]  the total when none is stored
 --
 -- The caller gets its permits when they are free after every live waiter
 -- queued before it has had its own: nobody overtakes a waiter, and a waiter
--- that fits is not held up by one ahead that is about to be served.
+-- that fits is not held up by one ahead that fits too. A request for more
+-- than the total can never be served while the total stays; it waits without
+-- holding anyone up.
 --
 -- Returns:
---    > 0  acquired; the value is the new fence
+--    > 0  acquired; the value is the fence
+--     -1  not acquired, not queued: more permits wanted than the total
 --  <= -2  not acquired; -value - 3 is how long (ms) the caller may sleep
 --         before the situation changes by itself (-2: nothing will lapse)
-local total = tonumber(redis.call('HGET', KEYS[1], 'permits'))
-redis.call('ZCARD', KEYS[3]) -- type checks, before any write
+--
+-- Run twice: an acquisition that succeeded finds its holder live and answers
+-- the same fence, counting nothing twice; a queued caller keeps its place.
+local me, want, ttl = ARGV[1], tonumber(ARGV[5]), ARGV[2]
+local total = tonumber(redis.call('GET', KEYS[6])) -- type checks, before any write
+local default = tonumber(redis.call('HGET', KEYS[1], 'permits'))
+redis.call('GET', KEYS[2])
+redis.call('ZCARD', KEYS[3])
 redis.call('HLEN', KEYS[4])
 redis.call('ZCARD', KEYS[5])
-redis.call('TYPE', KEYS[2])
-if not total then
-  total = tonumber(ARGV[6])
-  redis.call('HSET', KEYS[1], 'permits', total)
-end
 local t = redis.call('TIME') -- also the arrival time of a caller queued below
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local me, want = ARGV[1], tonumber(ARGV[5])
+
+local mine = redis.call('HGET', KEYS[1], me)
+if mine then
+  local lapse = tonumber(redis.call('ZSCORE', KEYS[5], me))
+  if lapse and lapse > now then
+    return tonumber(string.match(mine, '|(%d+)$'))
+  end
+end
+if not default then
+  default = tonumber(ARGV[6])
+  redis.call('HSET', KEYS[1], 'permits', default)
+end
+if not total then
+  total = default
+end
 
 -- Permits of holders whose lease lapsed come back.
 local used = tonumber(redis.call('HGET', KEYS[1], 'used') or '0')
 for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)) do
-  used = used - tonumber(redis.call('HGET', KEYS[1], h) or '0')
+  used = used - (tonumber(string.match(redis.call('HGET', KEYS[1], h) or '', '^(%d+)')) or 0)
   redis.call('HDEL', KEYS[1], h)
   redis.call('ZREM', KEYS[5], h)
+end
+if redis.call('ZCARD', KEYS[5]) == 0 then
+  used = 0
 end
 
 -- What the live waiters before the caller want; lapsed ones are dropped.
@@ -52,11 +78,13 @@ for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
     break
   end
   local lapse, k = entry(KEYS[4], w, '%d+')
-  local n = tonumber(k) or 0
   if lapse and lapse > now then
-    ahead = ahead + n
-    if not soonest or lapse < soonest then
-      soonest = lapse
+    local n = tonumber(k)
+    if n <= total then
+      ahead = ahead + n
+      if not soonest or lapse < soonest then
+        soonest = lapse
+      end
     end
   else
     redis.call('ZREM', KEYS[3], w)
@@ -64,19 +92,35 @@ for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
   end
 end
 
-if total - used >= ahead + want then
+if want <= total and total - used >= ahead + want then
+  local fence = next_fence(KEYS[2], t, ttl)
   if queued then
     redis.call('ZREM', KEYS[3], me)
     redis.call('HDEL', KEYS[4], me)
   end
-  redis.call('HSET', KEYS[1], 'used', used + want, me, want)
-  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[2]), me)
-  return redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 'used', used + want, me, string.format('%d|%d', want, fence))
+  redis.call('ZADD', KEYS[5], now + tonumber(ttl), me)
+  at_least(KEYS[5], ttl)
+  at_least(KEYS[1], ttl)
+  return fence
 end
-redis.call('HSET', KEYS[1], 'used', used)
+if used > 0 then
+  redis.call('HSET', KEYS[1], 'used', used)
+else
+  redis.call('HDEL', KEYS[1], 'used')
+end
+at_least(KEYS[1], ttl)
+if want > total and ARGV[4] == '0' then
+  return -1
+end
 if ARGV[4] ~= '0' then
   redis.call('ZADD', KEYS[3], 'NX', t[1] * 1000000 + t[2], me)
-  redis.call('HSET', KEYS[4], me, (now + tonumber(ARGV[4])) .. '|' .. want)
+  redis.call('HSET', KEYS[4], me, string.format('%d|%d', now + tonumber(ARGV[4]), want))
+  at_least(KEYS[3], ARGV[4])
+  at_least(KEYS[4], ARGV[4])
+end
+if want > total then
+  return -2
 end
 local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]
 if first and (not soonest or tonumber(first) < soonest) then

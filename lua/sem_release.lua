@@ -1,29 +1,38 @@
 -- sem_release.lua: give back a holder's permits, take a waiter out of the
--- queue, or change the total; then wake the waiters that can now proceed.
+-- queue, or set, read or remove the total; then wake the waiters that can now
+-- proceed.
 --
--- KEYS[1]  semaphore hash: "permits" -> total, "used" -> permits held,
---          owner id -> permits that holder has
+-- KEYS[1]  semaphore hash, as in sem_acquire.lua
 -- KEYS[2]  queue: sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|<permits wanted>"
 -- KEYS[4]  holders: sorted set of owner ids, scored by when their lease lapses
+-- KEYS[5]  total: the total set with SetPermits, with no expiry
+-- KEYS[6]  release marker of ARGV[1]: set when its permits are given back, for
+--          ARGV[6] ms, so that a retried release knows it happened
 -- ARGV[1]  owner id
 -- ARGV[2]  channel stem: a waiter is told on ARGV[2] .. ":" .. its Client id
--- ARGV[3]  "0" or "1": give back ARGV[1]'s permits
+-- ARGV[3]  "1": give back ARGV[1]'s permits
 --          "2": the waiter ARGV[1] gives up
---          "3": set the total to ARGV[5]
+--          "3": store ARGV[5] as the total
 --          "4": only report the permits available
+--          "5": remove the stored total
 -- ARGV[4]  unused (a semaphore keeps nothing for a waiter)
--- ARGV[5]  the new total, for mode "3"
+-- ARGV[5]  mode "3": the new total; modes "4" and "5": the total when none
+--          is stored and the semaphore hash has none either (modes "1" and
+--          "2" find it there)
+-- ARGV[6]  how long (ms) the release marker lives
 --
 -- Every waiter that now fits, counting what the live waiters before it want,
 -- is told (its owner id is published on its Client's channel); the first that
--- does not fit stops the telling, so nobody is overtaken.
+-- does not fit stops the telling, so nobody is overtaken. A waiter that wants
+-- more than the total is passed over: it holds nobody up.
 --
--- Returns: modes 0/1: 1 given back, -1 the lease had lapsed or was given back
--- already; mode 2: 0; mode 3: 1; mode 4: the permits available (total - used).
+-- Returns: mode 1: 1 given back (or given back already: a retry), -1 the
+-- lease had lapsed; mode 2: 0; mode 3: 1; mode 4: the permits available
+-- (total - used); mode 5: 1 if a total was removed, else 0.
 local mode = ARGV[3]
-local total = tonumber(redis.call('HGET', KEYS[1], 'permits') or '0')
-redis.call('ZCARD', KEYS[2]) -- type checks, before any write
+local stored = tonumber(redis.call('GET', KEYS[5])) -- type checks, before any write
+redis.call('ZCARD', KEYS[2])
 redis.call('HLEN', KEYS[3])
 redis.call('ZCARD', KEYS[4])
 local now = now_ms()
@@ -32,32 +41,46 @@ local res = 0
 
 if mode == '0' or mode == '1' then
   local lapse = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]))
-  local n = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
-  if not lapse or not n or lapse <= now then
-    res = -1
-  else
-    res = 1
-  end
-  if n then
-    used = used - n
+  local v = redis.call('HGET', KEYS[1], ARGV[1])
+  if v then
+    used = used - (tonumber(string.match(v, '^(%d+)')) or 0)
     redis.call('HDEL', KEYS[1], ARGV[1])
   end
   redis.call('ZREM', KEYS[4], ARGV[1])
+  if v and lapse and lapse > now then
+    redis.call('SET', KEYS[6], 1, 'PX', ARGV[6])
+    res = 1
+  elseif not v and redis.call('EXISTS', KEYS[6]) == 1 then
+    res = 1
+  else
+    res = -1
+  end
 elseif mode == '2' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
 elseif mode == '3' then
-  total = tonumber(ARGV[5])
-  redis.call('HSET', KEYS[1], 'permits', total)
+  redis.call('SET', KEYS[5], ARGV[5])
+  stored = tonumber(ARGV[5])
   res = 1
+elseif mode == '5' then
+  res = redis.call('DEL', KEYS[5])
+  stored = nil
 end
+local total = stored or tonumber(redis.call('HGET', KEYS[1], 'permits')) or tonumber(ARGV[5])
 
 for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)) do
-  used = used - tonumber(redis.call('HGET', KEYS[1], h) or '0')
+  used = used - (tonumber(string.match(redis.call('HGET', KEYS[1], h) or '', '^(%d+)')) or 0)
   redis.call('HDEL', KEYS[1], h)
   redis.call('ZREM', KEYS[4], h)
 end
-redis.call('HSET', KEYS[1], 'used', used)
+if redis.call('ZCARD', KEYS[4]) == 0 then
+  used = 0
+end
+if used > 0 then
+  redis.call('HSET', KEYS[1], 'used', used)
+else
+  redis.call('HDEL', KEYS[1], 'used')
+end
 if mode == '4' then
   return total - used
 end
@@ -65,13 +88,15 @@ end
 local free = total - used
 for _, w in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   local lapse, k = entry(KEYS[3], w, '%d+')
-  local n = tonumber(k) or 0
   if lapse and lapse > now then
-    if n > free then
-      break
+    local n = tonumber(k)
+    if n <= total then
+      if n > free then
+        break
+      end
+      free = free - n
+      tell(ARGV[2], w)
     end
-    free = free - n
-    tell(ARGV[2], w)
   else
     redis.call('ZREM', KEYS[2], w)
     redis.call('HDEL', KEYS[3], w)
