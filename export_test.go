@@ -1,6 +1,10 @@
 package dlock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Deliberately broken scripts: the multi-process safety tests run them in
 // their worker processes to show that their checks catch a broken lock.
@@ -80,4 +84,61 @@ func UseMutant(name string) bool {
 		return true
 	}
 	return false
+}
+
+// ScriptHash returns the SHA1 of the script that does op ("acquire",
+// "release", "extend", "fair_acquire", "fair_release", "sem_acquire",
+// "sem_release", "rw_acquire", "rw_release", "latch"), as sent to Redis, for
+// tests that inject faults into its requests.
+func ScriptHash(op string) string {
+	s := map[string]*redis.Script{
+		"acquire": scripts.acquire, "release": scripts.release, "extend": scripts.extend,
+		"fair_acquire": scripts.fairAcquire, "fair_release": scripts.fairRelease,
+		"sem_acquire": scripts.semAcquire, "sem_release": scripts.semRelease,
+		"rw_acquire": scripts.rwAcquire, "rw_release": scripts.rwRelease,
+		"latch": scripts.latch,
+	}[op]
+	if s == nil {
+		panic("ScriptHash: no script " + op)
+	}
+	return s.Hash()
+}
+
+// SetNotifierTimes sets how long the wake-up connection may stay silent
+// before it is pinged, and how long a ping may go unanswered, until restore
+// is called.
+func SetNotifierTimes(silence, pong time.Duration) (restore func()) {
+	oldSilence, oldPong := healthCheck, pongWait
+	healthCheck, pongWait = silence, pong
+	return func() { healthCheck, pongWait = oldSilence, oldPong }
+}
+
+// SetMaxIdleGates sets how many channels stay subscribed with nobody
+// waiting, until restore is called.
+func SetMaxIdleGates(n int) (restore func()) {
+	old := maxIdleGates
+	maxIdleGates = n
+	return func() { maxIdleGates = old }
+}
+
+// SetUnsubscribeHook makes f run whenever the notifier is about to let go of
+// idle channels, until restore is called.
+func SetUnsubscribeHook(f func()) (restore func()) {
+	old := testHookUnsubscribe
+	testHookUnsubscribe = f
+	return func() { testHookUnsubscribe = old }
+}
+
+// ReadyChannels returns the channels c believes it is subscribed to.
+func ReadyChannels(c *Client) []string {
+	n := c.note
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var chs []string
+	for ch, g := range n.gates {
+		if g.readyOK && g.subErr == nil {
+			chs = append(chs, ch)
+		}
+	}
+	return chs
 }

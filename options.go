@@ -157,8 +157,10 @@ func WithAutoPipeline() Option {
 // ExtendFailed and Lost, which the Client's background work observes, are
 // called from a goroutine of their own, one at a time, in the order the
 // events happened, so that a slow hook delays no renewal; Lost may therefore
-// come a moment after the lease's Done has closed. Client.Close waits for
-// every hook call in flight. Hooks must be safe for concurrent use.
+// come a moment after the lease's Done has closed. A hook slower than the
+// events it is called for builds up a backlog, which Client.Close waits for,
+// as it does for every hook call in flight. Hooks must be safe for concurrent
+// use.
 type Hooks struct {
 	// Acquired is called when a lock is acquired (not re-entered). waited is the
 	// time from the call to Lock or TryLock until then.

@@ -47,6 +47,9 @@ type workerParams struct {
 	// AutoPipeline makes the worker's Client send its requests through the
 	// Redis client's autopipeliner.
 	AutoPipeline bool
+	// Abandon is how many names of each kind the "abandon" worker holds, and
+	// Waits how many it waits for, before it is killed.
+	Abandon, Waits int
 }
 
 // locker is what the workers need of a Mutex or a FairMutex.
@@ -117,6 +120,8 @@ func runWorker(role string) int {
 		err = multiLockWorker(c, lockRDB, resRDB, p, true)
 	case "multihold":
 		err = multiHoldWorker(c, p)
+	case "abandon":
+		err = abandonWorker(c, p)
 	case "rw":
 		err = rwWorker(c, resRDB, p)
 	case "rwhold":
