@@ -326,6 +326,58 @@ func TestRetriedLatch(t *testing.T) {
 	}
 }
 
+// TestRetriedSemaphoreDelete: a Semaphore's Delete whose reply is lost
+// reports the total it removed.
+func TestRetriedSemaphoreDelete(t *testing.T) {
+	ctx := context.Background()
+	c, p, rdb := proxied(t)
+	s := c.Semaphore("s", 1)
+	if err := s.SetPermits(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	in := dropOnce(t, p, "sem_release")
+	if ok, err := s.Delete(ctx); err != nil || !ok {
+		t.Errorf("Delete whose reply was lost: %v, %v; want the total removed", ok, err)
+	}
+	checkHit(t, in)
+	if rdb.Exists(ctx, "dlock:sem:{s}:total").Val() != 0 {
+		t.Error("total left after Delete")
+	}
+}
+
+// TestFenceAcrossRestart: a Redis restarted without persistence forgets the
+// last fence, and still hands out higher ones.
+func TestFenceAcrossRestart(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	c := clientOn(t, srv.Client(t))
+	kinds := []func() (*dlock.Lease, error){
+		func() (*dlock.Lease, error) { return c.Mutex("x").Lock(ctx) },
+		func() (*dlock.Lease, error) { return c.FairMutex("x").Lock(ctx) },
+		func() (*dlock.Lease, error) { return c.RWMutex("x").RLock(ctx) },
+		func() (*dlock.Lease, error) { return c.Semaphore("x", 1).Acquire(ctx, 1) },
+	}
+	last := make([]int64, len(kinds))
+	for round := range 3 {
+		for i, lock := range kinds {
+			l, err := lock()
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			if l.Fence() <= last[i] {
+				t.Errorf("round %d, kind %d: fence %d after %d before the restart", round, i, l.Fence(), last[i])
+			}
+			last[i] = l.Fence()
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // failRelease makes every attempt of the next Unlock's release fail before it
 // reaches Redis: go-redis's first run and its three retries.
 func failRelease(p *faultproxy.Proxy, op string) *faultproxy.Injection {

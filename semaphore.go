@@ -139,10 +139,12 @@ func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 
 // semRelease runs sem_release.lua in a mode of its own (3: store the total,
 // 4: count what is free, 5: remove the stored total) with total as its
-// argument: the new total, or the one to use when none is stored.
+// argument: the new total, or the one to use when none is stored. Each call
+// has an id of its own, so that a retry of a Delete answers as it did.
 func (c *Client) semRelease(ctx context.Context, k keys, mode string, total int64) (int64, error) {
-	ks := append(k.releaseKeys[:len(k.releaseKeys):len(k.releaseKeys)], k.marker(""))
-	v, err := k.kind.release.Run(ctx, c.cmd, ks, "", k.channel, mode, 0, total, markerTTL.Milliseconds()).Int64()
+	id := c.newOwner()
+	ks := append(k.releaseKeys[:len(k.releaseKeys):len(k.releaseKeys)], k.marker(id))
+	v, err := k.kind.release.Run(ctx, c.cmd, ks, id, k.channel, mode, 0, total, markerTTL.Milliseconds()).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("dlock: semaphore %q: %w", k.name, err)
 	}

@@ -35,7 +35,7 @@ end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 then
   if redis.call('HEXISTS', KEYS[1], me) == 1 then
-    return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], redis.call('TIME'), ARGV[2])
+    return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], redis.call('TIME'), ARGV[2], true)
   end
   if not (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me) then
     if ARGV[4] ~= '0' then
@@ -48,7 +48,7 @@ end
 if ARGV[4] ~= '0' then
   redis.call('ZREM', KEYS[3], me)
 end
-local fence = next_fence(KEYS[2], redis.call('TIME'), ARGV[2])
+local fence = next_fence(KEYS[2], redis.call('TIME'), ARGV[2], true)
 if n > 0 then
   redis.call('DEL', KEYS[1])
 end

@@ -33,7 +33,7 @@ if ARGV[3] == '1' then
 end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
-  return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], redis.call('TIME'), ARGV[2])
+  return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], redis.call('TIME'), ARGV[2], true)
 end
 local free = n == 0 or (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me)
 redis.call('ZCARD', KEYS[3]) -- type checks, before any write
@@ -55,7 +55,7 @@ while true do
   redis.call('HDEL', KEYS[4], head)
 end
 if free and (not head or head == me) then
-  local fence = next_fence(KEYS[2], t, ARGV[2])
+  local fence = next_fence(KEYS[2], t, ARGV[2], true)
   if head then
     redis.call('ZREM', KEYS[3], me)
     redis.call('HDEL', KEYS[4], me)

@@ -25,9 +25,10 @@ end
 -- next_fence hands out a fence: above the last one (the string key), and at
 -- least the server time in microseconds (t, from TIME), so that fences keep
 -- rising when the key is gone (it expired, or Redis restarted without it).
--- The key lives at least ms. Raises before writing if key holds anything but
--- an integer.
-local function next_fence(key, t, ms)
+-- The key lives ms from now if exact is true (a lock with one holder, whose
+-- fence key lives as long as its lock), else at least ms. Raises before
+-- writing if key holds anything but an integer.
+local function next_fence(key, t, ms, exact)
   local f = t[1] * 1000000 + t[2]
   local v = redis.call('GET', key)
   if v then
@@ -39,8 +40,12 @@ local function next_fence(key, t, ms)
       f = last + 1
     end
   end
-  redis.call('SET', key, f, 'KEEPTTL')
-  at_least(key, ms)
+  if exact then
+    redis.call('SET', key, f, 'PX', ms)
+  else
+    redis.call('SET', key, f, 'KEEPTTL')
+    at_least(key, ms)
+  end
   return f
 end
 

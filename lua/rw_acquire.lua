@@ -123,7 +123,7 @@ for _, w in ipairs(drop) do
 end
 
 if granted then
-  local fence = next_fence(KEYS[2], t, ttl)
+  local fence = next_fence(KEYS[2], t, ttl, false)
   if ARGV[4] ~= '0' then
     redis.call('ZREM', KEYS[3], me)
     redis.call('HDEL', KEYS[4], me)

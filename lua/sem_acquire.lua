@@ -93,7 +93,7 @@ for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
 end
 
 if want <= total and total - used >= ahead + want then
-  local fence = next_fence(KEYS[2], t, ttl)
+  local fence = next_fence(KEYS[2], t, ttl, false)
   if queued then
     redis.call('ZREM', KEYS[3], me)
     redis.call('HDEL', KEYS[4], me)

@@ -7,9 +7,10 @@
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|<permits wanted>"
 -- KEYS[4]  holders: sorted set of owner ids, scored by when their lease lapses
 -- KEYS[5]  total: the total set with SetPermits, with no expiry
--- KEYS[6]  release marker of ARGV[1]: set when its permits are given back, for
---          ARGV[6] ms, so that a retried release knows it happened
--- ARGV[1]  owner id
+-- KEYS[6]  marker of ARGV[1]: set when its permits are given back (mode "1")
+--          or the total removed (mode "5", whose ARGV[1] is the call's own
+--          id), for ARGV[6] ms, so that a retry knows the call happened
+-- ARGV[1]  owner id (mode "5": the call's own id)
 -- ARGV[2]  channel stem: a waiter is told on ARGV[2] .. ":" .. its Client id
 -- ARGV[3]  "1": give back ARGV[1]'s permits
 --          "2": the waiter ARGV[1] gives up
@@ -63,7 +64,12 @@ elseif mode == '3' then
   stored = tonumber(ARGV[5])
   res = 1
 elseif mode == '5' then
+  local done = redis.call('GET', KEYS[6])
+  if done then
+    return tonumber(done)
+  end
   res = redis.call('DEL', KEYS[5])
+  redis.call('SET', KEYS[6], res, 'PX', ARGV[6])
   stored = nil
 end
 local total = stored or tonumber(redis.call('HGET', KEYS[1], 'permits')) or tonumber(ARGV[5])
