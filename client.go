@@ -154,7 +154,6 @@ type keys struct {
 	kind    *lockKind
 	name    string // as the caller gave it
 	tag     string // prefix, namespace and {hash tag}: the lock hash's name, and the stem of every other
-	lease   string // the key that carries each holder's lease: leaseKeys[0]
 	channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
 
 	acquireKeys []string // KEYS of the acquire script
@@ -171,12 +170,8 @@ func (c *Client) keys(kind *lockKind, name string) keys {
 		}
 		return ks
 	}
-	k := keys{kind: kind, name: name, tag: tag, channel: tag + ":wake",
+	return keys{kind: kind, name: name, tag: tag, channel: tag + ":wake",
 		acquireKeys: names(kind.acquireKeys), releaseKeys: names(kind.releaseKeys), leaseKeys: names(kind.leaseKeys)}
-	if len(k.leaseKeys) > 0 {
-		k.lease = k.leaseKeys[0]
-	}
-	return k
 }
 
 // marker is the key of the marker of a call made by owner (an acquisition's

@@ -106,3 +106,28 @@ local function entry(h, w, rest)
   end
   return nil
 end
+
+-- sem_used sweeps the holders whose lease lapsed from a semaphore (its hash
+-- sem, its sorted set of holders, at most 100 a call) and returns the permits
+-- the live holders have, which the caller records with put_used.
+local function sem_used(sem, holders, now)
+  local used = tonumber(redis.call('HGET', sem, 'used') or '0')
+  for _, h in ipairs(redis.call('ZRANGEBYSCORE', holders, '-inf', now, 'LIMIT', 0, 100)) do
+    used = used - (tonumber(string.match(redis.call('HGET', sem, h) or '', '^(%d+)')) or 0)
+    redis.call('HDEL', sem, h)
+    redis.call('ZREM', holders, h)
+  end
+  if redis.call('ZCARD', holders) == 0 then
+    return 0
+  end
+  return used
+end
+
+-- put_used records in the semaphore hash sem that used permits are held.
+local function put_used(sem, used)
+  if used > 0 then
+    redis.call('HSET', sem, 'used', used)
+  else
+    redis.call('HDEL', sem, 'used')
+  end
+end

@@ -60,15 +60,7 @@ if not total then
 end
 
 -- Permits of holders whose lease lapsed come back.
-local used = tonumber(redis.call('HGET', KEYS[1], 'used') or '0')
-for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)) do
-  used = used - (tonumber(string.match(redis.call('HGET', KEYS[1], h) or '', '^(%d+)')) or 0)
-  redis.call('HDEL', KEYS[1], h)
-  redis.call('ZREM', KEYS[5], h)
-end
-if redis.call('ZCARD', KEYS[5]) == 0 then
-  used = 0
-end
+local used = sem_used(KEYS[1], KEYS[5], now)
 
 -- What the live waiters before the caller want; lapsed ones are dropped.
 local ahead, queued, soonest = 0, false, nil
@@ -104,11 +96,7 @@ if want <= total and total - used >= ahead + want then
   at_least(KEYS[1], ttl)
   return fence
 end
-if used > 0 then
-  redis.call('HSET', KEYS[1], 'used', used)
-else
-  redis.call('HDEL', KEYS[1], 'used')
-end
+put_used(KEYS[1], used)
 at_least(KEYS[1], ttl)
 if want > total and ARGV[4] == '0' then
   return -1

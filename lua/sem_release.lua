@@ -37,14 +37,13 @@ redis.call('ZCARD', KEYS[2])
 redis.call('HLEN', KEYS[3])
 redis.call('ZCARD', KEYS[4])
 local now = now_ms()
-local used = tonumber(redis.call('HGET', KEYS[1], 'used') or '0')
-local res = 0
+local res, given = 0, 0
 
 if mode == '0' or mode == '1' then
   local lapse = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]))
   local v = redis.call('HGET', KEYS[1], ARGV[1])
   if v then
-    used = used - (tonumber(string.match(v, '^(%d+)')) or 0)
+    given = tonumber(string.match(v, '^(%d+)')) or 0
     redis.call('HDEL', KEYS[1], ARGV[1])
   end
   redis.call('ZREM', KEYS[4], ARGV[1])
@@ -74,19 +73,9 @@ elseif mode == '5' then
 end
 local total = stored or tonumber(redis.call('HGET', KEYS[1], 'permits')) or tonumber(ARGV[5])
 
-for _, h in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)) do
-  used = used - (tonumber(string.match(redis.call('HGET', KEYS[1], h) or '', '^(%d+)')) or 0)
-  redis.call('HDEL', KEYS[1], h)
-  redis.call('ZREM', KEYS[4], h)
-end
-if redis.call('ZCARD', KEYS[4]) == 0 then
-  used = 0
-end
-if used > 0 then
-  redis.call('HSET', KEYS[1], 'used', used)
-else
-  redis.call('HDEL', KEYS[1], 'used')
-end
+-- Permits given back and those of holders whose lease lapsed come back.
+local used = math.max(sem_used(KEYS[1], KEYS[4], now) - given, 0)
+put_used(KEYS[1], used)
 if mode == '4' then
   return total - used
 end
