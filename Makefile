@@ -1,8 +1,16 @@
 # Shortcuts for the commands in README.md.
-.PHONY: test bench bench-quick microbench demo vet
+.PHONY: test chaos bench bench-quick microbench demo vet
 
 test:
 	go test -race -count=1 -p 1 ./...
+
+# Worker processes take one lock through a fault proxy that loses, delays and
+# holds back requests and replies, cuts, refuses and pauses connections, while
+# Redis restarts empty and the holder's process is stopped past its TTL; and
+# once more with a broken renewal, which the checks must catch. About 3
+# minutes; DLOCK_CHAOS_FOR=10m make chaos for a longer soak.
+chaos:
+	go test -race -tags chaos -run TestChaos -count=1 -timeout 60m -v . | grep -v '^redis: '
 
 # dlock next to redsync, redislock, rueidislock and raw go-redis, in one run on
 # a private redis-server: bench/results/full.md, latest.json and latest.svg.

@@ -67,9 +67,27 @@ end
 return redis.call('INCR', KEYS[2])`,
 }
 
-// UseMutant replaces an acquire script by the named broken one. It reports
-// false if there is no such mutant.
+// extendMutants are broken renewal scripts.
+var extendMutants = map[string]string{
+	// Renews whatever holds each lock and says yes: the watchdog that
+	// extends a lock its holder no longer has.
+	"extend-ignores-owner": `
+local res, k = {}, 1
+for i = 1, #ARGV / 5 do
+  redis.call('PEXPIRE', KEYS[k], ARGV[5 * i - 2])
+  res[i] = 1
+  k = k + tonumber(ARGV[5 * i])
+end
+return res`,
+}
+
+// UseMutant replaces an acquire or extend script by the named broken one. It
+// reports false if there is no such mutant.
 func UseMutant(name string) bool {
+	if src, ok := extendMutants[name]; ok {
+		scripts.extend = redis.NewScript(src)
+		return true
+	}
 	if src, ok := rwMutants[name]; ok {
 		rwReadKind.acquire = redis.NewScript(src)
 		rwWriteKind.acquire = rwReadKind.acquire

@@ -50,6 +50,8 @@ type workerParams struct {
 	// Abandon is how many names of each kind the "abandon" worker holds, and
 	// Waits how many it waits for, before it is killed.
 	Abandon, Waits int
+	// For is how long the "chaos" worker keeps taking the lock.
+	For time.Duration
 }
 
 // locker is what the workers need of a Mutex or a FairMutex.
@@ -122,6 +124,8 @@ func runWorker(role string) int {
 		err = multiHoldWorker(c, p)
 	case "abandon":
 		err = abandonWorker(c, p)
+	case "chaos":
+		err = chaosWorker(c, resRDB, p)
 	case "rw":
 		err = rwWorker(c, resRDB, p)
 	case "rwhold":

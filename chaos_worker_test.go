@@ -1,0 +1,110 @@
+package dlock_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// chaosReport is what a chaos worker prints when done.
+type chaosReport struct {
+	Sections   int64 // critical sections entered
+	Accepted   int64 // fenced writes the resource accepted
+	Stale      int64 // fenced writes it rejected: another holder had written with a higher fence
+	Noticed    int64 // stale writes whose lease was reported lost within TTL/3 + 300ms
+	Unnoticed  []string
+	LostInside int64 // critical sections during which the lease was lost
+	LockErrors map[string]int64
+	UnlockErrs map[string]int64
+	FirstOther string // the first error that is none of the package's
+}
+
+// chaosWorker runs p.Goroutines goroutines that take p's lock over and over
+// for p.For, each critical section a fenced write to the resource. A write the
+// resource rejects means another holder got the lock, with a higher fence,
+// while this one thought it held it: the lease must then be reported lost
+// within one renewal period (TTL/3) and a margin, or the client believed
+// longer than Redis held it.
+func chaosWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
+	ctx := context.Background()
+	m := p.lock(c)
+	rep := chaosReport{LockErrors: map[string]int64{}, UnlockErrs: map[string]int64{}}
+	var mu sync.Mutex
+	count := func(into map[string]int64, err error) {
+		key := "other"
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, dlock.ErrNotAcquired):
+			key = "not acquired"
+		case errors.Is(err, dlock.ErrLockLost):
+			key = "lost"
+		case errors.Is(err, dlock.ErrNotHeld):
+			key = "not held"
+		}
+		mu.Lock()
+		into[key]++
+		if key == "other" && rep.FirstOther == "" {
+			rep.FirstOther = err.Error()
+		}
+		mu.Unlock()
+	}
+	end := time.Now().Add(p.For)
+	var wg sync.WaitGroup
+	for range p.Goroutines {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				l, err := m.Lock(lctx)
+				cancel()
+				if err != nil {
+					count(rep.LockErrors, err)
+					continue
+				}
+				atomic.AddInt64(&rep.Sections, 1)
+				// Tell the test who holds the lock, so that it can stop the
+				// holder; work under the lock; then the write.
+				_ = resRDB.Set(ctx, "holder", os.Getpid(), 0).Err()
+				work := time.Duration(rand.IntN(10000)) * time.Microsecond
+				if rand.IntN(10) == 0 {
+					work = time.Duration(200+rand.IntN(400)) * time.Millisecond // across a renewal
+				}
+				time.Sleep(work)
+				acc, err := fencedWrite.Run(ctx, resRDB, []string{"resource"}, l.Fence()).Int()
+				switch {
+				case err != nil:
+					count(rep.LockErrors, err)
+				case acc == 1:
+					atomic.AddInt64(&rep.Accepted, 1)
+				default:
+					atomic.AddInt64(&rep.Stale, 1)
+					select {
+					case <-l.Done():
+						atomic.AddInt64(&rep.Noticed, 1)
+					case <-time.After(p.TTL/3 + 300*time.Millisecond):
+						mu.Lock()
+						rep.Unnoticed = append(rep.Unnoticed, fmt.Sprintf("fence %d: lease still held after a higher fence wrote", l.Fence()))
+						mu.Unlock()
+					}
+				}
+				if l.Err() != nil {
+					atomic.AddInt64(&rep.LostInside, 1)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					count(rep.UnlockErrs, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return json.NewEncoder(os.Stdout).Encode(rep)
+}
