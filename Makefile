@@ -10,7 +10,7 @@ test:
 # once more with a broken renewal, which the checks must catch. About 3
 # minutes; DLOCK_CHAOS_FOR=10m make chaos for a longer soak.
 chaos:
-	go test -race -tags chaos -run TestChaos -count=1 -timeout 60m -v . | grep -v '^redis: '
+	bash -o pipefail -c "go test -race -tags chaos -run TestChaos -count=1 -timeout 60m -v . | grep -v '^redis: '"
 
 # dlock next to redsync, redislock, rueidislock and raw go-redis, in one run on
 # a private redis-server: bench/results/full.md, latest.json and latest.svg.
