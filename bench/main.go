@@ -13,9 +13,11 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis/rueidislock"
 )
@@ -83,16 +85,25 @@ func main() {
 	if *quick {
 		cfg = config{slice: 200 * time.Millisecond, perVariant: 1200 * time.Millisecond, csWindow: 600 * time.Millisecond, csRounds: 2, periods: 3, scaleLocks: 10000}
 	}
-	var srv *server
+	// stopOnce kills the redis-server this program started and removes its
+	// log dir; with -redis nothing is started, so there is nothing to stop.
+	stopOnce := func() {}
 	if *addr == "" {
-		s, err := startRedis()
+		dir, err := os.MkdirTemp("", "dlock-bench-redis-")
 		if err != nil {
 			fatal(err)
 		}
-		srv = s
-		*addr = s.addr
+		srv, err := redistest.Launch(dir)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			fatal(err)
+		}
+		*addr = srv.Addr
+		stopOnce = sync.OnceFunc(func() {
+			_ = srv.Close()
+			_ = os.RemoveAll(dir)
+		})
 	}
-	stopOnce := func() { srv.stop() }
 	defer stopOnce()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt)

@@ -3,75 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// server is a redis-server process this program started, or nil cmd when
-// -redis pointed at an existing one.
-type server struct {
-	addr string
-	cmd  *exec.Cmd
-	dir  string
-}
-
-// startRedis starts redis-server on a free loopback port with persistence off
-// and waits until it answers PING.
-func startRedis() (*server, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, errors.New("redis-server not found on PATH (Debian: apt-get install redis-server)")
-	}
-	dir, err := os.MkdirTemp("", "dlock-bench-redis-")
-	if err != nil {
-		return nil, err
-	}
-	for range 5 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", "redis.log")
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd, dir: dir}
-		rdb := redis.NewClient(&redis.Options{Addr: s.addr})
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if rdb.Ping(context.Background()).Err() == nil {
-				rdb.Close()
-				return s, nil
-			}
-		}
-		rdb.Close()
-		s.stop()
-	}
-	return nil, errors.New("redis-server did not come up")
-}
-
-// stop kills the server by PID, if this program started it.
-func (s *server) stop() {
-	if s == nil || s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_, _ = s.cmd.Process.Wait()
-	s.cmd = nil
-	if s.dir != "" {
-		_ = os.RemoveAll(s.dir)
-	}
-}
 
 // stats is a snapshot of the server's counters: commands executed (INFO
 // commandstats, INFO itself left out) and CPU used (INFO cpu).
