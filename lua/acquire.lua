@@ -1,17 +1,17 @@
 -- acquire.lua: take a free lock (or one kept for the caller), register the
 -- caller as a waiter if it is held, or re-enter a hold the caller has.
 --
--- KEYS[1]  lock hash: owner id -> hold count, with a PX expiry; or, while a
+-- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry; or, while a
 --          released lock is kept for a woken waiter, the field "reserved" ->
 --          that waiter's owner id
 -- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
 -- KEYS[3]  waiters: sorted set of waiting owner ids, each scored by the server
 --          time (ms) at which the entry lapses unless renewed; the key expires
 --          when the last entry would
--- ARGV[1]  owner id
--- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "0": take the lock; "1": re-enter a hold of ARGV[1]
--- ARGV[4]  taking: "0" not to register, else how long (ms) the caller stays
+-- ARGV[1]  owner: the owner id
+-- ARGV[2]  ttl: the TTL in milliseconds
+-- ARGV[3]  mode: "0" to take the lock; "1" to re-enter a hold of ARGV[1]
+-- ARGV[4]  register: taking, "0" not to register, else how long (ms) the caller stays
 --          registered as a waiter when the lock is held; re-entering: the
 --          owner's hold count after this re-entry
 --
@@ -35,7 +35,7 @@ end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 then
   if redis.call('HEXISTS', KEYS[1], me) == 1 then
-    return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], redis.call('TIME'), ARGV[2], true)
+    return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], (server_time()), ARGV[2], true)
   end
   if not (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me) then
     if ARGV[4] ~= '0' then
@@ -48,7 +48,7 @@ end
 if ARGV[4] ~= '0' then
   redis.call('ZREM', KEYS[3], me)
 end
-local fence = next_fence(KEYS[2], redis.call('TIME'), ARGV[2], true)
+local fence = next_fence(KEYS[2], (server_time()), ARGV[2], true)
 if n > 0 then
   redis.call('DEL', KEYS[1])
 end

@@ -4,17 +4,17 @@
 -- then the keys that must live at least as long as it (the lock's fence, and
 -- for some kinds a hash of holders).
 --
--- KEYS        group i: ARGV[5i] keys, the first of which carries lease i: a
+-- KEYS        lease: group i, ARGV[5i] keys, the first of which carries lease i: a
 --             lock hash (owner id -> hold count, with a PX expiry), or a
 --             sorted set of holders (owner id -> server time in ms at which
 --             that holder's lease lapses)
--- ARGV[5i-4]  "h" for a lock hash, "z" for a sorted set of holders
--- ARGV[5i-3]  owner id expected to hold lease i
--- ARGV[5i-2]  TTL of lease i in milliseconds
--- ARGV[5i-1]  "gt": make lease i lapse TTL from now unless it lapses later
+-- ARGV[5i-4]  type: "h" for a lock hash, "z" for a sorted set of holders
+-- ARGV[5i-3]  owner: the owner id expected to hold lease i
+-- ARGV[5i-2]  ttl: the TTL of lease i in milliseconds
+-- ARGV[5i-1]  how: "gt" to make lease i lapse TTL from now unless it lapses later
 --             already (a renewal: never shortens a lease); "set": make it
 --             lapse TTL from now (Lease.Extend)
--- ARGV[5i]    how many keys group i has
+-- ARGV[5i]    keys: how many keys group i has
 --
 -- Returns one code per lease, in order:
 --    1  extended: the owner holds it, and it now lapses TTL from now (or

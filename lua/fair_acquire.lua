@@ -2,18 +2,18 @@
 -- (or kept for the caller) and no live waiter arrived before the caller.
 -- Otherwise queue the caller, keeping its place, or re-enter a hold it has.
 --
--- KEYS[1]  lock hash: owner id -> hold count, with a PX expiry; or, while a
+-- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry; or, while a
 --          released lock is kept for the waiter at the head, "reserved" -> it
 -- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
--- KEYS[3]  queue: sorted set of waiting owner ids, scored by arrival (server
+-- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival (server
 --          time in microseconds)
 -- KEYS[4]  alive: hash of waiting owner id -> server time (ms) at which it
 --          lapses unless renewed; a lapsed waiter is dropped from the queue.
 --          Queue and alive expire when the last registration would lapse.
--- ARGV[1]  owner id
--- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "0": take the lock; "1": re-enter a hold of ARGV[1]
--- ARGV[4]  taking: "0" not to queue (TryLock), else how long (ms) the caller
+-- ARGV[1]  owner: the owner id
+-- ARGV[2]  ttl: the TTL in milliseconds
+-- ARGV[3]  mode: "0" to take the lock; "1" to re-enter a hold of ARGV[1]
+-- ARGV[4]  register: taking, "0" not to queue (TryLock), else how long (ms) the caller
 --          stays queued unless it renews (by calling again); re-entering: the
 --          owner's hold count after this re-entry
 --
@@ -33,27 +33,14 @@ if ARGV[3] == '1' then
 end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
-  return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], redis.call('TIME'), ARGV[2], true)
+  return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], (server_time()), ARGV[2], true)
 end
 local free = n == 0 or (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me)
 redis.call('ZCARD', KEYS[3]) -- type checks, before any write
 redis.call('HLEN', KEYS[4])
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local t, now = server_time()
 -- The first live waiter; lapsed ones ahead of it are dropped.
-local head, lapse
-while true do
-  head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if not head or head == me then
-    break
-  end
-  lapse = tonumber(redis.call('HGET', KEYS[4], head))
-  if lapse and lapse > now then
-    break
-  end
-  redis.call('ZREM', KEYS[3], head)
-  redis.call('HDEL', KEYS[4], head)
-end
+local head, lapse = live_waiters(KEYS[3], KEYS[4], now, nil, me)()
 if free and (not head or head == me) then
   local fence = next_fence(KEYS[2], t, ARGV[2], true)
   if head then

@@ -3,12 +3,16 @@
 -- waiter, and only that waiter's Client is told; the waiter keeps its place at
 -- the head until it takes the lock or lapses.
 --
--- KEYS[1]  lock hash: owner id -> hold count, or "reserved" -> owner id
--- KEYS[2]  queue: sorted set of waiting owner ids, scored by arrival
+-- KEYS[1]  lock: hash of owner id -> hold count, or "reserved" -> owner id
+-- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> lapse time (server ms)
--- KEYS[4]  release marker of ARGV[1], as in release.lua
--- ARGV[1..6] as in release.lua: owner id, channel stem, mode, reservation
---          (ms), remaining hold count (mode "0"), marker lifetime (ms)
+-- KEYS[4]  marker: the release marker of ARGV[1], as in release.lua
+-- ARGV[1]  owner: as in release.lua
+-- ARGV[2]  channel: as in release.lua
+-- ARGV[3]  mode: as in release.lua
+-- ARGV[4]  reserve: as in release.lua
+-- ARGV[5]  count: as in release.lua
+-- ARGV[6]  marker_ttl: as in release.lua
 --
 -- Returns, and runs twice, as release.lua does.
 local mode = ARGV[3]
@@ -32,19 +36,11 @@ redis.call('DEL', KEYS[1])
 if queued == 0 then
   return 1
 end
-local now = now_ms()
-while true do
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if not head then
-    return 1
-  end
-  local lapse = tonumber(redis.call('HGET', KEYS[3], head))
-  if lapse and lapse > now then
-    redis.call('HSET', KEYS[1], 'reserved', head)
-    redis.call('PEXPIRE', KEYS[1], ARGV[4])
-    tell(ARGV[2], head)
-    return 1
-  end
-  redis.call('ZREM', KEYS[2], head)
-  redis.call('HDEL', KEYS[3], head)
+-- The first live waiter; lapsed ones ahead of it are dropped.
+local head = live_waiters(KEYS[2], KEYS[3], now_ms())()
+if head then
+  redis.call('HSET', KEYS[1], 'reserved', head)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  tell(ARGV[2], head)
 end
+return 1

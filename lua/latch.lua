@@ -2,16 +2,16 @@
 -- remove its count. When the count goes (down to zero, or removed) the latch
 -- opens: every waiter, in every process, is woken.
 --
--- KEYS[1]  the latch's count: a string holding a positive integer, no expiry
--- KEYS[2]  this call's marker: its answer, kept for ARGV[4] ms, so that a
+-- KEYS[1]  count: the latch's count, a string holding a positive integer, no expiry
+-- KEYS[2]  marker: this call's marker, its answer, kept for ARGV[4] ms, so that a
 --          retry of the same call (after a lost reply) answers the same and
 --          counts nothing twice
--- ARGV[1]  "down": count down by one
+-- ARGV[1]  mode: "down", count down by one
 --          "set": set the count to ARGV[3] if the latch has none
 --          "delete": remove the count
--- ARGV[2]  the latch's channel; "*" is published on it when the latch opens
--- ARGV[3]  "set": the count
--- ARGV[4]  how long (ms) the marker lives
+-- ARGV[2]  channel: the latch's channel; "*" is published on it when the latch opens
+-- ARGV[3]  count: for "set", the count
+-- ARGV[4]  marker_ttl: how long (ms) the marker lives
 --
 -- Returns:
 --   "down":   > 0 the count left; 0 the count reached zero and the latch

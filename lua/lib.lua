@@ -6,10 +6,17 @@
 -- Numbers written to Redis go through redis.call, which writes them exactly
 -- (up to 2^53); never through '..', which rounds to 14 digits.
 
--- now_ms returns the server time in milliseconds.
-local function now_ms()
+-- server_time returns the server's clock: the reply of TIME (seconds and
+-- microseconds), and the same in milliseconds.
+local function server_time()
   local t = redis.call('TIME')
-  return t[1] * 1000 + math.floor(t[2] / 1000)
+  return t, t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- now_ms returns the server's clock in milliseconds.
+local function now_ms()
+  local _, now = server_time()
+  return now
 end
 
 -- at_least makes key expire no sooner than ms from now: a key without an
@@ -95,16 +102,50 @@ local function give_back(lock, owner, mode, count, marker)
   return nil
 end
 
--- entry reads waiter w's entry in the hash h, "<lapse ms>|<rest>", where rest
--- matches the pattern rest. It returns the lapse time as a number and rest, or
--- nil if w has no entry or the entry does not match.
+-- entry reads waiter w's entry in the hash h: "<lapse ms>|<rest>", where
+-- rest matches the pattern rest, or "<lapse ms>" alone if rest is nil. It
+-- returns the lapse time as a number and rest, or nil if w has no entry or
+-- the entry does not match.
 local function entry(h, w, rest)
   local v = redis.call('HGET', h, w)
-  if v then
-    local l, r = string.match(v, '^(%d+)|(' .. rest .. ')$')
-    return tonumber(l), r
+  if not v then
+    return nil
   end
-  return nil
+  if not rest then
+    return tonumber(v)
+  end
+  local l, r = string.match(v, '^(%d+)|(' .. rest .. ')$')
+  return tonumber(l), r
+end
+
+-- live_waiters walks a queue in arrival order (the sorted set queue, each
+-- waiter's entry in the hash alive, read with entry and rest) and returns an
+-- iterator over its live waiters: owner id, lapse time and rest. Waiters
+-- whose entry lapsed (before now) or is missing are dropped from both on the
+-- way; keep, if given, is returned whatever its entry says. The walk reads the
+-- queue 16 at a time, so a caller that stops early reads little of it.
+local function live_waiters(queue, alive, now, rest, keep)
+  local page, i, kept = {}, 0, 0
+  return function()
+    while true do
+      i = i + 1
+      if i > #page then
+        page = redis.call('ZRANGE', queue, kept, kept + 15)
+        if #page == 0 then
+          return nil
+        end
+        i = 1
+      end
+      local w = page[i]
+      local lapse, r = entry(alive, w, rest)
+      if w == keep or (lapse and lapse > now) then
+        kept = kept + 1
+        return w, lapse, r
+      end
+      redis.call('ZREM', queue, w)
+      redis.call('HDEL', alive, w)
+    end
+  end
 end
 
 -- sem_used sweeps the holders whose lease lapsed from a semaphore (its hash

@@ -2,22 +2,22 @@
 -- that becomes free while others wait is kept for a short while for the
 -- waiter registered longest ago, and only that waiter's Client is told.
 --
--- KEYS[1]  lock hash: owner id -> hold count, or "reserved" -> owner id
+-- KEYS[1]  lock: hash of owner id -> hold count, or "reserved" -> owner id
 -- KEYS[2]  waiters: sorted set of owner ids, scored by when the entry lapses
--- KEYS[3]  release marker of ARGV[1]: set when its last hold goes, for
+-- KEYS[3]  marker: the release marker of ARGV[1], set when its last hold goes, for
 --          ARGV[6] ms, so that a retried release knows it happened
--- ARGV[1]  owner id (mode "2": a waiter's)
--- ARGV[2]  channel stem: a waiter is told on ARGV[2] .. ":" .. its Client id
+-- ARGV[1]  owner: the owner id (mode "2": a waiter's)
+-- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
 --          its owner id
--- ARGV[3]  "1": the owner's last hold goes: free the lock
+-- ARGV[3]  mode: "1", the owner's last hold goes: free the lock
 --          "0": one of several holds goes: set the owner's hold count to
 --          ARGV[5] (the client keeps the authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          is kept for it, keep it for the next waiter instead, or free it
--- ARGV[4]  how long (ms) a freed lock is kept for the waiter that is told
--- ARGV[5]  mode "0": the hold count that remains
--- ARGV[6]  how long (ms) the release marker lives
+-- ARGV[4]  reserve: how long (ms) a freed lock is kept for the waiter that is told
+-- ARGV[5]  count: for mode "0", the hold count that remains
+-- ARGV[6]  marker_ttl: how long (ms) the release marker lives
 --
 -- Returns:
 --    1  released (mode 2: passed on or freed)

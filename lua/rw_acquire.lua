@@ -2,12 +2,12 @@
 -- arrival, so that a waiting writer is not starved by readers; or re-enter a
 -- hold the caller has.
 --
--- KEYS[1]  lock hash: the writer's owner id -> hold count, with a PX expiry;
+-- KEYS[1]  lock: hash of the writer's owner id -> hold count, with a PX expiry;
 --          or, while a freed lock is kept for the writer at the head of the
 --          queue, "reserved" -> that writer's owner id
 -- KEYS[2]  fence: the last fence handed out, shared by reads and writes,
 --          expiring no sooner than any hold
--- KEYS[3]  queue: sorted set of waiting owner ids, scored by arrival (server
+-- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival (server
 --          time in microseconds)
 -- KEYS[4]  alive: hash of waiting owner id -> "<lapse ms>|r" for a reader,
 --          "<lapse ms>|w" for a writer; a lapsed waiter is dropped. Queue and
@@ -17,16 +17,16 @@
 --          the last of them would
 -- KEYS[6]  fences: hash of holder owner id (readers and the writer) -> the
 --          fence of its hold, expiring no sooner than any hold
--- ARGV[1]  owner id
--- ARGV[2]  TTL in milliseconds
--- ARGV[3]  "0": acquire; "1": re-enter the hold of ARGV[1], read or write,
+-- ARGV[1]  owner: the owner id
+-- ARGV[2]  ttl: the TTL in milliseconds
+-- ARGV[3]  mode: "0" to acquire; "1" to re-enter the hold of ARGV[1], read or write,
 --          whichever it is
--- ARGV[4]  acquiring: "0" not to queue (TryLock, TryRLock), else how long
+-- ARGV[4]  register: acquiring, "0" not to queue (TryLock, TryRLock), else how long
 --          (ms) the caller stays queued unless it renews (by calling again);
 --          re-entering: the owner's hold count after this re-entry (a read
 --          hold has no count in Redis)
--- ARGV[5]  "r": acquire for reading; "w": for writing
--- ARGV[6]  for "r": the owner id of a write hold the caller has, or "". A
+-- ARGV[5]  access: "r" to acquire for reading; "w" for writing
+-- ARGV[6]  writer: for "r", the owner id of a write hold the caller has, or "". A
 --          writer that reads gets the read at once, whoever waits, since all
 --          of them wait for it.
 --
@@ -52,8 +52,7 @@
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
 local me = ARGV[1]
-local t = redis.call('TIME') -- also the arrival time of a caller queued below
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local t, now = server_time() -- also the arrival time of a caller queued below
 local reading = ARGV[5] == 'r'
 
 if ARGV[3] == '1' then
@@ -88,20 +87,14 @@ local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 
 -- The live waiters before the caller, as far as they matter: for a writer,
 -- the first one; for a reader, the first writer. Lapsed ones are dropped.
-local drop = {}
 local ahead, aheadLapse
-for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+for w, lapse, what in live_waiters(KEYS[3], KEYS[4], now, '[rw]', me) do
   if w == me then
     break
   end
-  local lapse, what = entry(KEYS[4], w, '[rw]')
-  if lapse and lapse > now then
-    if not reading or what == 'w' then
-      ahead, aheadLapse = w, lapse
-      break
-    end
-  else
-    drop[#drop + 1] = w
+  if not reading or what == 'w' then
+    ahead, aheadLapse = w, lapse
+    break
   end
 end
 
@@ -114,12 +107,6 @@ if reading then
 else
   granted = readers == 0 and not ahead and
     (n == 0 or (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me))
-end
-
--- Writes from here on.
-for _, w in ipairs(drop) do
-  redis.call('ZREM', KEYS[3], w)
-  redis.call('HDEL', KEYS[4], w)
 end
 
 if granted then

@@ -1,29 +1,29 @@
 -- rw_release.lua: give back a hold of an RWMutex, read or write, or take a
 -- waiter out of the queue; then wake only the waiters that can now proceed.
 --
--- KEYS[1]  lock hash: the writer's owner id -> hold count, or "reserved" ->
+-- KEYS[1]  lock: hash of the writer's owner id -> hold count, or "reserved" ->
 --          the owner id of the writer the lock is kept for
--- KEYS[2]  queue: sorted set of waiting owner ids, scored by arrival
+-- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|r" or "<lapse ms>|w"
 -- KEYS[4]  readers: sorted set of read holders' owner ids, scored by when
 --          their lease lapses (server ms)
 -- KEYS[5]  fences: hash of holder owner id -> the fence of its hold
--- KEYS[6]  release marker of ARGV[1]: set when its last hold goes, for
+-- KEYS[6]  marker: the release marker of ARGV[1], set when its last hold goes, for
 --          ARGV[6] ms, so that a retried release knows it happened
--- ARGV[1]  owner id (mode "2": a waiter's); whether it holds a read or the
+-- ARGV[1]  owner: the owner id (mode "2": a waiter's); whether it holds a read or the
 --          write is found in Redis
--- ARGV[2]  channel stem: a waiter is told on ARGV[2] .. ":" .. its Client id
+-- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
 --          its owner id
--- ARGV[3]  "1": the owner's last hold goes
+-- ARGV[3]  mode: "1", the owner's last hold goes
 --          "0": one of several holds goes: a write hold's count is set to
 --          ARGV[5]; a read hold has no count in Redis (the client keeps the
 --          authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock is
 --          kept for it, or it stood in others' way, wake who can now proceed
--- ARGV[4]  how long (ms) a freed lock is kept for the writer that is told
--- ARGV[5]  mode "0": the hold count that remains
--- ARGV[6]  how long (ms) the release marker lives
+-- ARGV[4]  reserve: how long (ms) a freed lock is kept for the writer that is told
+-- ARGV[5]  count: for mode "0", the hold count that remains
+-- ARGV[6]  marker_ttl: how long (ms) the release marker lives
 --
 -- Who is woken, when the lock has no writer and is kept for nobody: if the
 -- first live waiter is a writer and no live reader holds, the lock is kept for
@@ -117,22 +117,16 @@ if readers > 0 and reader then
   return res
 end
 local told = 0
-for _, w in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  local lapse, what = entry(KEYS[3], w, '[rw]')
-  if lapse and lapse > now then
-    if what == 'w' then
-      if told == 0 and readers == 0 then
-        redis.call('HSET', KEYS[1], 'reserved', w)
-        redis.call('PEXPIRE', KEYS[1], ARGV[4])
-        tell(ARGV[2], w)
-      end
-      break
+for w, _, what in live_waiters(KEYS[2], KEYS[3], now, '[rw]') do
+  if what == 'w' then
+    if told == 0 and readers == 0 then
+      redis.call('HSET', KEYS[1], 'reserved', w)
+      redis.call('PEXPIRE', KEYS[1], ARGV[4])
+      tell(ARGV[2], w)
     end
-    tell(ARGV[2], w)
-    told = told + 1
-  else
-    redis.call('ZREM', KEYS[2], w)
-    redis.call('HDEL', KEYS[3], w)
+    break
   end
+  tell(ARGV[2], w)
+  told = told + 1
 end
 return res

@@ -1,24 +1,25 @@
 -- sem_acquire.lua: take permits of a semaphore, in order of arrival, each
 -- acquisition with a lease of its own.
 --
--- KEYS[1]  semaphore hash: "used" -> permits held, "permits" -> the total
+-- KEYS[1]  semaphore: hash, "used" -> permits held, "permits" -> the total
 --          when none is stored in KEYS[6] (the first caller's), owner id ->
 --          "<permits>|<fence>" of that holder; expires when the last holder's
 --          lease would
 -- KEYS[2]  fence: the last fence handed out, expiring no sooner than the
 --          holders' leases
--- KEYS[3]  queue: sorted set of waiting owner ids, scored by arrival (server µs)
+-- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by
+--          arrival (server µs)
 -- KEYS[4]  alive: hash of waiting owner id -> "<lapse ms>|<permits wanted>".
 --          Queue and alive expire when the last registration would lapse.
 -- KEYS[5]  holders: sorted set of owner ids, scored by when their lease lapses
 -- KEYS[6]  total: the total set with SetPermits, with no expiry
--- ARGV[1]  owner id
--- ARGV[2]  TTL of the lease in milliseconds
--- ARGV[3]  "0" (an acquisition is never a re-entry)
--- ARGV[4]  "0": do not queue; else how long (ms) the caller stays queued
+-- ARGV[1]  owner: the owner id
+-- ARGV[2]  ttl: the TTL of the lease in milliseconds
+-- ARGV[3]  mode: "0" (an acquisition is never a re-entry)
+-- ARGV[4]  register: "0" not to queue; else how long (ms) the caller stays queued
 --          unless it renews (by calling again)
--- ARGV[5]  permits wanted
--- ARGV[6]  the total when none is stored
+-- ARGV[5]  permits: how many are wanted
+-- ARGV[6]  total: the total when none is stored
 --
 -- The caller gets its permits when they are free after every live waiter
 -- queued before it has had its own: nobody overtakes a waiter, and a waiter
@@ -41,8 +42,7 @@ redis.call('GET', KEYS[2])
 redis.call('ZCARD', KEYS[3])
 redis.call('HLEN', KEYS[4])
 redis.call('ZCARD', KEYS[5])
-local t = redis.call('TIME') -- also the arrival time of a caller queued below
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local t, now = server_time() -- also the arrival time of a caller queued below
 
 local mine = redis.call('HGET', KEYS[1], me)
 if mine then
@@ -64,23 +64,17 @@ local used = sem_used(KEYS[1], KEYS[5], now)
 
 -- What the live waiters before the caller want; lapsed ones are dropped.
 local ahead, queued, soonest = 0, false, nil
-for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+for w, lapse, k in live_waiters(KEYS[3], KEYS[4], now, '%d+', me) do
   if w == me then
     queued = true
     break
   end
-  local lapse, k = entry(KEYS[4], w, '%d+')
-  if lapse and lapse > now then
-    local n = tonumber(k)
-    if n <= total then
-      ahead = ahead + n
-      if not soonest or lapse < soonest then
-        soonest = lapse
-      end
+  local n = tonumber(k)
+  if n <= total then
+    ahead = ahead + n
+    if not soonest or lapse < soonest then
+      soonest = lapse
     end
-  else
-    redis.call('ZREM', KEYS[3], w)
-    redis.call('HDEL', KEYS[4], w)
   end
 end
 

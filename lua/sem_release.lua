@@ -2,26 +2,26 @@
 -- queue, or set, read or remove the total; then wake the waiters that can now
 -- proceed.
 --
--- KEYS[1]  semaphore hash, as in sem_acquire.lua
--- KEYS[2]  queue: sorted set of waiting owner ids, scored by arrival
+-- KEYS[1]  semaphore: the hash, as in sem_acquire.lua
+-- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|<permits wanted>"
 -- KEYS[4]  holders: sorted set of owner ids, scored by when their lease lapses
 -- KEYS[5]  total: the total set with SetPermits, with no expiry
--- KEYS[6]  marker of ARGV[1]: set when its permits are given back (mode "1")
+-- KEYS[6]  marker: the marker of ARGV[1], set when its permits are given back (mode "1")
 --          or the total removed (mode "5", whose ARGV[1] is the call's own
 --          id), for ARGV[6] ms, so that a retry knows the call happened
--- ARGV[1]  owner id (mode "5": the call's own id)
--- ARGV[2]  channel stem: a waiter is told on ARGV[2] .. ":" .. its Client id
--- ARGV[3]  "1": give back ARGV[1]'s permits
+-- ARGV[1]  owner: the owner id (mode "5": the call's own id)
+-- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
+-- ARGV[3]  mode: "1", give back ARGV[1]'s permits
 --          "2": the waiter ARGV[1] gives up
 --          "3": store ARGV[5] as the total
 --          "4": only report the permits available
 --          "5": remove the stored total
--- ARGV[4]  unused (a semaphore keeps nothing for a waiter)
--- ARGV[5]  mode "3": the new total; modes "4" and "5": the total when none
+-- ARGV[4]  reserve: unused (a semaphore keeps nothing for a waiter)
+-- ARGV[5]  total: for mode "3", the new total; modes "4" and "5": the total when none
 --          is stored and the semaphore hash has none either (modes "1" and
 --          "2" find it there)
--- ARGV[6]  how long (ms) the release marker lives
+-- ARGV[6]  marker_ttl: how long (ms) the marker lives
 --
 -- Every waiter that now fits, counting what the live waiters before it want,
 -- is told (its owner id is published on its Client's channel); the first that
@@ -81,20 +81,14 @@ if mode == '4' then
 end
 
 local free = total - used
-for _, w in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  local lapse, k = entry(KEYS[3], w, '%d+')
-  if lapse and lapse > now then
-    local n = tonumber(k)
-    if n <= total then
-      if n > free then
-        break
-      end
-      free = free - n
-      tell(ARGV[2], w)
+for w, _, k in live_waiters(KEYS[2], KEYS[3], now, '%d+') do
+  local n = tonumber(k)
+  if n <= total then
+    if n > free then
+      break
     end
-  else
-    redis.call('ZREM', KEYS[2], w)
-    redis.call('HDEL', KEYS[3], w)
+    free = free - n
+    tell(ARGV[2], w)
   end
 end
 return res

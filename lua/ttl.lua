@@ -1,9 +1,9 @@
 -- ttl.lua: the time left on a lease, if the given owner holds it.
 --
--- KEYS[1]  the key that carries the lease: a lock hash (owner id -> hold
+-- KEYS[1]  lease: the key that carries the lease, a lock hash (owner id -> hold
 --          count), or a sorted set of holders (owner id -> lapse time in ms)
--- ARGV[1]  owner id
--- ARGV[2]  "h" for a lock hash, "z" for a sorted set of holders
+-- ARGV[1]  owner: the owner id
+-- ARGV[2]  type: "h" for a lock hash, "z" for a sorted set of holders
 --
 -- Returns the time left in ms (-1 if the key has no expiry) when ARGV[1]
 -- holds the lease; -3 when another owner holds the lock; -2 when nobody does
