@@ -149,7 +149,7 @@ func SetUnsubscribeHook(f func()) (restore func()) {
 
 // ReadyChannels returns the channels c believes it is subscribed to.
 func ReadyChannels(c *Client) []string {
-	n := c.note
+	n := c.e.note
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var chs []string

@@ -148,9 +148,9 @@ func TestRenewalBatches(t *testing.T) {
 	ttl := 600 * time.Millisecond
 	var mu sync.Mutex
 	renewed := map[string]int{}
-	c := clientOn(t, rdb, dlock.WithTTL(ttl), dlock.WithHooks(dlock.Hooks{Extended: func(n string) {
+	c := clientOn(t, rdb, dlock.WithTTL(ttl), dlock.WithHooks(dlock.Hooks{Extended: func(_ context.Context, l dlock.LockInfo, _ int64) {
 		mu.Lock()
-		renewed[n]++
+		renewed[l.Name]++
 		mu.Unlock()
 	}}))
 	ctx := context.Background()

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strconv"
 )
 
 // FairMutex is a reentrant mutual-exclusion lock that is granted in strict
@@ -29,7 +30,7 @@ import (
 // to the next waiter, which takes about one and a half round trips, even when
 // the releasing process would like it back at once.
 type FairMutex struct {
-	x exclusive
+	a acquirer
 }
 
 // FairMutex returns the fair lock called name. Any byte string is a valid
@@ -37,11 +38,11 @@ type FairMutex struct {
 // are returned by every call. A FairMutex and a Mutex of the same name are
 // different locks.
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
-	return &FairMutex{x: c.exclusive(fairKind, name, opts)}
+	return &FairMutex{a: c.acquirer(fairKind, name, opts)}
 }
 
 // Name returns the lock's name.
-func (m *FairMutex) Name() string { return m.engine().k.name }
+func (m *FairMutex) Name() string { return m.acquirer().k.name }
 
 // Lock queues for the lock and waits until it is this caller's turn, or ctx
 // is done. ctx bounds the wait only, never the lease. If ctx ends first, the
@@ -49,23 +50,23 @@ func (m *FairMutex) Name() string { return m.engine().k.name }
 // the queue is given up. If ctx carries a Lease of this lock (see
 // Lease.Context), Lock re-enters it at once.
 func (m *FairMutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.engine().lock(ctx, "lock", true, nil)
+	return m.acquirer().acquire(ctx, "lock", true, nil)
 }
 
 // TryLock takes the lock if it is free and nobody is queued for it, in one
 // round trip; otherwise the error matches ErrNotAcquired. It never queues.
 func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.engine().lock(ctx, "trylock", false, nil)
+	return m.acquirer().acquire(ctx, "trylock", false, nil)
 }
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, as Mutex.Do does.
 func (m *FairMutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return m.engine().do(ctx, fn)
+	return doLocked(ctx, strconv.Quote(m.Name()), fn, m.Lock)
 }
 
-func (m *FairMutex) engine() *exclusive {
-	if m == nil || m.x.c == nil && m.x.err == nil {
-		return &exclusive{err: errors.New("dlock: nil or zero FairMutex; get one from Client.FairMutex")}
+func (m *FairMutex) acquirer() *acquirer {
+	if m == nil || m.a.e == nil && m.a.err == nil {
+		return &acquirer{err: errors.New("dlock: nil or zero FairMutex; get one from Client.FairMutex")}
 	}
-	return &m.x
+	return &m.a
 }

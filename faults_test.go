@@ -896,7 +896,7 @@ func TestHalfOpenWakeUpConnection(t *testing.T) {
 func TestSlowHookDelaysNoRenewal(t *testing.T) {
 	ctx := context.Background()
 	var slow sync.Once
-	c, _, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Extended: func(string) {
+	c, _, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Extended: func(context.Context, dlock.LockInfo, int64) {
 		slow.Do(func() { time.Sleep(time.Second) })
 	}}))
 	ls := make([]*dlock.Lease, 3)

@@ -1,11 +1,78 @@
 package dlock
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
-// dispatcher runs hook calls that come from the Client's background work
-// (renewals, deadline timers) on a goroutine of its own, one at a time and in
-// the order they came, so that a slow hook delays no renewal. The goroutine
-// runs while there are calls to make; close waits for it.
+// Hooks are optional functions called on lock events, for metrics and
+// traces, in the manner of net/http/httptrace.ClientTrace. A nil field is
+// skipped. Every hook gets a context and the lock it is about; Start hooks
+// may return a context derived from theirs (one that carries a span, say),
+// which the call then makes its requests with and hands to its End hook.
+//
+// LockStart, Contended, LockEnd, UnlockStart and UnlockEnd are called on the
+// goroutine of the call they are about, possibly from many goroutines at
+// once. Extended, ExtendFailed and Lost, which the Client's background work
+// observes (renewal, the lease's deadline), are called with a context of
+// their own from a goroutine of their own, one at a time, in the order the
+// events happened, so that a slow hook delays no renewal; Lost may therefore
+// come a moment after the lease's Done has closed. A hook slower than the
+// events it is called for builds up a backlog, which Client.Close waits for,
+// as it does for every hook call in flight. Hooks must be safe for concurrent
+// use.
+type Hooks struct {
+	// LockStart is called when an acquisition starts: Lock, TryLock, RLock,
+	// TryRLock, Acquire or TryAcquire, which op names ("lock", "trylock",
+	// "rlock", "tryrlock", "acquire", "tryacquire"); a MultiLock makes one
+	// per name. A re-entry is an acquisition too.
+	LockStart func(ctx context.Context, l LockInfo, op string) context.Context
+	// Contended is called when the acquisition finds the lock held and
+	// starts waiting for it.
+	Contended func(ctx context.Context, l LockInfo)
+	// LockEnd is called when the acquisition ends, acquired or not.
+	LockEnd func(ctx context.Context, l LockInfo, r LockResult)
+	// UnlockStart is called when Unlock (or Release) of a Lease starts.
+	UnlockStart func(ctx context.Context, l LockInfo) context.Context
+	// UnlockEnd is called when it ends.
+	UnlockEnd func(ctx context.Context, l LockInfo, r UnlockResult)
+	// Extended is called after a lease was renewed, or extended with
+	// Lease.Extend.
+	Extended func(ctx context.Context, l LockInfo, fence int64)
+	// ExtendFailed is called when a renewal failed for a reason that may pass
+	// (Redis unreachable, say); renewal is retried until the lease's deadline.
+	ExtendFailed func(ctx context.Context, l LockInfo, fence int64, err error)
+	// Lost is called when a lease is lost; err matches ErrLockLost.
+	Lost func(ctx context.Context, l LockInfo, fence int64, err error)
+}
+
+// LockInfo names the lock an event is about.
+type LockInfo struct {
+	Kind string // "Mutex", "FairMutex", "RWMutex" or "Semaphore"
+	Name string // as the caller gave it
+}
+
+// LockResult is how an acquisition ended.
+type LockResult struct {
+	Fence     int64         // the lease's fence if acquired, else 0
+	Reentered bool          // the acquisition re-entered a lease carried by its context
+	Waited    time.Duration // from LockStart until now
+	Err       error         // why it was not acquired, nil if it was
+}
+
+// UnlockResult is how an Unlock ended.
+type UnlockResult struct {
+	Fence int64
+	Last  bool          // the lease's last hold was given back: the lock was given up
+	Held  time.Duration // since the lease was acquired
+	Err   error
+}
+
+// dispatcher runs the hook calls of background work on a goroutine of its
+// own, one at a time and in the order they came, so that a slow hook delays
+// no renewal. The goroutine runs while there are calls to make; close waits
+// for it.
 type dispatcher struct {
 	mu      sync.Mutex
 	queue   []func()

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // CountDownLatch lets any number of processes wait until others have done a
@@ -34,16 +31,10 @@ import (
 //	dlock:latch:{N}:done:<id>  string: the answer of one call, for 10s, for its retries
 //	dlock:latch:{N}:zero       channel: "*" is published on it when the latch opens
 type CountDownLatch struct {
-	c       *Client
-	k       keys
-	channel string
-	err     error // an invalid name or Client, returned by every call
+	e   *engine
+	k   keys
+	err error // an invalid name or Client, returned by every call
 }
-
-// latchKind names the latch's key namespace. A latch registers no waiters in
-// Redis and keeps nothing for anyone, so it has no acquire or release script,
-// and its gates ignore every message but "*".
-var latchKind = &lockKind{what: "CountDownLatch", space: "latch:"}
 
 // The fallback re-check of a waiting Wait, against a lost wake-up message:
 // after latchRecheck, then twice as long each time, up to latchMaxRecheck.
@@ -56,11 +47,10 @@ const (
 // name; the empty one is not, and that error is returned by every call on the
 // latch.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
-	if c == nil {
-		return &CountDownLatch{k: keys{name: name}, err: errors.New("dlock: CountDownLatch of a nil Client")}
+	if c == nil || c.e == nil {
+		return &CountDownLatch{k: keys{name: name}, err: errors.New("dlock: CountDownLatch of a nil or zero Client")}
 	}
-	k := c.keys(latchKind, name)
-	l := &CountDownLatch{c: c, k: k, channel: k.tag + ":zero"}
+	l := &CountDownLatch{e: c.e, k: newKeys(c.cfg.prefix, latchKind, name)}
 	if name == "" {
 		l.err = errors.New("dlock: CountDownLatch: empty latch name")
 	}
@@ -84,9 +74,9 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 		return false, err
 	}
 	if count <= 0 {
-		return false, fmt.Errorf("dlock: %s %q: count %d, want more than 0", op, l.k.name, count)
+		return false, opErr(nil, nil, "%s %q: count %d, want more than 0", op, l.k.name, count)
 	}
-	v, err := l.run(ctx, op, "set", count)
+	v, err := l.e.node.latch(ctx, l.k, l.e.newOwner(), latchSet, count)
 	return v == 1, err
 }
 
@@ -94,11 +84,10 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 // latch opens: the count is deleted and every waiter is woken. Counting down
 // a latch that has no count does nothing. One round trip.
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
-	const op = "count down latch"
-	if err := l.check(ctx, op); err != nil {
+	if err := l.check(ctx, "count down latch"); err != nil {
 		return err
 	}
-	_, err := l.run(ctx, op, "down", 0)
+	_, err := l.e.node.latch(ctx, l.k, l.e.newOwner(), latchDown, 0)
 	return err
 }
 
@@ -107,32 +96,19 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 // no longer reach zero, or to leave nothing of an armed latch in Redis. One
 // round trip.
 func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
-	const op = "delete latch"
-	if err := l.check(ctx, op); err != nil {
+	if err := l.check(ctx, "delete latch"); err != nil {
 		return false, err
 	}
-	v, err := l.run(ctx, op, "delete", 0)
+	v, err := l.e.node.latch(ctx, l.k, l.e.newOwner(), latchDelete, 0)
 	return v == 1, err
-}
-
-// run runs latch.lua once in mode, with an id of its own so that a retry of
-// the call answers as the call did.
-func (l *CountDownLatch) run(ctx context.Context, op, mode string, count int64) (int64, error) {
-	ks := []string{l.k.tag, l.k.marker(l.c.newOwner())}
-	v, err := scripts.latch.Run(ctx, l.c.cmd, ks, mode, l.channel, count, markerTTL.Milliseconds()).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
-	}
-	return v, nil
 }
 
 // Count returns the latch's count: 0 when it has none. One round trip.
 func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
-	const op = "count of latch"
-	if err := l.check(ctx, op); err != nil {
+	if err := l.check(ctx, "count of latch"); err != nil {
 		return 0, err
 	}
-	return l.count(ctx, op)
+	return l.e.node.latchCount(ctx, l.k)
 }
 
 // Wait returns nil once the latch is open: at once if it has no count,
@@ -151,26 +127,27 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return l.gaveUp(ctx)
 	}
-	g := l.c.note.joinSubscribed(l.channel)
+	e, channel := l.e, latchChannel(l.k)
+	g := e.note.joinSubscribed(channel)
 	if g == nil {
 		// Not subscribed yet: an open latch needs no subscription at all.
-		if n, err := l.count(ctx, op); err != nil || n == 0 {
+		if n, err := e.node.latchCount(ctx, l.k); err != nil || n == 0 {
 			return l.waitErr(ctx, err)
 		}
 		var err error
-		if g, err = l.c.note.join(ctx, l.k, 0, l.channel); err != nil {
+		if g, err = e.note.join(ctx, l.k, 0, channel); err != nil {
 			switch {
 			case ctx.Err() != nil:
 				return l.gaveUp(ctx)
 			case errors.Is(err, ErrClosed):
-				return fmt.Errorf("%w: %s %q", ErrClosed, op, l.k.name)
+				return opErr(ErrClosed, nil, "%s %q", op, l.k.name)
 			}
-			return fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
+			return opErr(nil, err, "%s %q", op, l.k.name)
 		}
 	}
-	defer l.c.note.leave(g)
-	w := l.c.note.enter(g, l.c.newOwner())
-	defer l.c.note.exit(g, w, false)
+	defer e.note.leave(g)
+	w := e.note.enter(g, e.newOwner())
+	defer e.note.exit(g, w, false)
 
 	// Subscribed: the latch opening from now on wakes w, so it is enough to
 	// look once before each sleep.
@@ -178,7 +155,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	timer := time.NewTimer(recheck)
 	defer timer.Stop()
 	for {
-		n, err := l.count(ctx, op)
+		n, err := e.node.latchCount(ctx, l.k)
 		if err != nil || n == 0 {
 			return l.waitErr(ctx, err)
 		}
@@ -189,26 +166,10 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 			recheck = min(2*recheck, latchMaxRecheck)
 		case <-ctx.Done():
 			return l.gaveUp(ctx)
-		case <-l.c.closing:
-			return fmt.Errorf("%w: %s %q", ErrClosed, op, l.k.name)
+		case <-e.closing:
+			return opErr(ErrClosed, nil, "%s %q", op, l.k.name)
 		}
 	}
-}
-
-// count reads the count, 0 if there is none.
-func (l *CountDownLatch) count(ctx context.Context, op string) (int64, error) {
-	s, err := l.c.rdb.Get(ctx, l.k.tag).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("dlock: %s %q: %w", op, l.k.name, err)
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("dlock: %s %q: count %q in Redis: %w", op, l.k.name, s, err)
-	}
-	return n, nil
 }
 
 // waitErr is the error of a wait that failed with err, nil if err is nil:
@@ -222,22 +183,27 @@ func (l *CountDownLatch) waitErr(ctx context.Context, err error) error {
 
 // gaveUp is the error of a wait that ended with its context.
 func (l *CountDownLatch) gaveUp(ctx context.Context) error {
-	err := fmt.Errorf("dlock: wait for latch %q: %w", l.k.name, ctx.Err())
-	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
-		err = fmt.Errorf("%w (cause: %w)", err, cause)
+	cerr := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != cerr {
+		cerr = fmt.Errorf("%w (cause: %w)", cerr, cause)
 	}
-	return err
+	return opErr(nil, cerr, "wait for latch %q", l.k.name)
 }
 
 // check rejects a call that cannot proceed.
 func (l *CountDownLatch) check(ctx context.Context, op string) error {
 	switch {
 	case l == nil:
-		return fmt.Errorf("dlock: %s: nil *CountDownLatch", op)
+		return opErr(nil, nil, "%s: nil *CountDownLatch", op)
 	case l.err != nil:
 		return l.err
-	case l.c == nil:
-		return fmt.Errorf("dlock: %s: zero CountDownLatch; get one from Client.CountDownLatch", op)
+	case l.e == nil:
+		return opErr(nil, nil, "%s: zero CountDownLatch; get one from Client.CountDownLatch", op)
+	case ctx == nil:
+		return opErr(nil, nil, "%s %q: nil context", op, l.k.name)
+	case l.e.closed():
+		return opErr(ErrClosed, nil, "%s %q", op, l.k.name)
 	}
-	return l.c.checkCall(ctx, op, l.k.name)
+	l.e.firstUse()
+	return nil
 }

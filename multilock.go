@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -59,7 +58,7 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 		return &MultiLock{err: errors.New("dlock: MultiLock: empty lock name")}
 	}
 	if _, err := c.cfg.with(opts, false); err != nil {
-		return &MultiLock{err: fmt.Errorf("dlock: MultiLock: %w", err)}
+		return &MultiLock{err: opErr(nil, err, "MultiLock")}
 	}
 	sorted := slices.Compact(slices.Sorted(slices.Values(names)))
 	ml := &MultiLock{names: sorted, locks: make([]*Mutex, len(sorted))}
@@ -116,14 +115,14 @@ func (ml *MultiLock) lock(ctx context.Context, op string, acquire func(*Mutex, c
 	case ml.err != nil:
 		return nil, ml.err
 	case ctx == nil:
-		return nil, fmt.Errorf("dlock: multi%s %q: nil context", op, ml.names)
+		return nil, opErr(nil, nil, "multi%s %q: nil context", op, ml.names)
 	}
 	leases := make([]*Lease, 0, len(ml.locks))
 	for _, m := range ml.locks {
 		l, err := acquire(m, ctx)
 		if err != nil {
 			return nil, errors.Join(
-				fmt.Errorf("dlock: multi%s %q: %w", op, ml.names, err),
+				opErr(nil, err, "multi%s %q", op, ml.names),
 				unlockAll(ctx, leases))
 		}
 		leases = append(leases, l)
@@ -168,8 +167,8 @@ func newMultiLease(names []string, leases []*Lease) *MultiLease {
 	l := &MultiLease{names: names, leases: leases, ctx: ctx, cancel: cancel}
 	l.stops = make([]func() bool, len(leases))
 	for i, sub := range leases {
-		h := sub.h
-		l.stops[i] = context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
+		lctx := sub.h.t.ctx
+		l.stops[i] = context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
 	}
 	return l
 }
@@ -243,12 +242,12 @@ func (l *MultiLease) Unlock(ctx context.Context) error {
 		return errors.New("dlock: Unlock of a nil MultiLease")
 	}
 	if ctx == nil {
-		return fmt.Errorf("dlock: unlock %q: nil context", l.names)
+		return opErr(nil, nil, "unlock %q: nil context", l.names)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unlocked {
-		return fmt.Errorf("%w: unlock %q: already unlocked", ErrNotHeld, l.names)
+		return opErr(ErrNotHeld, nil, "unlock %q: already unlocked", l.names)
 	}
 	l.unlocked = true
 	err := unlockAll(ctx, l.leases)
@@ -274,10 +273,10 @@ func (l *MultiLease) endCause() error {
 // returns their errors joined.
 func (l *MultiLease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
-		return fmt.Errorf("dlock: extend %q: nil context", l.names)
+		return opErr(nil, nil, "extend %q: nil context", l.names)
 	}
 	if ttl < MinTTL {
-		return fmt.Errorf("dlock: extend %q by %v: the TTL must be at least %v", l.names, ttl, MinTTL)
+		return opErr(nil, nil, "extend %q by %v: the TTL must be at least %v", l.names, ttl, MinTTL)
 	}
 	var errs []error
 	for _, sub := range l.leases {

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strconv"
 )
 
 // Mutex is a reentrant mutual-exclusion lock shared by every process that uses
@@ -26,7 +27,7 @@ import (
 // that one is woken (see the package documentation, Waiting). A free lock with
 // nobody waiting goes to whoever asks first.
 type Mutex struct {
-	x exclusive
+	a acquirer
 }
 
 // Mutex returns the lock called name. Any byte string is a valid name; the
@@ -34,11 +35,11 @@ type Mutex struct {
 // returned by every call on the Mutex. A Mutex and a FairMutex of the same
 // name are different locks.
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
-	return &Mutex{x: c.exclusive(mutexKind, name, opts)}
+	return &Mutex{a: c.acquirer(mutexKind, name, opts)}
 }
 
 // Name returns the lock's name.
-func (m *Mutex) Name() string { return m.engine().k.name }
+func (m *Mutex) Name() string { return m.acquirer().k.name }
 
 // Lock acquires the lock, waiting until it is free or ctx is done. ctx bounds
 // the wait only, never the lease: a Lease outlives the ctx it was acquired
@@ -51,7 +52,7 @@ func (m *Mutex) Name() string { return m.engine().k.name }
 // behind in Redis. If ctx carries a Lease of this lock (see Lease.Context),
 // Lock re-enters it at once.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.engine().lock(ctx, "lock", true, nil)
+	return m.acquirer().acquire(ctx, "lock", true, nil)
 }
 
 // TryLock makes one attempt to acquire the lock, one round trip. If another
@@ -59,7 +60,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 // ErrNotAcquired. If ctx carries a Lease of this lock (see Lease.Context),
 // TryLock re-enters it.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.engine().lock(ctx, "trylock", false, nil)
+	return m.acquirer().acquire(ctx, "trylock", false, nil)
 }
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, also when fn panics.
@@ -69,14 +70,14 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // with Unlock's; an Unlock error matching ErrNotHeld means fn ran, at least at
 // the end, without the lock.
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return m.engine().do(ctx, fn)
+	return doLocked(ctx, strconv.Quote(m.Name()), fn, m.Lock)
 }
 
-// engine returns m's engine; a nil *Mutex gets one that answers every call
-// with an error.
-func (m *Mutex) engine() *exclusive {
-	if m == nil || m.x.c == nil && m.x.err == nil {
-		return &exclusive{err: errors.New("dlock: nil or zero Mutex; get one from Client.Mutex")}
+// acquirer returns m's acquirer; a nil or zero *Mutex gets one that answers
+// every call with an error.
+func (m *Mutex) acquirer() *acquirer {
+	if m == nil || m.a.e == nil && m.a.err == nil {
+		return &acquirer{err: errors.New("dlock: nil or zero Mutex; get one from Client.Mutex")}
 	}
-	return &m.x
+	return &m.a
 }

@@ -362,7 +362,7 @@ func TestReleaseNeverFreesAnother(t *testing.T) {
 
 func TestRenewal(t *testing.T) {
 	var extended atomic.Int64
-	c, rdb, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Extended: func(string) { extended.Add(1) }}))
+	c, rdb, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Extended: func(context.Context, dlock.LockInfo, int64) { extended.Add(1) }}))
 	ctx := context.Background()
 	ttl := 300 * time.Millisecond
 	l, err := c.Mutex("renewed", dlock.WithTTL(ttl)).Lock(ctx)
@@ -408,7 +408,7 @@ func TestRenewal(t *testing.T) {
 // closes within one renewal period, and so does the context derived from it.
 func TestLossSeenPromptly(t *testing.T) {
 	var lost atomic.Int64
-	c, rdb, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Lost: func(string, error) { lost.Add(1) }}))
+	c, rdb, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Lost: func(context.Context, dlock.LockInfo, int64, error) { lost.Add(1) }}))
 	ctx := context.Background()
 	ttl := 600 * time.Millisecond
 	l, err := c.Mutex("lost", dlock.WithTTL(ttl)).Lock(ctx)
@@ -451,7 +451,7 @@ func TestRedisStalled(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second})
 	t.Cleanup(func() { rdb.Close() })
 	var failed atomic.Int64
-	c := clientOn(t, rdb, dlock.WithHooks(dlock.Hooks{ExtendFailed: func(string, error) { failed.Add(1) }}))
+	c := clientOn(t, rdb, dlock.WithHooks(dlock.Hooks{ExtendFailed: func(context.Context, dlock.LockInfo, int64, error) { failed.Add(1) }}))
 	ctx := context.Background()
 	ttl := 500 * time.Millisecond
 	l, err := c.Mutex("stalled", dlock.WithTTL(ttl)).Lock(ctx)

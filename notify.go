@@ -4,7 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -27,7 +27,10 @@ import (
 // (a half-open connection), every waiter is woken so that it looks for
 // itself, and the connection is made again.
 type notifier struct {
-	c *Client
+	node    *node
+	bg      *background
+	log     *slog.Logger
+	closing <-chan struct{}
 
 	// subMu orders every SUBSCRIBE and UNSUBSCRIBE the notifier sends, and
 	// the replacement of its connection, so that what the server last heard
@@ -61,12 +64,15 @@ type gate struct {
 // waiter is one waiting Lock call, known by its owner id.
 type waiter struct {
 	owner string
-	wake  chan struct{} // capacity 1: never blocks the notifier
+	// wake gets the message that woke the waiter ("" after a broken
+	// connection); capacity 1, so that it never blocks the notifier: a
+	// message that finds it full is dropped, the waiter being awake.
+	wake chan string
 }
 
-func (w *waiter) signal() {
+func (w *waiter) signal(msg string) {
 	select {
-	case w.wake <- struct{}{}:
+	case w.wake <- msg:
 	default:
 	}
 }
@@ -83,8 +89,9 @@ var (
 	pongWait    = 5 * time.Second
 )
 
-func newNotifier(c *Client) *notifier {
-	return &notifier{c: c, gates: make(map[string]*gate), idle: list.New(), done: make(chan struct{}), pending: make(map[string]int)}
+func newNotifier(n *node, bg *background, log *slog.Logger, closing <-chan struct{}) *notifier {
+	return &notifier{node: n, bg: bg, log: log, closing: closing,
+		gates: make(map[string]*gate), idle: list.New(), done: make(chan struct{}), pending: make(map[string]int)}
 }
 
 // join returns the gate of channel, for lock k, subscribed: Redis has
@@ -97,7 +104,7 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 		return nil, ErrClosed
 	}
 	if n.ps == nil {
-		n.ps = n.c.rdb.Subscribe(context.Background())
+		n.ps = n.node.rdb.Subscribe(context.Background())
 		go n.receive(n.ps)
 	}
 	g := n.gates[channel]
@@ -111,7 +118,7 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 
 	if subscribe {
 		if err := n.subscribe(ctx, channel); err != nil {
-			err = fmt.Errorf("dlock: subscribe to %s: %w", channel, err)
+			err = opErr(nil, err, "subscribe to %s", channel)
 			n.fail(g, err)
 			return nil, err
 		}
@@ -126,7 +133,7 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 	case <-ctx.Done():
 		n.leave(g)
 		return nil, ctx.Err()
-	case <-n.c.closing:
+	case <-n.closing:
 		n.leave(g)
 		return nil, ErrClosed
 	}
@@ -243,7 +250,7 @@ var testHookUnsubscribe = func() {}
 
 // enter makes owner a waiter of g, to be woken by messages naming it.
 func (n *notifier) enter(g *gate, owner string) *waiter {
-	w := &waiter{owner: owner, wake: make(chan struct{}, 1)}
+	w := &waiter{owner: owner, wake: make(chan string, 1)}
 	n.mu.Lock()
 	g.waiters[owner] = w
 	n.mu.Unlock()
@@ -269,11 +276,11 @@ func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 // waits, it runs on the caller's goroutine (a waiting Lock, which Close waits
 // for too).
 func (n *notifier) unregister(k keys, ttl time.Duration, owner string) {
-	n.c.behindOrNow(func() {
+	n.bg.doSoon(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := n.c.release(ctx, k, owner, releaseLeave, ttl, 0); err != nil {
-			n.c.log.Warn("dlock: removing a waiter that gave up failed", "lock", k.name, "err", err)
+		if _, err := n.node.release(ctx, k, owner, releaseLeave, ttl, 0); err != nil {
+			n.log.Warn("dlock: removing a waiter that gave up failed", "lock", k.name, "err", err)
 		}
 	})
 }
@@ -298,7 +305,7 @@ func (n *notifier) receive(ps *redis.PubSub) {
 					pinged = ps.Ping(ctx) == nil // a failed write fails the next receive, which reconnects
 					continue
 				}
-				n.c.log.Warn("dlock: wake-up connection silent after a health check; connecting again")
+				n.log.Warn("dlock: wake-up connection silent after a health check; connecting again")
 				pinged = false
 				if ps = n.reconnect(ps); ps == nil {
 					return
@@ -310,10 +317,10 @@ func (n *notifier) receive(ps *redis.PubSub) {
 			// on the next receive. Messages sent meanwhile were lost: wake
 			// every waiter so that it looks for itself.
 			pinged = false
-			n.c.log.Warn("dlock: wake-up messages interrupted", "err", err)
+			n.log.Warn("dlock: wake-up messages interrupted", "err", err)
 			n.wakeAll()
 			select {
-			case <-n.c.closing:
+			case <-n.closing:
 			case <-time.After(100 * time.Millisecond):
 			}
 			continue
@@ -358,7 +365,7 @@ func (n *notifier) reconnect(old *redis.PubSub) *redis.PubSub {
 		n.mu.Unlock()
 		return nil
 	}
-	ps := n.c.rdb.Subscribe(context.Background())
+	ps := n.node.rdb.Subscribe(context.Background())
 	n.ps = ps
 	channels := make([]string, 0, len(n.gates))
 	clear(n.pending)
@@ -393,7 +400,7 @@ func (n *notifier) deliver(channel, owner string) {
 	if g != nil {
 		if owner == "*" {
 			for _, w := range g.waiters {
-				w.signal()
+				w.signal(owner)
 			}
 			n.mu.Unlock()
 			return
@@ -403,16 +410,16 @@ func (n *notifier) deliver(channel, owner string) {
 	n.mu.Unlock()
 	switch {
 	case w != nil:
-		w.signal()
+		w.signal(owner)
 	case g != nil && g.k.kind != nil && g.k.kind.release != nil:
 		// A lock may be kept for a waiter that has gone: pass it on. Gates of
 		// primitives that keep nothing for anyone ignore stray messages.
 		// Once Close waits, the reservation is left to lapse.
-		n.c.goBehind(func() {
+		n.bg.goDo(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if _, err := n.c.release(ctx, g.k, owner, releaseLeave, g.ttl, 0); err != nil {
-				n.c.log.Warn("dlock: passing on a lock kept for a waiter that left failed", "lock", g.k.name, "err", err)
+			if _, err := n.node.release(ctx, g.k, owner, releaseLeave, g.ttl, 0); err != nil {
+				n.log.Warn("dlock: passing on a lock kept for a waiter that left failed", "lock", g.k.name, "err", err)
 			}
 		})
 	}
@@ -423,7 +430,7 @@ func (n *notifier) wakeAll() {
 	defer n.mu.Unlock()
 	for _, g := range n.gates {
 		for _, w := range g.waiters {
-			w.signal()
+			w.signal("")
 		}
 	}
 }

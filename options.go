@@ -147,34 +147,3 @@ func WithAutoPipeline() Option {
 		return nil
 	}}
 }
-
-// Hooks are optional functions called on lock events, in the manner of
-// net/http/httptrace.ClientTrace. A nil field is skipped. name is the lock's
-// name as the caller gave it.
-//
-// Acquired, Contended and Released are called on the goroutine of the call
-// that caused them, possibly from many goroutines at once. Extended,
-// ExtendFailed and Lost, which the Client's background work observes, are
-// called from a goroutine of their own, one at a time, in the order the
-// events happened, so that a slow hook delays no renewal; Lost may therefore
-// come a moment after the lease's Done has closed. A hook slower than the
-// events it is called for builds up a backlog, which Client.Close waits for,
-// as it does for every hook call in flight. Hooks must be safe for concurrent
-// use.
-type Hooks struct {
-	// Acquired is called when a lock is acquired (not re-entered). waited is the
-	// time from the call to Lock or TryLock until then.
-	Acquired func(name string, fence int64, waited time.Duration)
-	// Contended is called when Lock finds the lock held and starts waiting.
-	Contended func(name string)
-	// Extended is called after a lease was renewed or extended.
-	Extended func(name string)
-	// ExtendFailed is called when a renewal failed for a reason that may pass
-	// (Redis unreachable, say); renewal is retried until the lease's deadline.
-	ExtendFailed func(name string, err error)
-	// Lost is called when a lease is lost; err matches ErrLockLost.
-	Lost func(name string, err error)
-	// Released is called after the last hold of a lease was released. held is
-	// the time since it was acquired.
-	Released func(name string, held time.Duration)
-}

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 )
 
@@ -53,35 +52,20 @@ import (
 // once with an error matching ErrNotAcquired; unlock the read Lease, then
 // Lock. An RWMutex shares no keys with a Mutex or FairMutex of the same name.
 type RWMutex struct {
-	r, w exclusive
+	r, w acquirer
 }
-
-// The two kinds of hold of an RWMutex share its keys, scripts and wake-up
-// channel; a read hold's lease is its member of the readers set, the write
-// hold's is the lock hash.
-var (
-	rwReadKind = &lockKind{what: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
-		acquireKeys: []string{"", ":fence", ":waiters", ":alive", ":readers", ":fences"},
-		releaseKeys: []string{"", ":waiters", ":alive", ":readers", ":fences"},
-		leaseKeys:   []string{":readers", ":fence", ":fences"},
-		zlease:      true}
-	rwWriteKind = &lockKind{what: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
-		acquireKeys: rwReadKind.acquireKeys,
-		releaseKeys: rwReadKind.releaseKeys,
-		leaseKeys:   []string{"", ":fence", ":fences"}}
-)
 
 // RWMutex returns the reader/writer lock called name. Any byte string is a
 // valid name; the empty one is not, and neither is an invalid option: those
 // errors are returned by every call on the RWMutex. The options apply to read
 // and write leases alike.
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
-	return &RWMutex{r: c.exclusive(rwReadKind, name, opts), w: c.exclusive(rwWriteKind, name, opts)}
+	return &RWMutex{r: c.acquirer(rwReadKind, name, opts), w: c.acquirer(rwWriteKind, name, opts)}
 }
 
 // Name returns the lock's name.
 func (m *RWMutex) Name() string {
-	_, w := m.engines()
+	_, w := m.acquirers()
 	return w.k.name
 }
 
@@ -136,44 +120,37 @@ func (m *RWMutex) Do(ctx context.Context, fn func(ctx context.Context) error) er
 }
 
 func (m *RWMutex) rlock(ctx context.Context, op string, wait bool) (*Lease, error) {
-	r, w := m.engines()
-	if r.err != nil {
-		return nil, r.err
-	}
+	r, w := m.acquirers()
 	writer := "" // the owner of a write hold carried by ctx: the caller is the writer
 	if ctx != nil {
-		if h := heldIn(ctx).find(w.c, w.k); h != nil {
-			writer = h.owner
+		if h := heldIn(ctx).find(w.e, w.k); h != nil {
+			writer = h.t.owner
 		}
 	}
-	return r.lock(ctx, op, wait, []any{"r", writer})
+	return r.acquire(ctx, op, wait, []any{"r", writer})
 }
 
 func (m *RWMutex) lock(ctx context.Context, op string, wait bool) (*Lease, error) {
-	r, w := m.engines()
-	if w.err != nil {
-		return nil, w.err
-	}
-	if ctx != nil {
+	r, w := m.acquirers()
+	if ctx != nil && w.err == nil {
 		held := heldIn(ctx)
-		if held.find(w.c, w.k) == nil && held.find(r.c, r.k) != nil {
-			return nil, fmt.Errorf("%w: %s %q: upgrade from read to write is not supported: unlock the read Lease first",
-				ErrNotAcquired, op, w.k.name)
+		if held.find(w.e, w.k) == nil && held.find(r.e, r.k) != nil {
+			return nil, opErr(ErrNotAcquired, nil, "%s %q: upgrade from read to write is not supported: unlock the read Lease first", op, w.k.name)
 		}
 	}
-	return w.lock(ctx, op, wait, []any{"w", ""})
+	return w.acquire(ctx, op, wait, []any{"w", ""})
 }
 
 func (m *RWMutex) do(ctx context.Context, fn func(ctx context.Context) error, lock func(context.Context) (*Lease, error)) error {
 	return doLocked(ctx, strconv.Quote(m.Name()), fn, lock)
 }
 
-// engines returns m's read and write engines; a nil or zero *RWMutex gets
-// ones that answer every call with an error.
-func (m *RWMutex) engines() (r, w *exclusive) {
-	if m == nil || m.w.c == nil && m.w.err == nil {
-		x := &exclusive{err: errors.New("dlock: nil or zero RWMutex; get one from Client.RWMutex")}
-		return x, x
+// acquirers returns m's read and write acquirers; a nil or zero *RWMutex
+// gets ones that answer every call with an error.
+func (m *RWMutex) acquirers() (r, w *acquirer) {
+	if m == nil || m.w.e == nil && m.w.err == nil {
+		a := &acquirer{err: errors.New("dlock: nil or zero RWMutex; get one from Client.RWMutex")}
+		return a, a
 	}
 	return &m.r, &m.w
 }

@@ -105,11 +105,3 @@ type scriptSet struct {
 	latch                         *redis.Script
 	rwAcquire, rwRelease          *redis.Script
 }
-
-// Result codes of release.lua and extend.lua.
-const (
-	codeGone  = -1 // nobody holds the lock
-	codeOther = 0  // another owner holds the lock
-	codeDone  = 1  // release: the lock is free; extend: extended
-	codeHeld  = 2  // release: one hold given back, the lock still held
-)

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 )
 
 // Semaphore is a counting semaphore shared by every process that uses the
@@ -39,7 +38,7 @@ import (
 // later callers use that. Lowering the total below what is held takes effect
 // as holders release.
 type Semaphore struct {
-	x       exclusive
+	a       acquirer
 	permits int64
 }
 
@@ -49,15 +48,15 @@ type Semaphore struct {
 // returned by every call. A Semaphore's keys do not collide with those of a
 // Mutex of the same name.
 func (c *Client) Semaphore(name string, permits int64, opts ...Option) *Semaphore {
-	s := &Semaphore{x: c.exclusive(semKind, name, opts), permits: permits}
-	if s.x.err == nil && permits < 1 {
-		s.x.err = fmt.Errorf("dlock: Semaphore %q: %d permits: want at least 1", name, permits)
+	s := &Semaphore{a: c.acquirer(semKind, name, opts), permits: permits}
+	if s.a.err == nil && permits < 1 {
+		s.a.err = opErr(nil, nil, "Semaphore %q: %d permits: want at least 1", name, permits)
 	}
 	return s
 }
 
 // Name returns the semaphore's name.
-func (s *Semaphore) Name() string { return s.engine().k.name }
+func (s *Semaphore) Name() string { return s.acquirer().k.name }
 
 // Acquire takes n permits, waiting until they are free and it is this
 // caller's turn, or until ctx is done. ctx bounds the wait only, never the
@@ -75,16 +74,13 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, error) {
 }
 
 func (s *Semaphore) acquire(ctx context.Context, op string, wait bool, n int64) (*Lease, error) {
-	x := s.engine()
-	if x.err != nil {
-		return nil, x.err
+	a := s.acquirer()
+	if a.err == nil && n < 1 {
+		return nil, opErr(nil, nil, "%s %d permits of %q: want at least 1", op, n, a.k.name)
 	}
-	if n < 1 {
-		return nil, fmt.Errorf("dlock: %s %d permits of %q: want at least 1", op, n, x.k.name)
-	}
-	l, err := x.lock(ctx, op, wait, []any{n, s.permits})
+	l, err := a.acquire(ctx, op, wait, []any{n, s.defaultTotal()})
 	if err == errTooMany {
-		return nil, fmt.Errorf("%w: %s %d permits of %q: more than the semaphore's total", ErrNotAcquired, op, n, x.k.name)
+		return nil, opErr(ErrNotAcquired, nil, "%s %d permits of %q: more than the semaphore's total", op, n, a.k.name)
 	}
 	return l, err
 }
@@ -92,17 +88,10 @@ func (s *Semaphore) acquire(ctx context.Context, op string, wait bool, n int64) 
 // SetPermits stores the total number of permits in Redis, where it lasts
 // until Delete, and wakes the waiters that can proceed under the new total.
 func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
-	x := s.engine()
-	if x.err != nil {
-		return x.err
-	}
 	if permits < 1 {
-		return fmt.Errorf("dlock: set %d permits of %q: want at least 1", permits, x.k.name)
+		return opErr(nil, nil, "set %d permits of %q: want at least 1", permits, s.Name())
 	}
-	if err := x.c.checkCall(ctx, "set permits of", x.k.name); err != nil {
-		return err
-	}
-	_, err := x.c.semRelease(ctx, x.k, "3", permits)
+	_, err := s.call(ctx, "set permits of", semSetTotal, permits)
 	return err
 }
 
@@ -110,14 +99,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
 // holders have. A request for that many or fewer may still wait, behind
 // waiters queued before it.
 func (s *Semaphore) Available(ctx context.Context) (int64, error) {
-	x := s.engine()
-	if x.err != nil {
-		return 0, x.err
-	}
-	if err := x.c.checkCall(ctx, "available permits of", x.k.name); err != nil {
-		return 0, err
-	}
-	return x.c.semRelease(ctx, x.k, "4", s.permits)
+	return s.call(ctx, "available permits of", semAvailable, s.defaultTotal())
 }
 
 // Delete removes the total stored by SetPermits, and reports whether there
@@ -126,34 +108,30 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 // expires by itself once nobody holds it or waits for it, so after Delete a
 // semaphore no longer in use leaves nothing behind.
 func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
-	x := s.engine()
-	if x.err != nil {
-		return false, x.err
-	}
-	if err := x.c.checkCall(ctx, "delete", x.k.name); err != nil {
-		return false, err
-	}
-	v, err := x.c.semRelease(ctx, x.k, "5", s.permits)
+	v, err := s.call(ctx, "delete", semDeleteTotal, s.defaultTotal())
 	return v == 1, err
 }
 
-// semRelease runs sem_release.lua in a mode of its own (3: store the total,
-// 4: count what is free, 5: remove the stored total) with total as its
-// argument: the new total, or the one to use when none is stored. Each call
-// has an id of its own, so that a retry of a Delete answers as it did.
-func (c *Client) semRelease(ctx context.Context, k keys, mode string, total int64) (int64, error) {
-	id := c.newOwner()
-	ks := append(k.releaseKeys[:len(k.releaseKeys):len(k.releaseKeys)], k.marker(id))
-	v, err := k.kind.release.Run(ctx, c.cmd, ks, id, k.channel, mode, 0, total, markerTTL.Milliseconds()).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("dlock: semaphore %q: %w", k.name, err)
+// call runs one of the semaphore's own modes.
+func (s *Semaphore) call(ctx context.Context, op string, mode semMode, total int64) (int64, error) {
+	a := s.acquirer()
+	if err := a.check(ctx, op); err != nil {
+		return 0, err
 	}
-	return v, nil
+	return a.e.node.semaphore(ctx, a.k, a.e.newOwner(), mode, total)
 }
 
-func (s *Semaphore) engine() *exclusive {
-	if s == nil || s.x.c == nil && s.x.err == nil {
-		return &exclusive{err: errors.New("dlock: nil or zero Semaphore; get one from Client.Semaphore")}
+// defaultTotal is the total when Redis holds none: the permits s was made with.
+func (s *Semaphore) defaultTotal() int64 {
+	if s == nil {
+		return 0
 	}
-	return &s.x
+	return s.permits
+}
+
+func (s *Semaphore) acquirer() *acquirer {
+	if s == nil || s.a.e == nil && s.a.err == nil {
+		return &acquirer{err: errors.New("dlock: nil or zero Semaphore; get one from Client.Semaphore")}
+	}
+	return &s.a
 }

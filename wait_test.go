@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -362,34 +364,72 @@ func TestUnlockWithCancelledContext(t *testing.T) {
 	}
 }
 
-// TestHooksAndLog: every hook fires with the lock's name.
+// TestHooksAndLog: every hook fires with the lock it is about; the context a
+// Start hook returns reaches its End hook and Contended; the results say
+// what happened.
 func TestHooksAndLog(t *testing.T) {
+	type spanKey struct{}
 	var mu sync.Mutex
 	events := map[string]int{}
-	note := func(ev, name string) {
-		if name != "h" {
-			t.Errorf("%s hook for %q", ev, name)
+	var results []string
+	note := func(ev string, l dlock.LockInfo) {
+		if l.Name != "h" || l.Kind != "Mutex" {
+			t.Errorf("%s hook for %+v", ev, l)
 		}
 		mu.Lock()
 		events[ev]++
 		mu.Unlock()
+	}
+	span := func(ctx context.Context, ev string) {
+		if ctx.Value(spanKey{}) != "span" {
+			t.Errorf("%s hook without the context LockStart or UnlockStart returned", ev)
+		}
 	}
 	var logged strings.Builder
 	var logMu sync.Mutex
 	c, rdb, _ := newClient(t,
 		dlock.WithLogger(slogTo(&logged, &logMu)),
 		dlock.WithHooks(dlock.Hooks{
-			Acquired:     func(n string, fence int64, waited time.Duration) { note("acquired", n) },
-			Contended:    func(n string) { note("contended", n) },
-			Extended:     func(n string) { note("extended", n) },
-			ExtendFailed: func(n string, err error) { note("extendfailed", n) },
-			Lost:         func(n string, err error) { note("lost", n) },
-			Released:     func(n string, held time.Duration) { note("released", n) },
+			LockStart: func(ctx context.Context, l dlock.LockInfo, op string) context.Context {
+				note("lockstart:"+op, l)
+				return context.WithValue(ctx, spanKey{}, "span")
+			},
+			Contended: func(ctx context.Context, l dlock.LockInfo) { span(ctx, "contended"); note("contended", l) },
+			LockEnd: func(ctx context.Context, l dlock.LockInfo, r dlock.LockResult) {
+				span(ctx, "lockend")
+				note("lockend", l)
+				mu.Lock()
+				results = append(results, fmt.Sprintf("lock fence>0:%v reentered:%v err:%v", r.Fence > 0, r.Reentered, r.Err != nil))
+				mu.Unlock()
+			},
+			UnlockStart: func(ctx context.Context, l dlock.LockInfo) context.Context {
+				note("unlockstart", l)
+				return context.WithValue(ctx, spanKey{}, "span")
+			},
+			UnlockEnd: func(ctx context.Context, l dlock.LockInfo, r dlock.UnlockResult) {
+				span(ctx, "unlockend")
+				note("unlockend", l)
+				mu.Lock()
+				results = append(results, fmt.Sprintf("unlock last:%v held>0:%v err:%v", r.Last, r.Held > 0, r.Err != nil))
+				mu.Unlock()
+			},
+			Extended:     func(_ context.Context, l dlock.LockInfo, _ int64) { note("extended", l) },
+			ExtendFailed: func(_ context.Context, l dlock.LockInfo, _ int64, _ error) { note("extendfailed", l) },
+			Lost:         func(_ context.Context, l dlock.LockInfo, _ int64, _ error) { note("lost", l) },
 		}))
 	ctx := context.Background()
 	m := c.Mutex("h", dlock.WithTTL(300*time.Millisecond))
 	l, err := m.Lock(ctx)
 	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := l.Context(ctx)
+	inner, err := m.TryLock(lctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := inner.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -412,10 +452,24 @@ func TestHooksAndLog(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, ev := range []string{"acquired", "contended", "extended", "released"} {
-		if events[ev] == 0 {
-			t.Errorf("no %s event: %v", ev, events)
+	want := map[string]int{"lockstart:lock": 2, "lockstart:trylock": 1, "lockend": 3, "contended": 1, "unlockstart": 2, "unlockend": 2}
+	for ev, n := range want {
+		if events[ev] != n {
+			t.Errorf("%d %s events, want %d: %v", events[ev], ev, n, events)
 		}
+	}
+	if events["extended"] == 0 {
+		t.Errorf("no extended event: %v", events)
+	}
+	wantResults := []string{
+		"lock fence>0:true reentered:false err:false",
+		"lock fence>0:true reentered:true err:false",
+		"unlock last:false held>0:true err:false",
+		"unlock last:true held>0:true err:false",
+		"lock fence>0:true reentered:false err:false",
+	}
+	if !slices.Equal(results, wantResults) {
+		t.Errorf("results:\n%s\nwant:\n%s", strings.Join(results, "\n"), strings.Join(wantResults, "\n"))
 	}
 	logMu.Lock()
 	defer logMu.Unlock()

@@ -1,0 +1,552 @@
+package dlock
+
+// The engine floor: taking leases on locks of every kind, waiting for them
+// in line, re-entering them, and giving them back. It asks the protocol
+// floor for each round trip, the renewer for each lease's life and the
+// notifier for wake-ups; the primitives above are thin layers on it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// engine is what the primitives of one Client share.
+type engine struct {
+	node    *node
+	ren     *renewer
+	note    *notifier
+	bg      *background
+	hooks   *Hooks // nil if none
+	log     *slog.Logger
+	prefix  string
+	closing chan struct{} // closed when Close starts
+
+	id  string        // random, unique per Client: the stem of every owner id
+	seq atomic.Uint64 // makes each acquisition's owner id unique
+
+	checked sync.Once // the eviction policy has been looked at
+}
+
+// check looks at Redis's eviction policy (Client.Check).
+func (e *engine) check(ctx context.Context) error {
+	policy, known, err := e.node.evictionPolicy(ctx)
+	switch {
+	case err != nil:
+		return opErr(nil, err, "check")
+	case !known:
+		e.log.Info("dlock: cannot read Redis's maxmemory-policy; it must be noeviction")
+	case policy != "noeviction":
+		return opErr(nil, nil, "check: Redis's maxmemory-policy is %q: it may evict locks and fence keys; set it to noeviction", policy)
+	}
+	return nil
+}
+
+// firstUse runs check in the background the first time it is called, and
+// logs what it finds.
+func (e *engine) firstUse() {
+	e.checked.Do(func() {
+		e.bg.goDo(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := e.check(ctx); err != nil {
+				e.log.Warn("dlock: Redis may not keep the locks' promises", "err", err)
+			}
+		})
+	})
+}
+
+// newOwner returns an owner id unique across Clients and acquisitions.
+func (e *engine) newOwner() string {
+	return e.id + ":" + strconv.FormatUint(e.seq.Add(1), 10)
+}
+
+// closed reports whether Close has started.
+func (e *engine) closed() bool {
+	select {
+	case <-e.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// channel is the channel on which this Client is told that k was kept for
+// one of its waiters.
+func (e *engine) channel(k keys) string { return k.channel + ":" + e.id }
+
+// acquirer takes leases on one lock: an immutable description of it.
+type acquirer struct {
+	e     *engine
+	k     keys
+	ttl   time.Duration
+	renew bool
+	err   error // an invalid name or option, returned by every call
+}
+
+// check rejects a call that cannot proceed: a bad description, a nil
+// context, a closed Client.
+func (a *acquirer) check(ctx context.Context, op string) error {
+	switch {
+	case a.err != nil:
+		return a.err
+	case ctx == nil:
+		return opErr(nil, nil, "%s %q: nil context", op, a.k.name)
+	case a.e.closed():
+		return opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+	}
+	a.e.firstUse()
+	return nil
+}
+
+// acquire takes a lease, or re-enters one ctx carries, waiting in line if
+// wait is set. extra are the kind's own arguments of its acquire script. It
+// brackets the call with the LockStart and LockEnd hooks.
+func (a *acquirer) acquire(ctx context.Context, op string, wait bool, extra []any) (*Lease, error) {
+	if err := a.check(ctx, op); err != nil {
+		return nil, err
+	}
+	h := a.e.hooks
+	if h == nil {
+		return a.acquire1(ctx, op, wait, extra)
+	}
+	info := LockInfo{Kind: a.k.kind.name, Name: a.k.name}
+	if h.LockStart != nil {
+		if c := h.LockStart(ctx, info, op); c != nil {
+			ctx = c
+		}
+	}
+	start := time.Now()
+	l, err := a.acquire1(ctx, op, wait, extra)
+	if h.LockEnd != nil {
+		r := LockResult{Waited: time.Since(start), Err: err}
+		if l != nil {
+			r.Fence, r.Reentered = l.Fence(), l.reentered
+		}
+		h.LockEnd(ctx, info, r)
+	}
+	return l, err
+}
+
+func (a *acquirer) acquire1(ctx context.Context, op string, wait bool, extra []any) (*Lease, error) {
+	if ctx.Err() != nil {
+		return nil, a.gaveUp(ctx, op)
+	}
+	if a.k.kind.reentrant {
+		if h := heldIn(ctx).find(a.e, a.k); h != nil {
+			return h.reenter(ctx)
+		}
+	}
+	return a.take(ctx, op, wait, extra)
+}
+
+// take makes one attempt, or, if wait is set, waits in line: it subscribes
+// to the lock's wake-ups for this Client, and tries again, registered as a
+// waiter in Redis, each time it is told the lock was kept for it, the
+// holder's lease would have run out, or its registration needs renewing.
+func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) (*Lease, error) {
+	e := a.e
+	start := time.Now()
+	owner := e.newOwner()
+	channel := e.channel(a.k)
+	var (
+		g          *gate
+		w          *waiter
+		registered bool // in Redis, by an attempt that found the lock held
+		timer      *time.Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		if w != nil {
+			e.note.exit(g, w, registered)
+			e.bg.wg.Done()
+		}
+		if g != nil {
+			e.note.leave(g)
+		}
+	}()
+	// enter makes this call a waiter of g, which Close waits for, so that
+	// its registration is gone from Redis when Close returns.
+	enter := func() error {
+		if !e.bg.add() {
+			return opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+		}
+		w = e.note.enter(g, owner)
+		return nil
+	}
+	// Subscribed already (others wait for this lock here, or did lately):
+	// every attempt can be followed by a sleep.
+	if wait {
+		if g = e.note.joinSubscribed(channel); g != nil {
+			if err := enter(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for tries := 0; ; tries++ {
+		var register time.Duration
+		if w != nil {
+			register, registered = registerFor(a.ttl), true // also if the attempt fails: its script may have run
+		}
+		l, pttl, err := a.attempt(ctx, owner, start, register, extra)
+		switch {
+		case l != nil:
+			registered = false // acquiring removed the registration
+			return l, nil
+		case err == errTooMany && wait:
+			pttl = a.ttl // it waits, registered, for the total to be raised
+		case err != nil:
+			if ended(ctx) {
+				return nil, a.gaveUp(ctx, op)
+			}
+			return nil, err
+		case !wait:
+			return nil, opErr(ErrNotAcquired, nil, "%s %q: held by another owner", op, a.k.name)
+		}
+		if tries == 0 {
+			a.contended(ctx)
+		}
+		if g == nil {
+			// Subscribe, then try again at once: the lock may have been
+			// released before the subscription took.
+			if g, err = e.note.join(ctx, a.k, a.ttl, channel); err != nil {
+				g = nil
+				switch {
+				case ended(ctx):
+					return nil, a.gaveUp(ctx, op)
+				case errors.Is(err, ErrClosed):
+					return nil, opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+				}
+				return nil, opErr(nil, err, "%s %q", op, a.k.name)
+			}
+			if err := enter(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		sleep := min(pttl, keepAlive(a.ttl))
+		if timer == nil {
+			timer = time.NewTimer(sleep)
+		} else {
+			timer.Reset(sleep)
+		}
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, a.gaveUp(ctx, op)
+		case <-e.closing:
+			return nil, opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+		}
+	}
+}
+
+func (a *acquirer) contended(ctx context.Context) {
+	if h := a.e.hooks; h != nil && h.Contended != nil {
+		h.Contended(ctx, LockInfo{Kind: a.k.kind.name, Name: a.k.name})
+	}
+}
+
+// errTooMany is what attempt returns when a Semaphore's acquire script
+// answers that more permits were asked for than its total.
+var errTooMany = errors.New("more permits than the semaphore's total")
+
+// attempt runs the acquire script once, registering owner as a waiter for
+// register if the lock is held (0: not at all). It returns the Lease if the
+// lock was taken, else how long the holder's lease has left (never less than
+// 1ms; the lock's own TTL if that is unknown).
+func (a *acquirer) attempt(ctx context.Context, owner string, start time.Time, register time.Duration, extra []any) (*Lease, time.Duration, error) {
+	e := a.e
+	sent := time.Now()
+	r, err := within(e, ctx, func() (acquireResult, error) {
+		return e.node.acquire(ctx, a.k, owner, a.ttl, register, extra...)
+	}, func(r acquireResult, err error) {
+		// The caller has gone: undo whatever the script did for it. Its own
+		// unregistration may have run before this script did.
+		if err != nil || r.fence > 0 {
+			a.abandon(context.Background(), owner)
+		}
+		if register > 0 {
+			e.note.unregister(a.k, a.ttl, owner)
+		}
+	})
+	switch {
+	case errors.Is(err, errLeftBehind):
+		return nil, 0, opErr(nil, err, "acquire %q", a.k.name)
+	case err != nil:
+		a.abandon(ctx, owner)
+		return nil, 0, err
+	case r.gone:
+		return nil, 0, errTooMany
+	case r.fence == 0 && r.pttl < 0:
+		return nil, a.ttl, nil
+	case r.fence == 0:
+		return nil, max(r.pttl, time.Millisecond), nil
+	}
+	t, err := e.ren.begin(e.node, a.k, owner, r.fence, a.ttl, a.renew, sent)
+	if err != nil {
+		a.abandon(ctx, owner)
+		return nil, 0, err
+	}
+	e.log.Debug("dlock: acquired", "lock", a.k.name, "fence", r.fence, "waited", time.Since(start))
+	return &Lease{h: &hold{e: e, t: t, holds: 1}}, 0, nil
+}
+
+// abandon releases whatever owner may hold after an acquire whose outcome is
+// unknown: the script may have run even though its reply never arrived. If
+// ctx has ended, the release goes on in the background, so that a stalled
+// Redis does not hold the caller.
+func (a *acquirer) abandon(ctx context.Context, owner string) {
+	release := func() {
+		cctx, cancel := cleanupContext(ctx, a.ttl)
+		defer cancel()
+		if _, err := a.e.node.release(cctx, a.k, owner, releaseLast, a.ttl, 0); err != nil {
+			a.e.log.Debug("dlock: cleanup after failed acquire", "lock", a.k.name, "err", err)
+		}
+	}
+	if !ended(ctx) || !a.e.bg.goDo(release) {
+		release()
+	}
+}
+
+// gaveUp is the error of a wait that ended with its context.
+func (a *acquirer) gaveUp(ctx context.Context, op string) error {
+	cerr := ctx.Err()
+	if cerr == nil {
+		cerr = context.DeadlineExceeded // past the deadline; the timer has not fired yet
+	}
+	if cause := context.Cause(ctx); cause != nil && cause != cerr {
+		cerr = fmt.Errorf("%w (cause: %w)", cerr, cause)
+	}
+	return opErr(ErrNotAcquired, cerr, "%s %q: gave up waiting", op, a.k.name)
+}
+
+// ended reports whether ctx is done or past its deadline: a request cut off
+// by the deadline (go-redis sets it on the connection) can fail a moment
+// before ctx's own timer fires.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// errLeftBehind marks the error of a call that within gave up on; the caller
+// names the call.
+var errLeftBehind = errors.New("left to finish in the background")
+
+// within runs call, which makes one request to Redis, and returns its result,
+// or ctx's error as soon as ctx ends, whichever comes first. go-redis does not
+// give up a request in flight when its context ends, so without this a stalled
+// Redis would hold a caller for the Redis client's timeouts and retries, well
+// past its deadline (its autopipeliner for tens of seconds). A request left
+// behind goes on in the background; late, if not nil, then gets its outcome:
+// say, to release a lock that was taken after its caller had gone. Close waits
+// for it.
+//
+// Waiting on another goroutine costs a hand-off per call (about 18µs on a
+// 2-vCPU VM), so where go-redis honors deadlines itself (a Redis client made
+// with ContextTimeoutEnabled, without WithAutoPipeline) call runs inline.
+func within[T any](e *engine, ctx context.Context, call func() (T, error), late func(T, error)) (T, error) {
+	if e.node.ctxAware || ctx.Done() == nil {
+		return call()
+	}
+	type outcome struct {
+		v   T
+		err error
+	}
+	done := make(chan outcome, 1)
+	var state atomic.Int32 // 0: running; 1: finished for the caller; 2: the caller left
+	if !e.bg.goDo(func() {
+		v, err := call()
+		if state.CompareAndSwap(0, 1) {
+			done <- outcome{v, err}
+		} else if late != nil {
+			late(v, err)
+		}
+	}) {
+		return call()
+	}
+	select {
+	case o := <-done:
+		return o.v, o.err
+	case <-ctx.Done():
+		if !state.CompareAndSwap(0, 2) {
+			o := <-done // it finished just now
+			return o.v, o.err
+		}
+		var zero T
+		return zero, fmt.Errorf("%w: %w", errLeftBehind, context.Cause(ctx))
+	}
+}
+
+// cleanupContext returns a context for releasing a lock after the caller's
+// context may have ended: it keeps ctx's values but not its cancellation, and
+// is bounded by cleanupTimeout. A context that can never be cancelled is used
+// as it is; the Redis client's own timeouts bound the call.
+func cleanupContext(ctx context.Context, ttl time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout(ttl))
+}
+
+// hold is what one owner holds of a lock: the lease's term, and how many
+// times it was taken (the original acquisition and its re-entries). Every
+// Lease of the owner shares it.
+type hold struct {
+	e *engine
+	t *term
+
+	// mu serialises the round trips that change the hold count in Redis
+	// (re-entry and release), so that holds, the authoritative count, stays
+	// exact.
+	mu    sync.Mutex
+	holds int
+}
+
+// reenter adds one hold in Redis for a Lock made with a context carrying h.
+func (h *hold) reenter(ctx context.Context) (*Lease, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.t
+	if err := t.endedErr("re-enter"); err != nil {
+		return nil, opErr(ErrNotAcquired, err, "re-enter %q", t.k.name)
+	}
+	r, err := h.e.node.reenter(ctx, t.k, t.owner, h.e.ren.ttlOf(t), h.holds+1)
+	if err != nil {
+		// If the reply was lost the count in Redis may be one too high; the
+		// next count sent, or the last release, sets it right.
+		return nil, err
+	}
+	if !r.reentered {
+		lost := t.lostErr(codeGone)
+		h.e.ren.lose(t, lost)
+		return nil, opErr(ErrNotAcquired, lost, "re-enter %q", t.k.name)
+	}
+	h.holds++
+	return &Lease{h: h, reentered: true}, nil
+}
+
+// unlock releases one hold; the last one frees the lock. It brackets the
+// call with the UnlockStart and UnlockEnd hooks.
+func (h *hold) unlock(ctx context.Context) error {
+	hk := h.e.hooks
+	if hk == nil {
+		_, err := h.unlock1(ctx)
+		return err
+	}
+	info := h.t.info()
+	if hk.UnlockStart != nil {
+		if c := hk.UnlockStart(ctx, info); c != nil {
+			ctx = c
+		}
+	}
+	last, err := h.unlock1(ctx)
+	if hk.UnlockEnd != nil {
+		hk.UnlockEnd(ctx, info, UnlockResult{Fence: h.t.fence, Last: last, Held: time.Since(h.t.begun), Err: err})
+	}
+	return err
+}
+
+func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, e := h.t, h.e
+	if err := t.endedErr("unlock"); err != nil {
+		return false, err
+	}
+	ttl := e.ren.ttlOf(t)
+	cctx, cancel := cleanupContext(ctx, ttl)
+	defer cancel()
+
+	if h.holds > 1 {
+		// The client's count is the one that decides when the lock is freed:
+		// this hold is given back whatever Redis answers, and a count that
+		// failed to reach Redis is set right by the next one that does.
+		h.holds--
+		code, err := e.node.release(cctx, t.k, t.owner, releaseOne, ttl, h.holds)
+		switch {
+		case err != nil:
+			return false, opErr(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.k.name)
+		case code == codeHeld:
+			return false, nil
+		}
+		lost := t.lostErr(code)
+		e.ren.lose(t, lost)
+		return false, opErr(ErrNotHeld, lost, "unlock")
+	}
+
+	// The last hold: the owner gives the lock up, so it is never renewed
+	// again, whatever Redis answers.
+	e.ren.stopRenewing(t)
+	sent := time.Now()
+	code, err := e.node.release(cctx, t.k, t.owner, releaseLast, ttl, 0)
+	switch {
+	case err != nil:
+		e.log.Error("dlock: release failed; retrying in the background", "lock", t.k.name, "fence", t.fence, "err", err)
+		e.ren.end(t, errUnlocked, nil)
+		e.bg.doSoon(func() { h.releaseLater(ttl) })
+		return true, opErr(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.k.name)
+	case code == codeDone:
+		e.ren.end(t, errUnlocked, func() {
+			e.log.Debug("dlock: released", "lock", t.k.name, "fence", t.fence, "held", time.Since(t.begun))
+		})
+		return true, nil
+	case time.Since(sent) >= markerTrust:
+		// The reply may come from a retry that ran after this release's
+		// marker lapsed: whether this call freed the lock is unknown.
+		e.ren.end(t, errUnlocked, nil)
+		return true, opErr(ErrNotHeld, nil, "unlock %q: the lock is free of this owner, but the reply took %v, too long to tell whether this call freed it or its lease had expired before",
+			t.k.name, time.Since(sent).Round(time.Millisecond))
+	}
+	lost := t.lostErr(code)
+	e.ren.lose(t, lost)
+	return true, opErr(ErrNotHeld, lost, "unlock")
+}
+
+// releaseLater retries the release of a hold whose last Unlock could not
+// reach Redis, every retryDelay, until it succeeds, Redis says the lock is no
+// longer this owner's, or the lease's local deadline passes (Redis then frees
+// the lock by itself). Once the Client closes, it makes one last attempt.
+func (h *hold) releaseLater(ttl time.Duration) {
+	t, e := h.t, h.e
+	deadline := e.ren.deadlineOf(t)
+	timer := time.NewTimer(retryDelay(ttl))
+	defer timer.Stop()
+	for {
+		closing := false
+		select {
+		case <-timer.C:
+		case <-e.closing:
+			closing = true
+		}
+		if !time.Now().Before(deadline) {
+			e.log.Info("dlock: release not retried: the lease has expired by now", "lock", t.k.name, "fence", t.fence)
+			return
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		_, err := e.node.release(ctx, t.k, t.owner, releaseLast, ttl, 0)
+		cancel()
+		if err == nil {
+			e.log.Info("dlock: released in the background", "lock", t.k.name, "fence", t.fence)
+			return
+		}
+		if closing {
+			e.log.Warn("dlock: release failed; Redis frees the lock when its TTL runs out", "lock", t.k.name, "fence", t.fence, "err", err)
+			return
+		}
+		timer.Reset(retryDelay(ttl))
+	}
+}
+
+// errUnlocked is the cause of a lease's end by Unlock.
+var errUnlocked = opErr(ErrNotHeld, nil, "the lease was unlocked")

@@ -1,0 +1,440 @@
+package dlock
+
+// The protocol floor: what is sent to Redis and what comes back. Every
+// request dlock makes is a method of node in this file; each names its
+// script, builds the KEYS and ARGV that script's header (lua/*.lua) lists,
+// and decodes the reply into Go values. Nothing here waits, retries or keeps
+// state: the floors above decide what a reply means for a lease.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// node is a Redis deployment that holds locks: a plain, Sentinel or Cluster
+// go-redis client. A Client runs on one node; a lock is on the node that
+// owns its keys, which go-redis finds for a Cluster.
+type node struct {
+	rdb redis.UniversalClient
+	// cmd runs the scripts: rdb itself, or its autopipeliner
+	// (WithAutoPipeline).
+	cmd redis.Scripter
+	// ctxAware: cmd gives up a request at its context's deadline by itself
+	// (rdb made with ContextTimeoutEnabled, and no autopipeliner).
+	ctxAware bool
+	// cluster: keys of different hash slots may live on different servers,
+	// so one script call must not span slots.
+	cluster bool
+}
+
+func newNode(rdb redis.UniversalClient, autoPipeline bool) (*node, error) {
+	n := &node{rdb: rdb, cmd: rdb}
+	switch r := rdb.(type) {
+	case *redis.Client:
+		n.ctxAware = r.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		n.ctxAware, n.cluster = r.Options().ContextTimeoutEnabled, true
+	case *redis.Ring:
+		n.ctxAware, n.cluster = r.Options().ContextTimeoutEnabled, true
+	}
+	if autoPipeline {
+		ap, err := rdb.AutoPipeline()
+		if err != nil {
+			return nil, err
+		}
+		n.cmd, n.ctxAware = ap, false
+	}
+	return n, nil
+}
+
+// A kind is a lock type's scripts and the layout of its keys. Each key list
+// names, in the order of the KEYS in its script's header, the keys of one
+// lock by the name the header gives them; the key itself is the lock's tag
+// followed by the name's suffix (keyNames).
+type kind struct {
+	name    string // the Go type, for messages
+	space   string // the keys' namespace after the prefix: "" for a Mutex, "fair:", ...
+	acquire *redis.Script
+	release *redis.Script
+
+	acquireKeys []string // KEYS of acquire
+	releaseKeys []string // KEYS of release but the last, the call's marker
+	// leaseKeys is a lease's group of KEYS in extend.lua: the key that
+	// carries each holder's lease, then those that must outlive it. The
+	// first is also ttl.lua's KEYS[1].
+	leaseKeys []string
+	zlease    bool // each holder's lease is its member of a sorted set of holders, not the lock hash
+	reentrant bool // a Lease in the context makes an acquisition of the same lock re-enter its hold
+}
+
+// keyNames maps the names of the scripts' headers to key suffixes.
+var keyNames = map[string]string{
+	"lock": "", "semaphore": "", "count": "",
+	"fence": ":fence", "waiters": ":waiters", "alive": ":alive",
+	"holders": ":holders", "total": ":total", "readers": ":readers", "fences": ":fences",
+}
+
+var (
+	mutexKind = &kind{name: "Mutex", acquire: scripts.acquire, release: scripts.release,
+		acquireKeys: []string{"lock", "fence", "waiters"},
+		releaseKeys: []string{"lock", "waiters"},
+		leaseKeys:   []string{"lock", "fence"},
+		reentrant:   true}
+	fairKind = &kind{name: "FairMutex", space: "fair:", acquire: scripts.fairAcquire, release: scripts.fairRelease,
+		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
+		releaseKeys: []string{"lock", "waiters", "alive"},
+		leaseKeys:   []string{"lock", "fence"},
+		reentrant:   true}
+	semKind = &kind{name: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease,
+		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
+		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total"},
+		leaseKeys:   []string{"holders", "fence", "semaphore"},
+		zlease:      true}
+	// The two kinds of hold of an RWMutex share its keys, scripts and
+	// wake-up channel; a read hold's lease is its member of the readers set,
+	// the write hold's is the lock hash.
+	rwReadKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
+		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences"},
+		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences"},
+		leaseKeys:   []string{"readers", "fence", "fences"},
+		zlease:      true, reentrant: true}
+	rwWriteKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
+		acquireKeys: rwReadKind.acquireKeys,
+		releaseKeys: rwReadKind.releaseKeys,
+		leaseKeys:   []string{"lock", "fence", "fences"},
+		reentrant:   true}
+	latchKind = &kind{name: "CountDownLatch", space: "latch:"}
+)
+
+// leaseType names, for extend.lua and ttl.lua, what carries a holder's lease.
+func (k *kind) leaseType() string {
+	if k.zlease {
+		return "z"
+	}
+	return "h"
+}
+
+// keys names everything in Redis that belongs to one lock. Every name carries
+// the same {hash tag}, so they share a Redis Cluster slot and one script can
+// touch them all; the package documentation lists them.
+type keys struct {
+	kind    *kind
+	name    string // as the caller gave it
+	tag     string // prefix, namespace and {hash tag}: the stem of every key and channel
+	channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
+
+	acquireKeys, releaseKeys, leaseKeys []string
+}
+
+func newKeys(prefix string, k *kind, name string) keys {
+	tag := prefix + k.space + "{" + nameEscaper.Replace(name) + "}"
+	names := func(list []string) []string {
+		ks := make([]string, len(list))
+		for i, n := range list {
+			ks[i] = tag + keyNames[n]
+		}
+		return ks
+	}
+	return keys{kind: k, name: name, tag: tag, channel: tag + ":wake",
+		acquireKeys: names(k.acquireKeys), releaseKeys: names(k.releaseKeys), leaseKeys: names(k.leaseKeys)}
+}
+
+// nameEscaper makes any byte string safe inside a hash tag: '{' and '}' would
+// end the tag early and change the slot. '%' is escaped too, so the mapping is
+// one-to-one.
+var nameEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// marker is the key of the marker of a call by owner (an acquisition's owner
+// id, or a call's own id): a script that must answer a retry of the same call
+// (go-redis retries after a lost reply) as it answered the call sets it for
+// markerTTL.
+func (k keys) marker(owner string) string { return k.tag + ":done:" + owner }
+
+// markerTTL is how long a call's marker lives. A reply read later than
+// markerTrust after its request was first sent may come from a retry that ran
+// after the marker had gone.
+const (
+	markerTTL   = 10 * time.Second
+	markerTrust = markerTTL - time.Second
+)
+
+// withMarker returns ks with the marker of owner's call appended, in a new
+// slice.
+func withMarker(ks []string, k keys, owner string) []string {
+	return append(ks[:len(ks):len(ks)], k.marker(owner))
+}
+
+// Modes of the scripts, as their headers name them.
+type (
+	acquireMode string // ARGV[3] of an acquire script
+	releaseMode string // ARGV[3] of a release script
+	semMode     string // ARGV[3] of sem_release.lua, beyond releaseLast and releaseLeave
+	latchMode   string // ARGV[1] of latch.lua
+)
+
+const (
+	takeMode    acquireMode = "0" // take the lock, or register as a waiter
+	reenterMode acquireMode = "1" // add a hold of an owner that has one
+
+	releaseOne   releaseMode = "0" // one of several holds goes: the count that remains is given
+	releaseLast  releaseMode = "1" // the last hold goes: the lock is freed
+	releaseLeave releaseMode = "2" // a waiter gives up: unregister it, pass the lock on if kept for it
+
+	semSetTotal    semMode = "3"
+	semAvailable   semMode = "4"
+	semDeleteTotal semMode = "5"
+
+	latchDown   latchMode = "down"
+	latchSet    latchMode = "set"
+	latchDelete latchMode = "delete"
+)
+
+// Result codes of the release scripts and extend.lua.
+const (
+	codeGone  = -1 // nobody holds the lock
+	codeOther = 0  // another owner holds the lock
+	codeDone  = 1  // release: the lock is free; extend: extended
+	codeHeld  = 2  // release: one hold given back, the lock still held
+)
+
+// acquireResult is what an acquire script answered, decoded.
+type acquireResult struct {
+	fence     int64         // > 0 when the lock was taken
+	reentered bool          // the owner's hold count went up
+	gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
+	pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
+}
+
+// acquire runs k's acquire script once: one round trip. If the lock is held
+// and register is above zero, owner is registered as a waiter for that long.
+// extra are the kind's own arguments, after the four every acquire script
+// takes.
+func (n *node) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra ...any) (acquireResult, error) {
+	args := append([]any{owner, ttl.Milliseconds(), string(takeMode), register.Milliseconds()}, extra...)
+	return n.runAcquire(ctx, k, args)
+}
+
+// reenter runs k's acquire script to add a hold of owner, which then has
+// count holds: one round trip.
+func (n *node) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int) (acquireResult, error) {
+	return n.runAcquire(ctx, k, []any{owner, ttl.Milliseconds(), string(reenterMode), count})
+}
+
+func (n *node) runAcquire(ctx context.Context, k keys, args []any) (acquireResult, error) {
+	v, err := k.kind.acquire.Run(ctx, n.cmd, k.acquireKeys, args...).Int64()
+	if err != nil {
+		return acquireResult{}, opErr(nil, err, "acquire %q", k.name)
+	}
+	switch {
+	case v > 0:
+		return acquireResult{fence: v}, nil
+	case v == 0:
+		return acquireResult{reentered: true}, nil
+	case v == -1:
+		return acquireResult{gone: true}, nil
+	}
+	return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}, nil
+}
+
+// release runs k's release script once: one round trip. ttl is the lock's
+// TTL, which sets how long a freed lock is kept for the waiter that is told;
+// count, for releaseOne, the holds that remain. It returns a result code.
+func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration, count int) (int64, error) {
+	code, err := k.kind.release.Run(ctx, n.cmd, withMarker(k.releaseKeys, k, owner),
+		owner, k.channel, string(mode), reserveFor(ttl).Milliseconds(), count, markerTTL.Milliseconds()).Int64()
+	if err != nil {
+		return 0, opErr(nil, err, "release %q", k.name)
+	}
+	return code, nil
+}
+
+// semaphore runs sem_release.lua in one of its own modes, with total as its
+// argument: the new total, or the one to use when none is stored. id is the
+// call's own, so that a retried Delete answers as it did.
+func (n *node) semaphore(ctx context.Context, k keys, id string, mode semMode, total int64) (int64, error) {
+	v, err := k.kind.release.Run(ctx, n.cmd, withMarker(k.releaseKeys, k, id),
+		id, k.channel, string(mode), 0, total, markerTTL.Milliseconds()).Int64()
+	if err != nil {
+		return 0, opErr(nil, err, "semaphore %q", k.name)
+	}
+	return v, nil
+}
+
+// extendItem is one lease in an extend call.
+type extendItem struct {
+	k     keys
+	owner string
+	ttl   time.Duration
+	// exact: the lease lapses ttl from now even if it would have lapsed later
+	// (Lease.Extend); otherwise it is only lengthened (a renewal).
+	exact bool
+}
+
+// maxBatch is the most leases renewed by one script call.
+const maxBatch = 100
+
+// extend runs extend.lua once over items, whose keys must all be in one
+// hash slot if the node is a Cluster: one round trip. It returns a result
+// code per item.
+func (n *node) extend(ctx context.Context, items []extendItem) ([]int64, error) {
+	nk := 0
+	for _, it := range items {
+		nk += len(it.k.leaseKeys)
+	}
+	ks := make([]string, 0, nk)
+	args := make([]any, 0, 5*len(items))
+	for _, it := range items {
+		how := "gt"
+		if it.exact {
+			how = "set"
+		}
+		ks = append(ks, it.k.leaseKeys...)
+		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds(), how, len(it.k.leaseKeys))
+	}
+	codes, err := scripts.extend.Run(ctx, n.cmd, ks, args...).Int64Slice()
+	switch {
+	case err != nil && len(items) == 1:
+		return nil, opErr(nil, err, "extend %q", items[0].k.name)
+	case err != nil:
+		return nil, opErr(nil, err, "extend %d leases", len(items))
+	case len(codes) != len(items):
+		return nil, opErr(nil, nil, "extend %d leases: unexpected reply %v", len(items), codes)
+	}
+	return codes, nil
+}
+
+// group returns the hash slot of key on a Cluster node, where one script
+// call must not span slots; 0 on any other.
+func (n *node) group(key string) int {
+	if !n.cluster {
+		return 0
+	}
+	return slot(key)
+}
+
+// ttl runs ttl.lua: whether owner holds its lease on k (codeDone; codeOther
+// or codeGone if not) and, if it does, how long the lease has left (-1ms: no
+// expiry).
+func (n *node) ttl(ctx context.Context, k keys, owner string) (left time.Duration, code int64, err error) {
+	ms, err := scripts.ttl.Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.kind.leaseType()).Int64()
+	switch {
+	case err != nil:
+		return 0, 0, opErr(nil, err, "ttl %q", k.name)
+	case ms == -3:
+		return 0, codeOther, nil
+	case ms == -2:
+		return 0, codeGone, nil
+	}
+	return time.Duration(ms) * time.Millisecond, codeDone, nil
+}
+
+// latch runs latch.lua in mode, with an id of its own so that a retry of the
+// call answers as it did.
+func (n *node) latch(ctx context.Context, k keys, id string, mode latchMode, count int64) (int64, error) {
+	v, err := scripts.latch.Run(ctx, n.cmd, []string{k.tag, k.marker(id)},
+		string(mode), latchChannel(k), count, markerTTL.Milliseconds()).Int64()
+	if err != nil {
+		return 0, opErr(nil, err, "latch %q", k.name)
+	}
+	return v, nil
+}
+
+// latchChannel is where a latch's opening is published.
+func latchChannel(k keys) string { return k.tag + ":zero" }
+
+// latchCount reads a latch's count: 0 when it has none.
+func (n *node) latchCount(ctx context.Context, k keys) (int64, error) {
+	s, err := n.rdb.Get(ctx, k.tag).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, opErr(nil, err, "count of latch %q", k.name)
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, opErr(nil, err, "count of latch %q: %q in Redis", k.name, s)
+	}
+	return v, nil
+}
+
+// evictionPolicy reads Redis's maxmemory-policy; known is false if Redis
+// will not tell (CONFIG refused).
+func (n *node) evictionPolicy(ctx context.Context) (policy string, known bool, err error) {
+	v, err := n.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		return "", false, nil
+	case err != nil:
+		return "", false, opErr(nil, err, "read maxmemory-policy")
+	}
+	policy, known = v["maxmemory-policy"]
+	return policy, known, nil
+}
+
+// slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// hash tag, or of the whole key if it has none, modulo 16384.
+func slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// The times the scripts are given, each a fraction of a lock's TTL within
+// bounds; doc.go states them for users.
+
+// renewEvery is how often a lease is renewed while held; it may be renewed up
+// to renewSlack earlier, to share a script call with others.
+func renewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
+func renewSlack(ttl time.Duration) time.Duration { return ttl / 6 }
+
+// reserveFor is how long a freed lock is kept for the waiter chosen to have
+// it: long enough for the message to reach it and its acquire to come back,
+// short enough that a waiter that died costs little.
+func reserveFor(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 50*time.Millisecond), time.Second)
+}
+
+// keepAlive is how often a waiter renews its registration (by trying again).
+// A registration lapses after three of these (registerFor), so a waiter that
+// died is forgotten soon after.
+func keepAlive(ttl time.Duration) time.Duration {
+	return min(max(ttl/6, 50*time.Millisecond), 5*time.Second)
+}
+
+func registerFor(ttl time.Duration) time.Duration { return 3 * keepAlive(ttl) }
+
+// retryDelay is the pause before a failed renewal or release is tried again.
+func retryDelay(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 10*time.Millisecond), time.Second)
+}
+
+// drift is the allowance for the difference between the client's and Redis's
+// clocks and for timer lateness: the Redlock rule of 1% of the TTL plus 2ms.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// cleanupTimeout bounds a release made after the caller's context may have
+// ended.
+func cleanupTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl, time.Second), 5*time.Second)
+}

@@ -1,0 +1,468 @@
+package dlock
+
+// The renewer floor: the life of every lease a Client holds. One goroutine
+// keeps every lease's local deadline and schedules its renewals; the renewal
+// calls themselves run on goroutines of their own, so that a stalled Redis
+// delays no deadline. Renewals and Lease.Extend calls of one lease reach
+// Redis one at a time, through here. The hooks of these events are handed to
+// the dispatcher.
+
+import (
+	"container/heap"
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// term is the life of one lease: what it is, its TTL and local deadline, its
+// renewal schedule, and the context that ends with it.
+type term struct {
+	// Set when the lease begins, never changed.
+	node   *node
+	k      keys
+	owner  string
+	fence  int64
+	begun  time.Time // when the acquire was sent: the latest Redis can have started the TTL
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// Guarded by renewer.mu.
+	renew    bool
+	ttl      time.Duration
+	deadline time.Time // after this, without a renewal, the lease counts as lost
+	due      time.Time // the next renewal, if renew
+	slack    time.Duration
+	busy     chan struct{} // while an extend is in flight: closed when its reply is in
+	lastErr  error         // of the last renewal, for the loss message
+	ended    bool
+	wake     time.Time // when the renewer looks at it next: due or deadline
+	index    int       // in renewer.queue; -1 when not in it
+}
+
+// info names the lock, for hooks.
+func (t *term) info() LockInfo { return LockInfo{Kind: t.k.kind.name, Name: t.k.name} }
+
+// setWake sets when the renewer looks at t next. renewer.mu must be held.
+func (t *term) setWake() {
+	t.wake = t.deadline
+	if t.renew && t.busy == nil && t.due.Before(t.wake) {
+		t.wake = t.due
+	}
+}
+
+// endedErr returns nil while t is held, else an error matching ErrNotHeld and
+// the reason it ended.
+func (t *term) endedErr(op string) error {
+	if t.ctx.Err() == nil {
+		return nil
+	}
+	return opErr(ErrNotHeld, context.Cause(t.ctx), "%s %q", op, t.k.name)
+}
+
+// lostErr describes a script's "not yours" answer.
+func (t *term) lostErr(code int64) error {
+	if code == codeOther {
+		return opErr(ErrLockLost, nil, "%q is held by another owner", t.k.name)
+	}
+	return opErr(ErrLockLost, nil, "%q expired", t.k.name)
+}
+
+// renewer keeps the terms of a Client's leases.
+type renewer struct {
+	log    *slog.Logger
+	hooks  *Hooks
+	events *dispatcher
+
+	mu      sync.Mutex
+	queue   termQueue // every term not ended, by wake
+	timer   *time.Timer
+	armed   time.Time // when timer fires next
+	started bool
+	stopped bool
+
+	ctx    context.Context // cancelled by stop: ends renewal calls in flight
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the loop and the renewal calls
+}
+
+func newRenewer(log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &renewer{log: log, hooks: hooks, events: events, ctx: ctx, cancel: cancel}
+}
+
+// begin starts the term of a lease just acquired on n, whose acquire was sent
+// at sent: the lease lapses at sent + ttl in Redis at the latest, and counts
+// as lost drift before that unless renewed.
+func (r *renewer) begin(n *node, k keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time) (*term, error) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t := &term{node: n, k: k, owner: owner, fence: fence, begun: sent, ctx: ctx, cancel: cancel,
+		renew: renew, ttl: ttl, deadline: sent.Add(ttl - drift(ttl)),
+		due: sent.Add(renewEvery(ttl)), slack: renewSlack(ttl)}
+	t.setWake()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		err := opErr(ErrClosed, nil, "lock %q acquired while closing", k.name)
+		cancel(err)
+		return nil, err
+	}
+	heap.Push(&r.queue, t)
+	if !r.started {
+		r.started = true
+		r.timer = time.NewTimer(time.Until(t.wake))
+		r.armed = t.wake
+		r.wg.Add(1)
+		go r.run()
+	} else {
+		r.arm(t.wake)
+	}
+	return t, nil
+}
+
+// arm makes the timer fire at at if that is earlier than it would. Setting
+// the timer from the caller's goroutine spares the loop a wake-up for every
+// new lease. r.mu must be held.
+func (r *renewer) arm(at time.Time) {
+	if at.Before(r.armed) {
+		r.armed = at
+		r.timer.Reset(time.Until(at))
+	}
+}
+
+// stopRenewing ends t's renewals; its deadline still holds.
+func (r *renewer) stopRenewing(t *term) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t.ended {
+		return
+	}
+	t.renew = false
+	t.setWake()
+	heap.Fix(&r.queue, t.index)
+}
+
+// end ends t with cause, once, and reports whether it did. report, if not
+// nil, runs before Done closes, so that whoever sees Done closed also sees
+// what report recorded.
+func (r *renewer) end(t *term, cause error, report func()) bool {
+	r.mu.Lock()
+	if t.ended {
+		r.mu.Unlock()
+		return false
+	}
+	t.ended = true
+	if t.index >= 0 {
+		heap.Remove(&r.queue, t.index)
+	}
+	r.mu.Unlock()
+	if report != nil {
+		report()
+	}
+	t.cancel(cause)
+	return true
+}
+
+// lose ends t as lost.
+func (r *renewer) lose(t *term, err error) {
+	r.end(t, err, func() { r.lost(t, err) })
+}
+
+// lost logs and reports the loss of t, which has ended.
+func (r *renewer) lost(t *term, err error) {
+	r.log.Error("dlock: lease lost", "lock", t.k.name, "fence", t.fence, "err", err)
+	if h := r.hooks; h != nil && h.Lost != nil {
+		r.events.post(func() { h.Lost(context.Background(), t.info(), t.fence, err) })
+	}
+}
+
+// extend makes t lapse ttl from now, and ttl its TTL from then on (Lease.Extend).
+// It waits for a renewal of t in flight, so that Redis keeps the newer intent;
+// while it is in flight itself, t counts as ending no later than ttl from
+// when it was sent.
+func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error {
+	r.mu.Lock()
+	for t.busy != nil && !t.ended {
+		done := t.busy
+		r.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return opErr(nil, context.Cause(ctx), "extend %q", t.k.name)
+		}
+		r.mu.Lock()
+	}
+	if t.ended {
+		r.mu.Unlock()
+		return t.endedErr("extend")
+	}
+	t.busy = make(chan struct{})
+	sent := time.Now()
+	if d := sent.Add(ttl - drift(ttl)); d.Before(t.deadline) {
+		t.deadline = d
+	}
+	t.setWake()
+	heap.Fix(&r.queue, t.index)
+	r.arm(t.wake)
+	r.mu.Unlock()
+
+	codes, err := t.node.extend(ctx, []extendItem{{k: t.k, owner: t.owner, ttl: ttl, exact: true}})
+
+	r.mu.Lock()
+	close(t.busy)
+	t.busy = nil
+	var lost error
+	switch {
+	case t.ended:
+	case err != nil:
+		t.due = time.Now() // renew soon, with the TTL Redis may still hold
+	case codes[0] != codeDone:
+		lost = t.lostErr(codes[0])
+	default:
+		t.ttl, t.deadline, t.lastErr = ttl, sent.Add(ttl-drift(ttl)), nil
+		t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
+	}
+	if !t.ended {
+		t.setWake()
+		heap.Fix(&r.queue, t.index)
+		r.arm(t.wake)
+	}
+	r.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case lost != nil:
+		r.lose(t, lost)
+		return opErr(ErrNotHeld, lost, "extend")
+	}
+	if err := t.endedErr("extend"); err != nil {
+		return err
+	}
+	r.extended(t)
+	return nil
+}
+
+// extended reports a renewal or extension of t.
+func (r *renewer) extended(t *term) {
+	if h := r.hooks; h != nil && h.Extended != nil {
+		r.events.post(func() { h.Extended(context.Background(), t.info(), t.fence) })
+	}
+}
+
+// stop ends renewal, waits for the goroutine and every renewal call in
+// flight, and returns the terms that have not ended.
+func (r *renewer) stop() []*term {
+	r.mu.Lock()
+	r.stopped = true
+	live := slices.Clone([]*term(r.queue))
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
+	return live
+}
+
+func (r *renewer) run() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.ctx.Done():
+			r.timer.Stop()
+			return
+		case <-r.timer.C:
+		}
+		r.tick()
+	}
+}
+
+// tick ends the terms whose deadline passed and renews those that are due,
+// or nearly (within their slack, to batch them with the others).
+func (r *renewer) tick() {
+	now := time.Now()
+	var lost, due []*term
+	r.mu.Lock()
+	for len(r.queue) > 0 {
+		t := r.queue[0]
+		if !now.Before(t.deadline) {
+			heap.Pop(&r.queue)
+			t.ended = true
+			lost = append(lost, t)
+			continue
+		}
+		if t.wake.Equal(t.deadline) || t.due.Sub(now) > t.slack {
+			break
+		}
+		t.busy = make(chan struct{})
+		due = append(due, t)
+		t.setWake()
+		heap.Fix(&r.queue, 0)
+	}
+	next := now.Add(time.Hour)
+	if len(r.queue) > 0 {
+		next = r.queue[0].wake
+	}
+	r.armed = next
+	r.timer.Reset(time.Until(next))
+	r.mu.Unlock()
+
+	for _, t := range lost {
+		err := r.deadlineErr(t)
+		r.lost(t, err)
+		t.cancel(err)
+	}
+	if len(due) > 0 {
+		r.renew(due)
+	}
+}
+
+// deadlineErr is why t was lost at its deadline.
+func (r *renewer) deadlineErr(t *term) error {
+	r.mu.Lock()
+	renew, ttl, lastErr := t.renew, t.ttl, t.lastErr
+	r.mu.Unlock()
+	switch {
+	case !renew:
+		return opErr(ErrLockLost, nil, "%q: its lease of %v ran out", t.k.name, ttl)
+	case lastErr != nil:
+		return opErr(ErrLockLost, lastErr, "%q: not renewed before its deadline", t.k.name)
+	}
+	return opErr(ErrLockLost, nil, "%q: not renewed before its deadline", t.k.name)
+}
+
+// renew renews due terms, each node's on a goroutine of its own: one script
+// call per maxBatch leases, and per hash slot on a Cluster.
+func (r *renewer) renew(due []*term) {
+	calls := make(map[*node]map[int][]*term)
+	for _, t := range due {
+		g := calls[t.node]
+		if g == nil {
+			g = make(map[int][]*term)
+			calls[t.node] = g
+		}
+		key := t.node.group(t.k.tag)
+		g[key] = append(g[key], t)
+	}
+	for n, groups := range calls {
+		r.wg.Go(func() {
+			for _, ts := range groups {
+				for batch := range slices.Chunk(ts, maxBatch) {
+					r.renewBatch(n, batch)
+				}
+			}
+		})
+	}
+}
+
+// renewBatch renews batch with one script call on n, and schedules what
+// follows.
+func (r *renewer) renewBatch(n *node, batch []*term) {
+	items := make([]extendItem, len(batch))
+	var latest time.Time
+	r.mu.Lock()
+	for i, t := range batch {
+		items[i] = extendItem{k: t.k, owner: t.owner, ttl: t.ttl}
+		if t.deadline.After(latest) {
+			latest = t.deadline
+		}
+	}
+	r.mu.Unlock()
+	// A reply that comes after every deadline in the batch is of no use.
+	ctx, cancel := context.WithDeadline(r.ctx, latest)
+	sent := time.Now()
+	codes, err := n.extend(ctx, items)
+	cancel()
+
+	var extended []*term
+	type loss struct {
+		t   *term
+		err error
+	}
+	var lost []loss
+	r.mu.Lock()
+	for i, t := range batch {
+		close(t.busy)
+		t.busy = nil
+		if t.ended {
+			continue
+		}
+		ttl := items[i].ttl
+		switch {
+		case err != nil:
+			t.lastErr = err
+			t.due, t.slack = time.Now().Add(retryDelay(ttl)), 0
+		case codes[i] == codeDone:
+			t.deadline, t.lastErr = sent.Add(ttl-drift(ttl)), nil
+			t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
+			extended = append(extended, t)
+		default:
+			t.ended = true
+			heap.Remove(&r.queue, t.index)
+			lost = append(lost, loss{t, t.lostErr(codes[i])})
+			continue
+		}
+		t.setWake()
+		heap.Fix(&r.queue, t.index)
+		if !r.stopped {
+			r.arm(t.wake)
+		}
+	}
+	r.mu.Unlock()
+
+	if err != nil {
+		if r.ctx.Err() != nil {
+			return // stopping
+		}
+		r.log.Warn("dlock: renewal failed, will retry", "leases", len(batch), "first", batch[0].k.name, "err", err)
+		if h := r.hooks; h != nil && h.ExtendFailed != nil {
+			r.events.post(func() {
+				for _, t := range batch {
+					h.ExtendFailed(context.Background(), t.info(), t.fence, err)
+				}
+			})
+		}
+	}
+	for _, t := range extended {
+		r.extended(t)
+	}
+	for _, l := range lost {
+		r.lost(l.t, l.err)
+		l.t.cancel(l.err)
+	}
+}
+
+// termQueue is a min-heap of terms by wake (container/heap).
+type termQueue []*term
+
+func (q termQueue) Len() int           { return len(q) }
+func (q termQueue) Less(i, j int) bool { return q[i].wake.Before(q[j].wake) }
+func (q termQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *termQueue) Push(x any) {
+	t := x.(*term)
+	t.index = len(*q)
+	*q = append(*q, t)
+}
+func (q *termQueue) Pop() any {
+	old := *q
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	t.index = -1
+	*q = old[:len(old)-1]
+	return t
+}
+
+// ttlOf returns t's TTL.
+func (r *renewer) ttlOf(t *term) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return t.ttl
+}
+
+// deadlineOf returns t's local deadline.
+func (r *renewer) deadlineOf(t *term) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return t.deadline
+}
