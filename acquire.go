@@ -139,7 +139,7 @@ func (a *acquirer) acquire1(ctx context.Context, op string, wait bool, extra []a
 	}
 	if a.k.kind.reentrant {
 		if h := heldIn(ctx).find(a.e, a.k); h != nil {
-			return h.reenter(ctx)
+			return h.reenter(ctx, extra)
 		}
 	}
 	return a.take(ctx, op, wait, extra)
@@ -413,15 +413,16 @@ type hold struct {
 	holds int
 }
 
-// reenter adds one hold in Redis for a Lock made with a context carrying h.
-func (h *hold) reenter(ctx context.Context) (*Lease, error) {
+// reenter adds one hold in Redis for a Lock made with a context carrying h;
+// extra are the kind's own arguments of its acquire script.
+func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.t
 	if err := t.endedErr("re-enter"); err != nil {
 		return nil, opErr(ErrNotAcquired, err, "re-enter %q", t.k.name)
 	}
-	r, err := h.e.node.reenter(ctx, t.k, t.owner, h.e.ren.ttlOf(t), h.holds+1)
+	r, err := h.e.node.reenter(ctx, t.k, t.owner, h.e.ren.ttlOf(t), h.holds+1, extra...)
 	if err != nil {
 		// If the reply was lost the count in Redis may be one too high; the
 		// next count sent, or the last release, sets it right.

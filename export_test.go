@@ -105,12 +105,12 @@ func UseMutant(name string) bool {
 }
 
 // ScriptHash returns the SHA1 of the script that does op ("acquire",
-// "release", "extend", "fair_acquire", "fair_release", "sem_acquire",
+// "release", "extend", "ttl", "fair_acquire", "fair_release", "sem_acquire",
 // "sem_release", "rw_acquire", "rw_release", "latch"), as sent to Redis, for
 // tests that inject faults into its requests.
 func ScriptHash(op string) string {
 	s := map[string]*redis.Script{
-		"acquire": scripts.acquire, "release": scripts.release, "extend": scripts.extend,
+		"acquire": scripts.acquire, "release": scripts.release, "extend": scripts.extend, "ttl": scripts.ttl,
 		"fair_acquire": scripts.fairAcquire, "fair_release": scripts.fairRelease,
 		"sem_acquire": scripts.semAcquire, "sem_release": scripts.semRelease,
 		"rw_acquire": scripts.rwAcquire, "rw_release": scripts.rwRelease,

@@ -220,9 +220,11 @@ func (n *node) acquire(ctx context.Context, k keys, owner string, ttl, register 
 }
 
 // reenter runs k's acquire script to add a hold of owner, which then has
-// count holds: one round trip.
-func (n *node) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int) (acquireResult, error) {
-	return n.runAcquire(ctx, k, []any{owner, ttl.Milliseconds(), string(reenterMode), count})
+// count holds: one round trip. extra are the kind's own arguments, as for
+// acquire.
+func (n *node) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int, extra ...any) (acquireResult, error) {
+	args := append([]any{owner, ttl.Milliseconds(), string(reenterMode), count}, extra...)
+	return n.runAcquire(ctx, k, args)
 }
 
 func (n *node) runAcquire(ctx context.Context, k keys, args []any) (acquireResult, error) {

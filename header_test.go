@@ -1,0 +1,272 @@
+package dlock_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// header is what a script's header says it takes: the name of each KEYS and
+// ARGV entry, in order.
+type header struct {
+	keys, args []string
+}
+
+var headerLine = regexp.MustCompile(`^-- (KEYS|ARGV)\[(\d+)\]\s+(\w+):`)
+
+// readHeaders reads the header of every script under lua/ but lib.lua.
+func readHeaders(t *testing.T) map[string]header {
+	t.Helper()
+	files, err := filepath.Glob("lua/*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	hs := map[string]header{}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".lua")
+		if name == "lib" {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h header
+		for _, line := range strings.Split(string(src), "\n") {
+			m := headerLine.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			i, _ := strconv.Atoi(m[2])
+			list := &h.keys
+			if m[1] == "ARGV" {
+				list = &h.args
+			}
+			if i != len(*list)+1 {
+				t.Errorf("%s: %s[%d] out of order", f, m[1], i)
+			}
+			*list = append(*list, m[3])
+		}
+		hs[name] = h
+	}
+	return hs
+}
+
+// scriptCall is one script request as the client sent it.
+type scriptCall struct {
+	sha        string
+	keys, args []string
+}
+
+// scriptRecorder is a go-redis hook that records every script request.
+type scriptRecorder struct {
+	mu    sync.Mutex
+	calls []scriptCall
+}
+
+func (r *scriptRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *scriptRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			r.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (r *scriptRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *scriptRecorder) record(cmd redis.Cmder) {
+	a := cmd.Args()
+	var sha string
+	switch cmd.Name() {
+	case "evalsha":
+		sha = fmt.Sprint(a[1])
+	case "eval":
+		sum := sha1.Sum([]byte(fmt.Sprint(a[1])))
+		sha = hex.EncodeToString(sum[:])
+	default:
+		return
+	}
+	n, _ := strconv.Atoi(fmt.Sprint(a[2]))
+	c := scriptCall{sha: sha}
+	for _, v := range a[3 : 3+n] {
+		c.keys = append(c.keys, fmt.Sprint(v))
+	}
+	for _, v := range a[3+n:] {
+		c.args = append(c.args, fmt.Sprint(v))
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, c)
+	r.mu.Unlock()
+}
+
+// suffixes are the key suffixes a header's key name may stand for, after the
+// lock's tag: the marker's is followed by an id; the key that carries a
+// lease is the lock hash or a sorted set of holders, by kind.
+func suffixes(name string) []string {
+	switch name {
+	case "lock", "semaphore", "count":
+		return []string{""}
+	case "marker":
+		return []string{":done:"}
+	case "lease":
+		return []string{"", ":readers", ":holders"}
+	}
+	return []string{":" + name}
+}
+
+// TestScriptHeaders: every script request the Client sends has the KEYS and
+// ARGV its script's header lists, each key the one the header names: the
+// key lists of every kind match their scripts.
+func TestScriptHeaders(t *testing.T) {
+	headers := readHeaders(t)
+	var rec scriptRecorder
+	c, rdb, _ := newClient(t, dlock.WithTTL(300*time.Millisecond))
+	rdb.AddHook(&rec)
+	other := clientOn(t, rdb)
+	ctx := context.Background()
+
+	// Every script, in every mode the client uses: take, re-enter (for the
+	// kinds that re-enter), give back one hold, read the TTL, extend, renew,
+	// register and give up as a waiter, give back the last hold.
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	type lockFunc func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error)
+	mutex := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("m").Lock(ctx) }
+	fair := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.FairMutex("f").Lock(ctx) }
+	write := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("r").Lock(ctx) }
+	read := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("r").RLock(ctx) }
+	sem := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) {
+		return c.Semaphore("s", 2).Acquire(ctx, 1)
+	}
+	sem2 := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) {
+		return c.Semaphore("s", 2).Acquire(ctx, 2)
+	}
+	// For each: the lock, and an acquisition that must wait while it is held.
+	for _, pair := range [][2]lockFunc{{mutex, mutex}, {fair, fair}, {write, write}, {read, write}, {sem, sem2}} {
+		lock, contend := pair[0], pair[1]
+		l, err := lock(ctx, c)
+		must(err)
+		lctx, cancel := l.Context(ctx)
+		inner, err := lock(lctx, c) // a re-entry, or for a Semaphore another permit
+		must(err)
+		must(inner.Unlock(ctx))
+		cancel()
+		_, err = l.TTL(ctx)
+		must(err)
+		must(l.Extend(ctx, time.Second))
+		time.Sleep(400 * time.Millisecond) // a renewal
+		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		if _, err := contend(wctx, other); err == nil {
+			t.Fatal("a second holder")
+		}
+		wcancel()
+		must(l.Unlock(ctx))
+	}
+	s := c.Semaphore("s", 1)
+	must(s.SetPermits(ctx, 2))
+	_, err := s.Available(ctx)
+	must(err)
+	_, err = s.Delete(ctx)
+	must(err)
+	latch := c.CountDownLatch("l")
+	_, err = latch.TrySetCount(ctx, 1)
+	must(err)
+	must(latch.CountDown(ctx))
+	_, err = latch.Delete(ctx)
+	must(err)
+
+	rec.mu.Lock()
+	calls := rec.calls
+	rec.mu.Unlock()
+	seen := map[string]bool{}
+	for _, call := range calls {
+		var name string
+		for n := range headers {
+			if dlock.ScriptHash(n) == call.sha {
+				name = n
+			}
+		}
+		if name == "" {
+			t.Errorf("a script request of no script under lua/: %v", call)
+			continue
+		}
+		seen[name] = true
+		h := headers[name]
+		if name == "extend" {
+			checkExtend(t, h, call)
+			continue
+		}
+		if len(call.keys) != len(h.keys) || len(call.args) != len(h.args) {
+			t.Errorf("%s: sent %d KEYS and %d ARGV, its header lists %d (%v) and %d (%v)",
+				name, len(call.keys), len(call.args), len(h.keys), h.keys, len(h.args), h.args)
+			continue
+		}
+		tag := call.keys[0][:strings.IndexByte(call.keys[0], '}')+1]
+		for i, k := range call.keys {
+			ok := false
+			for _, s := range suffixes(h.keys[i]) {
+				ok = ok || k == tag+s || s == ":done:" && strings.HasPrefix(k, tag+s)
+			}
+			if !ok {
+				t.Errorf("%s: KEYS[%d] is %q, its header names %s", name, i+1, k, h.keys[i])
+			}
+		}
+	}
+	for name := range headers {
+		if !seen[name] {
+			t.Errorf("no request ran %s.lua", name)
+		}
+	}
+}
+
+// checkExtend checks an extend.lua request: groups of five ARGV, each
+// naming how many KEYS its lease has, which add up to the KEYS sent, and
+// each group's keys sharing one tag.
+func checkExtend(t *testing.T, h header, call scriptCall) {
+	t.Helper()
+	if len(call.args)%5 != 0 || len(call.args) == 0 {
+		t.Errorf("extend: %d ARGV, not groups of five", len(call.args))
+		return
+	}
+	k := 0
+	for g := 0; g < len(call.args); g += 5 {
+		n, err := strconv.Atoi(call.args[g+4])
+		if err != nil || k+n > len(call.keys) {
+			t.Errorf("extend: group %d names %q keys; %d sent", g/5, call.args[g+4], len(call.keys))
+			return
+		}
+		tag := call.keys[k][:strings.IndexByte(call.keys[k], '}')+1]
+		for _, key := range call.keys[k : k+n] {
+			if !strings.HasPrefix(key, tag) {
+				t.Errorf("extend: group %d mixes locks: %v", g/5, call.keys[k:k+n])
+			}
+		}
+		k += n
+	}
+	if k != len(call.keys) {
+		t.Errorf("extend: groups name %d keys, %d sent", k, len(call.keys))
+	}
+	_ = h
+}
