@@ -30,7 +30,7 @@
 //     release and extend are each one Lua script, so none of them can interleave
 //     with another client's.
 //   - A release is owner-checked: it never removes a lock held by another owner.
-//   - A holder's lease is renewed every TTL/3 while it holds the lock. If
+//   - A holder's lease is renewed while it holds the lock (see Times). If
 //     renewal finds another owner, or cannot reach Redis before the lease's
 //     local deadline (acquire time + TTL - 1% of TTL - 2ms, measured on the
 //     client's monotonic clock from before the request was sent), the lease is
@@ -106,21 +106,35 @@
 // lock (one pub/sub connection per Client, shared by all its locks), then
 // tries again, this time registering itself as a waiter in Redis. When the
 // holder releases the lock while waiters are registered, the release keeps
-// the lock for the waiter registered longest ago, for a short while
-// (TTL/10, between 50ms and 1s), and tells only that waiter's Client: one
-// message, one woken goroutine, no race among the others, and no newcomer can
-// take the lock meanwhile. Waiters are therefore served about in the order
-// they arrived; the order is not strict, because a waiter that renews its
-// registration moves back.
+// the lock for the waiter registered longest ago, for a short while, and
+// tells only that waiter's Client: one message, one woken goroutine, no race
+// among the others, and no newcomer can take the lock meanwhile. Waiters are
+// therefore served about in the order they arrived; the order is not strict,
+// because a waiter that renews its registration moves back.
 //
 // A waiter also wakes when the holder's lease would have run out, and at its
-// keep-alive (TTL/6, between 50ms and 5s), when it tries again and renews its
-// registration; a registration lapses after three keep-alives. So a lost
+// keep-alive, when it tries again and renews its registration. So a lost
 // message costs latency, never a hang. A waiter that gives up while the lock
-// is kept for it passes it on to the next one at once; a waiter whose process
-// died costs the others at most the reservation plus one keep-alive. The
-// pub/sub connection is checked after 30s of silence: a connection that does
-// not answer within 5s more is replaced, and every waiter woken.
+// is kept for it passes it on to the next one at once. The pub/sub connection
+// is checked when it has been silent for long, and replaced, with every
+// waiter woken, when it does not answer.
+//
+// # Times
+//
+// Every time a lock keeps is a fraction of its TTL (WithTTL, 30s by default),
+// within bounds:
+//
+//	renewal                   every TTL/3; up to TTL/6 early, to share a request with others
+//	local deadline            acquire or renewal sent + TTL - (TTL/100 + 2ms): past it, unrenewed, the lease is lost
+//	lock kept for a waiter    TTL/10, between 50ms and 1s, after a release that woke it
+//	waiter keep-alive         TTL/6, between 50ms and 5s; a registration lapses after three
+//	failed renewal, release   tried again every TTL/10, between 10ms and 1s
+//	release after a cancel    bounded by TTL, between 1s and 5s
+//	call markers              10s (see Retries)
+//	wake-up connection        pinged after 30s of silence, replaced after 5s more without an answer
+//
+// So a dead waiter holds a FairMutex's queue up for at most TTL/2, and a
+// Mutex's waiters for at most the reservation plus one keep-alive.
 //
 // # Re-entry
 //

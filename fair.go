@@ -20,11 +20,10 @@ import (
 // time). The lock goes to the first live waiter in the queue, and a newcomer,
 // TryLock included, never takes it ahead of a waiter, even while it is free.
 // On release only the waiter at the head is woken, and the lock is kept for
-// it for TTL/10 (50ms to 1s). A waiter keeps its place alive by renewing it
-// every TTL/6 (at most 5s) while it waits; one that stops (its process died)
-// lapses after three of those, so a dead waiter holds the queue up for at most
-// half the TTL (15s for the default TTL of 30s). A waiter whose context ends
-// leaves the queue at once.
+// it for a short while. A waiter keeps its place alive by renewing it while it
+// waits; one that stops (its process died) lapses, so a dead waiter holds the
+// queue up for at most half the TTL. A waiter whose context ends leaves the
+// queue at once. The package documentation (Times) gives every such time.
 //
 // Fairness costs throughput under heavy contention: the lock always travels
 // to the next waiter, which takes about one and a half round trips, even when

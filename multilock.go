@@ -114,6 +114,8 @@ func (ml *MultiLock) lock(ctx context.Context, op string, acquire func(*Mutex, c
 		return nil, errors.New("dlock: nil *MultiLock")
 	case ml.err != nil:
 		return nil, ml.err
+	case len(ml.locks) == 0:
+		return nil, errors.New("dlock: zero MultiLock; get one from Client.MultiLock")
 	case ctx == nil:
 		return nil, opErr(nil, nil, "multi%s %q: nil context", op, ml.names)
 	}
@@ -149,7 +151,7 @@ func unlockAll(ctx context.Context, leases []*Lease) error {
 // goroutine. Each of its leases is renewed on its own and can be lost on its
 // own; Done closes, and Err tells why, as soon as any of them ends. Work that
 // needs all the names must stop then: it is no longer protected by all of
-// them.
+// them. The methods of a nil *MultiLease return errors, or a closed Done.
 type MultiLease struct {
 	names  []string
 	leases []*Lease
@@ -161,6 +163,9 @@ type MultiLease struct {
 	mu       sync.Mutex // serialises Unlock
 	unlocked bool
 }
+
+// errNilMultiLease is what the methods of a nil *MultiLease return.
+var errNilMultiLease = errors.New("dlock: nil or zero *MultiLease")
 
 func newMultiLease(names []string, leases []*Lease) *MultiLease {
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -174,17 +179,30 @@ func newMultiLease(names []string, leases []*Lease) *MultiLease {
 }
 
 // Names returns the names held, in the order they were taken.
-func (l *MultiLease) Names() []string { return slices.Clone(l.names) }
+func (l *MultiLease) Names() []string {
+	if l == nil {
+		return nil
+	}
+	return slices.Clone(l.names)
+}
 
 // Leases returns the lease of each name, in Names order. Unlock the
 // MultiLease rather than these, so that it knows they are released.
-func (l *MultiLease) Leases() []*Lease { return slices.Clone(l.leases) }
+func (l *MultiLease) Leases() []*Lease {
+	if l == nil {
+		return nil
+	}
+	return slices.Clone(l.leases)
+}
 
 // Fences returns the fence of each name's lease, in Names order (see
 // Lease.Fence). Each fence rises per name: a resource guarded by one of the
 // names checks that name's fence, and fences of different names are not
 // comparable.
 func (l *MultiLease) Fences() []int64 {
+	if l == nil {
+		return nil
+	}
 	fs := make([]int64, len(l.leases))
 	for i, sub := range l.leases {
 		fs[i] = sub.Fence()
@@ -194,13 +212,21 @@ func (l *MultiLease) Fences() []int64 {
 
 // Done returns a channel that is closed when any of the leases ends: when one
 // is lost, when the MultiLease is unlocked, or when the Client is closed.
-func (l *MultiLease) Done() <-chan struct{} { return l.ctx.Done() }
+func (l *MultiLease) Done() <-chan struct{} {
+	if l == nil || l.ctx == nil {
+		return closedChan
+	}
+	return l.ctx.Done()
+}
 
 // Err returns nil while every lease is held. After Done is closed it returns
 // why, as Lease.Err does for the first lease that ended: an error matching
 // ErrLockLost if it was lost, ErrNotHeld if the MultiLease was unlocked,
 // ErrClosed if the Client was closed.
 func (l *MultiLease) Err() error {
+	if l == nil || l.ctx == nil {
+		return errNilMultiLease
+	}
 	if l.ctx.Err() == nil {
 		return nil
 	}
@@ -218,6 +244,10 @@ func (l *MultiLease) Context(parent context.Context) (ctx context.Context, cance
 		parent = context.Background()
 	}
 	ctx, cancelCause := context.WithCancelCause(parent)
+	if l == nil || l.ctx == nil {
+		cancelCause(errNilMultiLease)
+		return ctx, func() {}
+	}
 	stop := context.AfterFunc(l.ctx, func() { cancelCause(context.Cause(l.ctx)) })
 	held := heldIn(parent)
 	for _, sub := range l.leases {
@@ -238,8 +268,8 @@ func (l *MultiLease) Context(parent context.Context) (ctx context.Context, cance
 // and there is nothing to retry. Another Unlock returns an error matching
 // ErrNotHeld and changes nothing in Redis.
 func (l *MultiLease) Unlock(ctx context.Context) error {
-	if l == nil {
-		return errors.New("dlock: Unlock of a nil MultiLease")
+	if l == nil || l.ctx == nil {
+		return errNilMultiLease
 	}
 	if ctx == nil {
 		return opErr(nil, nil, "unlock %q: nil context", l.names)
@@ -272,6 +302,9 @@ func (l *MultiLease) endCause() error {
 // Extend extends every lease as Lease.Extend does, one round trip each, and
 // returns their errors joined.
 func (l *MultiLease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil || l.ctx == nil {
+		return errNilMultiLease
+	}
 	if ctx == nil {
 		return opErr(nil, nil, "extend %q: nil context", l.names)
 	}

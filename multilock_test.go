@@ -451,39 +451,6 @@ func TestMultiLockReentry(t *testing.T) {
 	}
 }
 
-func TestMultiLockDo(t *testing.T) {
-	c, rdb, _ := newClient(t)
-	ctx := context.Background()
-	ml := c.MultiLock([]string{"x", "y"}, dlock.WithTTL(600*time.Millisecond))
-	errFn := errors.New("fn failed")
-	if err := ml.Do(ctx, func(context.Context) error { return errFn }); !errors.Is(err, errFn) {
-		t.Errorf("Do: %v, want fn's error", err)
-	}
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Error("the panic did not reach Do's caller")
-			}
-		}()
-		ml.Do(ctx, func(context.Context) error { panic("boom") })
-	}()
-	if held := heldNames(t, rdb); len(held) != 0 {
-		t.Errorf("held after Do returned or panicked: %v", held)
-	}
-	err := ml.Do(ctx, func(fctx context.Context) error {
-		rdb.Del(ctx, "dlock:{y}")
-		select {
-		case <-fctx.Done():
-			return context.Cause(fctx)
-		case <-time.After(2 * time.Second):
-			return errors.New("fn's context not cancelled after a loss")
-		}
-	})
-	if !errors.Is(err, dlock.ErrLockLost) || !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Do with a lost name: %v, want fn's ErrLockLost joined with Unlock's ErrNotHeld", err)
-	}
-}
-
 func TestMultiLockExtend(t *testing.T) {
 	c, _, _ := newClient(t)
 	ctx := context.Background()

@@ -47,7 +47,8 @@ func (m *Mutex) Name() string { return m.acquirer().k.name }
 //
 // A waiting Lock sleeps until the lock is released and kept for it, or until
 // the holder's lease would expire, then tries again; it does not poll, beyond
-// a keep-alive every TTL/6 (at most 5s) while it waits. If ctx ends first, the
+// a keep-alive while it waits (see Times in the package documentation). If
+// ctx ends first, the
 // error matches both ErrNotAcquired and ctx.Err(), and the wait leaves nothing
 // behind in Redis. If ctx carries a Lease of this lock (see Lease.Context),
 // Lock re-enters it at once.

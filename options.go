@@ -13,8 +13,8 @@ const (
 	// DefaultTTL is the lease TTL when WithTTL is not given.
 	DefaultTTL = 30 * time.Second
 	// MinTTL is the smallest TTL accepted. Below it a lease cannot be renewed
-	// reliably: a renewal every TTL/3 leaves too little room for one round trip,
-	// a scheduling delay and the clock drift allowance.
+	// reliably: the time between renewals leaves too little room for one round
+	// trip, a scheduling delay and the clock drift allowance.
 	MinTTL = 100 * time.Millisecond
 	// DefaultPrefix starts every key and channel name unless WithPrefix says otherwise.
 	DefaultPrefix = "dlock:"
@@ -70,7 +70,7 @@ func (cfg config) with(opts []Option, forClient bool) (config, error) {
 
 // WithTTL sets the lease TTL: how long a lock outlives a holder that stopped
 // renewing it (crashed, paused or cut off). While the lock is held it is
-// renewed every TTL/3, unless WithoutRenewal is given. Default: DefaultTTL
+// renewed, unless WithoutRenewal is given. Default: DefaultTTL
 // (30s). It must be at least MinTTL (100ms).
 func WithTTL(ttl time.Duration) Option {
 	return Option{name: "WithTTL", apply: func(c *config) error {
@@ -85,7 +85,7 @@ func WithTTL(ttl time.Duration) Option {
 // WithoutRenewal makes every lease a fixed one: it expires TTL after it was
 // acquired (or last extended with Lease.Extend), whether or not the holder is
 // done. When that time passes the lease counts as lost. Default: leases are
-// renewed every TTL/3 while held.
+// renewed while held.
 func WithoutRenewal() Option {
 	return Option{name: "WithoutRenewal", apply: func(c *config) error {
 		c.renew = false

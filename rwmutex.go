@@ -39,12 +39,12 @@ import (
 // readers that come after it wait behind it, and it gets the lock as soon as
 // the readers already inside leave. TryLock and TryRLock follow the same rules
 // without queueing. When the lock is freed, only the waiters that can now
-// proceed are woken: a writer first in line (the lock is then kept for it for
-// TTL/10, 50ms to 1s, as for a FairMutex), or every reader queued before the
-// first waiting writer. A reader leaving while other readers hold wakes
-// nobody. A waiter keeps its place by renewing it every TTL/6 (at most 5s)
-// while it waits; one whose process died lapses after three of those, and one
-// whose context ends leaves the queue at once.
+// proceed are woken: a writer first in line (the lock is then kept for it a
+// short while, as for a FairMutex), or every reader queued before the first
+// waiting writer. A reader leaving while other readers hold wakes nobody. A
+// waiter keeps its place by renewing it while it waits; one whose process
+// died lapses, and one whose context ends leaves the queue at once. The
+// package documentation (Times) gives every such time.
 //
 // Upgrading from read to write is not supported: two readers that both
 // upgraded would wait for each other forever. Lock or TryLock with a context

@@ -28,8 +28,8 @@ import (
 // ends, or SetPermits raises the total enough), as golang.org/x/sync's
 // semaphore does; TryAcquire fails at once with an error that says so. A
 // release wakes only the waiters that can now proceed. A waiter whose context
-// ends leaves the queue at once; one whose process died lapses after three
-// keep-alives (TTL/6 each, at most 5s).
+// ends leaves the queue at once; one whose process died lapses (see Times in
+// the package documentation).
 //
 // The total: SetPermits stores one in Redis, which lasts until Delete removes
 // it. While none is stored, the permits given to Client.Semaphore are the

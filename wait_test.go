@@ -314,35 +314,72 @@ func TestReentry(t *testing.T) {
 	l.Unlock(ctx)
 }
 
-// TestDo: Do unlocks after fn returns, after fn fails and after fn panics, and
-// reports a loss during fn.
+// TestDo: every Do (and RDo) unlocks after fn returns, after fn fails and
+// after fn panics; hands fn a context that is cancelled, with ErrLockLost as
+// its cause, when the lease is lost; and then returns fn's error joined with
+// Unlock's, which matches ErrNotHeld.
 func TestDo(t *testing.T) {
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
-	m := c.Mutex("do", dlock.WithTTL(300*time.Millisecond))
-	boom := errors.New("boom")
-	if err := m.Do(ctx, func(context.Context) error { return boom }); !errors.Is(err, boom) {
-		t.Errorf("Do: %v, want fn's error", err)
+	ttl := dlock.WithTTL(300 * time.Millisecond)
+	hijack := func(key string) func() {
+		return func() {
+			rdb.Del(ctx, key)
+			rdb.HSet(ctx, key, "intruder", 1)
+		}
 	}
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Error("panic swallowed")
+	cases := []struct {
+		name  string
+		do    func(context.Context, func(context.Context) error) error
+		key   string // exists while the lock is held
+		steal func() // makes the lease lost while held
+	}{
+		{"Mutex", c.Mutex("m", ttl).Do, "dlock:{m}", hijack("dlock:{m}")},
+		{"FairMutex", c.FairMutex("f", ttl).Do, "dlock:fair:{f}", hijack("dlock:fair:{f}")},
+		{"RWMutex.Do", c.RWMutex("w", ttl).Do, "dlock:rw:{w}", hijack("dlock:rw:{w}")},
+		{"RWMutex.RDo", c.RWMutex("r", ttl).RDo, "dlock:rw:{r}:readers", func() { rdb.Del(ctx, "dlock:rw:{r}:readers") }},
+		{"MultiLock", c.MultiLock([]string{"x", "y"}, ttl).Do, "dlock:{y}", func() { rdb.Del(ctx, "dlock:{y}") }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			boom := errors.New("boom")
+			err := tc.do(ctx, func(context.Context) error {
+				if rdb.Exists(ctx, tc.key).Val() == 0 {
+					t.Error("fn ran without the lock")
+				}
+				return boom
+			})
+			if !errors.Is(err, boom) {
+				t.Errorf("Do: %v, want fn's error", err)
 			}
-		}()
-		m.Do(ctx, func(context.Context) error { panic("fn") })
-	}()
-	if rdb.Exists(ctx, "dlock:{do}").Val() != 0 {
-		t.Fatal("lock left after fn failed or panicked")
-	}
-	err := m.Do(ctx, func(ctx context.Context) error {
-		rdb.Del(ctx, "dlock:{do}")
-		rdb.HSet(ctx, "dlock:{do}", "intruder", 1)
-		<-ctx.Done()
-		return context.Cause(ctx)
-	})
-	if !errors.Is(err, dlock.ErrLockLost) || !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Do that lost its lock: %v, want ErrLockLost and ErrNotHeld", err)
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Error("the panic did not reach Do's caller")
+					}
+				}()
+				tc.do(ctx, func(context.Context) error { panic("fn") })
+			}()
+			if rdb.Exists(ctx, tc.key).Val() != 0 {
+				t.Fatal("lock left after fn failed or panicked")
+			}
+			err = tc.do(ctx, func(fctx context.Context) error {
+				tc.steal()
+				select {
+				case <-fctx.Done():
+					return context.Cause(fctx)
+				case <-time.After(2 * time.Second):
+					return errors.New("fn's context not cancelled after a loss")
+				}
+			})
+			if !errors.Is(err, dlock.ErrLockLost) || !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("Do that lost its lock: %v, want fn's ErrLockLost joined with Unlock's ErrNotHeld", err)
+			}
+			if err := tc.do(ctx, nil); err == nil {
+				t.Error("Do with a nil function: no error")
+			}
+			rdb.Del(ctx, tc.key)
+		})
 	}
 }
 
