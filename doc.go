@@ -163,8 +163,9 @@
 // when each waiter lapses), "dlock:rw:{N}..." for an RWMutex (":readers" is a
 // sorted set of read holds scored by when their lease lapses, ":fences" each
 // holder's fence), "dlock:sem:{N}..." for a Semaphore (":holders", likewise
-// for its holders; ":total" the total set with SetPermits), "dlock:latch:{N}"
-// for a CountDownLatch.
+// for its holders; ":total" the total set with SetPermits). A CountDownLatch
+// is the string "dlock:latch:{N}", its count while above zero, with no expiry;
+// its opening is published on the channel "dlock:latch:{N}:zero".
 //
 // Every key expires within its TTL (or a waiter's registration time, three
 // keep-alives) after its last use, the call markers after 10s, except the

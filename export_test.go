@@ -160,3 +160,7 @@ func ReadyChannels(c *Client) []string {
 	}
 	return chs
 }
+
+// GroupBySlot makes c's node group renewals by hash slot, as on a Cluster,
+// so that tests on one server can see the per-slot script calls.
+func GroupBySlot(c *Client) { c.e.node.cluster = true }

@@ -142,6 +142,18 @@ func TestRedisRestart(t *testing.T) {
 // TestRenewalBatches: 250 held locks are renewed with one script call per 100
 // locks per renewal period, by the Client's one renewal goroutine.
 func TestRenewalBatches(t *testing.T) {
+	for _, bySlot := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one server", true: "by hash slot"}[bySlot], func(t *testing.T) {
+			renewalBatches(t, bySlot)
+		})
+	}
+}
+
+// renewalBatches holds 250 locks for 6 renewal periods and counts the
+// renewal requests: on one server, one script call (one round trip) per 100
+// leases; grouped by hash slot, as on a Cluster, one script call per slot
+// (here per lock), pipelined 100 leases at a time: the same round trips.
+func renewalBatches(t *testing.T, bySlot bool) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	cmds := countRequests(rdb)
@@ -153,6 +165,9 @@ func TestRenewalBatches(t *testing.T) {
 		renewed[l.Name]++
 		mu.Unlock()
 	}}))
+	if bySlot {
+		dlock.GroupBySlot(c)
+	}
 	ctx := context.Background()
 	const n = 250
 	leases := make([]*dlock.Lease, n)
@@ -166,11 +181,15 @@ func TestRenewalBatches(t *testing.T) {
 	cmds.take()
 	const periods = 6
 	time.Sleep(periods * ttl / 3)
+	trips := int(cmds.roundTrips.Load())
 	calls := int(cmds.take())
 	// Every lease due within TTL/6 of the first is renewed in the same pass,
-	// so about ceil(250/100) = 3 calls per period.
-	if max := periods * 3 * 3 / 2; calls > max {
-		t.Errorf("%d extend calls for %d locks over %d periods, want at most %d", calls, n, periods, max)
+	// so about ceil(250/100) = 3 round trips per period.
+	if max := periods * 3 * 3 / 2; trips > max {
+		t.Errorf("%d round trips for %d locks over %d periods, want at most %d", trips, n, periods, max)
+	}
+	if bySlot && calls < periods/2*n {
+		t.Errorf("%d script calls for %d locks over %d periods grouped by slot, want one per lock and period", calls, n, periods)
 	}
 	mu.Lock()
 	for i := range n {
@@ -188,7 +207,7 @@ func TestRenewalBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("%d extend calls for %d locks over %d renewal periods", calls, n, periods)
+	t.Logf("%d script calls in %d round trips for %d locks over %d renewal periods", calls, trips, n, periods)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

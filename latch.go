@@ -23,13 +23,7 @@ import (
 // missing for good (Delete opens a latch that can no longer reach zero). Each
 // call counts once, even when go-redis retries it after a lost reply. The
 // count has no expiry: an armed latch lasts until it reaches zero or is
-// deleted.
-//
-// For a latch named N and the default prefix "dlock:", Redis holds
-//
-//	dlock:latch:{N}            string: the count, while above zero; no expiry
-//	dlock:latch:{N}:done:<id>  string: the answer of one call, for 10s, for its retries
-//	dlock:latch:{N}:zero       channel: "*" is published on it when the latch opens
+// deleted. The package documentation (Keys) says what it keeps in Redis.
 type CountDownLatch struct {
 	e   *engine
 	k   keys

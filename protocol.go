@@ -284,12 +284,62 @@ const maxBatch = 100
 // hash slot if the node is a Cluster: one round trip. It returns a result
 // code per item.
 func (n *node) extend(ctx context.Context, items []extendItem) ([]int64, error) {
+	ks, args := extendArgs(items)
+	codes, err := scripts.extend.Run(ctx, n.cmd, ks, args...).Int64Slice()
+	return extendResult(items, codes, err)
+}
+
+// extendAll runs extend.lua once per call, all in one pipeline: one round
+// trip per server. It returns the result codes and the error of each call.
+func (n *node) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
+	if len(calls) == 1 {
+		codes[0], errs[0] = n.extend(ctx, calls[0])
+		return codes, errs
+	}
+	run := func(eval bool, todo []int) {
+		pipe := n.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(todo))
+		for j, i := range todo {
+			ks, args := extendArgs(calls[i])
+			if eval {
+				cmds[j] = scripts.extend.Eval(ctx, pipe, ks, args...)
+			} else {
+				cmds[j] = scripts.extend.EvalSha(ctx, pipe, ks, args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		for j, i := range todo {
+			v, err := cmds[j].Int64Slice()
+			codes[i], errs[i] = extendResult(calls[i], v, err)
+		}
+	}
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	run(false, all)
+	// A server that does not know the script yet (after a restart, a
+	// failover or SCRIPT FLUSH) is sent its body.
+	var again []int
+	for i, err := range errs {
+		if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		run(true, again)
+	}
+	return codes, errs
+}
+
+func extendArgs(items []extendItem) (ks []string, args []any) {
 	nk := 0
 	for _, it := range items {
 		nk += len(it.k.leaseKeys)
 	}
-	ks := make([]string, 0, nk)
-	args := make([]any, 0, 5*len(items))
+	ks = make([]string, 0, nk)
+	args = make([]any, 0, 5*len(items))
 	for _, it := range items {
 		how := "gt"
 		if it.exact {
@@ -298,7 +348,10 @@ func (n *node) extend(ctx context.Context, items []extendItem) ([]int64, error) 
 		ks = append(ks, it.k.leaseKeys...)
 		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds(), how, len(it.k.leaseKeys))
 	}
-	codes, err := scripts.extend.Run(ctx, n.cmd, ks, args...).Int64Slice()
+	return ks, args
+}
+
+func extendResult(items []extendItem, codes []int64, err error) ([]int64, error) {
 	switch {
 	case err != nil && len(items) == 1:
 		return nil, opErr(nil, err, "extend %q", items[0].k.name)

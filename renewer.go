@@ -329,49 +329,70 @@ func (r *renewer) deadlineErr(t *term) error {
 	return opErr(ErrLockLost, nil, "%q: not renewed before its deadline", t.k.name)
 }
 
-// renew renews due terms, each node's on a goroutine of its own: one script
-// call per maxBatch leases, and per hash slot on a Cluster.
+// renew renews due terms, each node's on a goroutine of its own. A script
+// call renews up to maxBatch leases of one hash slot (on a Cluster; of any
+// slot elsewhere), and the calls go in pipelines of up to maxBatch leases: per
+// node, one round trip per maxBatch leases.
 func (r *renewer) renew(due []*term) {
-	calls := make(map[*node]map[int][]*term)
+	slots := make(map[*node]map[int][]*term)
 	for _, t := range due {
-		g := calls[t.node]
+		g := slots[t.node]
 		if g == nil {
 			g = make(map[int][]*term)
-			calls[t.node] = g
+			slots[t.node] = g
 		}
-		key := t.node.group(t.k.tag)
-		g[key] = append(g[key], t)
+		s := t.node.group(t.k.tag)
+		g[s] = append(g[s], t)
 	}
-	for n, groups := range calls {
-		r.wg.Go(func() {
-			for _, ts := range groups {
-				for batch := range slices.Chunk(ts, maxBatch) {
-					r.renewBatch(n, batch)
+	for n, groups := range slots {
+		var pipes [][][]*term // pipelines of script calls of terms
+		var pipe [][]*term
+		size := 0
+		for _, ts := range groups {
+			for call := range slices.Chunk(ts, maxBatch) {
+				if size+len(call) > maxBatch {
+					pipes, pipe, size = append(pipes, pipe), nil, 0
 				}
+				pipe, size = append(pipe, call), size+len(call)
+			}
+		}
+		pipes = append(pipes, pipe)
+		r.wg.Go(func() {
+			for _, calls := range pipes {
+				r.renewCalls(n, calls)
 			}
 		})
 	}
 }
 
-// renewBatch renews batch with one script call on n, and schedules what
-// follows.
-func (r *renewer) renewBatch(n *node, batch []*term) {
-	items := make([]extendItem, len(batch))
+// renewCalls renews calls, one script call each, in one pipeline on n, and
+// schedules what follows.
+func (r *renewer) renewCalls(n *node, calls [][]*term) {
+	items := make([][]extendItem, len(calls))
 	var latest time.Time
 	r.mu.Lock()
-	for i, t := range batch {
-		items[i] = extendItem{k: t.k, owner: t.owner, ttl: t.ttl}
-		if t.deadline.After(latest) {
-			latest = t.deadline
+	for i, batch := range calls {
+		items[i] = make([]extendItem, len(batch))
+		for j, t := range batch {
+			items[i][j] = extendItem{k: t.k, owner: t.owner, ttl: t.ttl}
+			if t.deadline.After(latest) {
+				latest = t.deadline
+			}
 		}
 	}
 	r.mu.Unlock()
 	// A reply that comes after every deadline in the batch is of no use.
 	ctx, cancel := context.WithDeadline(r.ctx, latest)
 	sent := time.Now()
-	codes, err := n.extend(ctx, items)
+	codes, errs := n.extendAll(ctx, items)
 	cancel()
+	for i, batch := range calls {
+		r.renewed(batch, items[i], sent, codes[i], errs[i])
+	}
+}
 
+// renewed records the outcome of the renewal of batch, sent at sent.
+func (r *renewer) renewed(batch []*term, items []extendItem, sent time.Time, codes []int64, err error) {
 	var extended []*term
 	type loss struct {
 		t   *term
