@@ -465,11 +465,10 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	if err := t.endedErr("unlock"); err != nil {
 		return false, err
 	}
-	ttl := e.ren.ttlOf(t)
-	cctx, cancel := cleanupContext(ctx, ttl)
-	defer cancel()
-
 	if h.holds > 1 {
+		ttl := e.ren.ttlOf(t)
+		cctx, cancel := cleanupContext(ctx, ttl)
+		defer cancel()
 		// The client's count is the one that decides when the lock is freed:
 		// this hold is given back whatever Redis answers, and a count that
 		// failed to reach Redis is set right by the next one that does.
@@ -488,7 +487,9 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 
 	// The last hold: the owner gives the lock up, so it is never renewed
 	// again, whatever Redis answers.
-	e.ren.stopRenewing(t)
+	ttl := e.ren.retire(t)
+	cctx, cancel := cleanupContext(ctx, ttl)
+	defer cancel()
 	sent := time.Now()
 	code, err := e.node.release(cctx, t.k, t.owner, releaseLast, ttl, 0)
 	switch {

@@ -131,16 +131,30 @@ func (r *renewer) arm(at time.Time) {
 	}
 }
 
-// stopRenewing ends t's renewals; its deadline still holds.
-func (r *renewer) stopRenewing(t *term) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if t.ended {
+// reschedule puts t where its next wake puts it, if it is in the renewer's
+// care (not retired), and arms the timer for it. r.mu must be held.
+func (r *renewer) reschedule(t *term) {
+	if t.index < 0 {
 		return
 	}
-	t.renew = false
 	t.setWake()
 	heap.Fix(&r.queue, t.index)
+	if !r.stopped {
+		r.arm(t.wake)
+	}
+}
+
+// retire takes t out of the renewer's care, for its owner is giving it up:
+// it is never renewed again, and no longer lost at its deadline. It returns
+// t's TTL. end ends it.
+func (r *renewer) retire(t *term) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.renew = false
+	if t.index >= 0 {
+		heap.Remove(&r.queue, t.index)
+	}
+	return t.ttl
 }
 
 // end ends t with cause, once, and reports whether it did. report, if not
@@ -202,9 +216,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	if d := sent.Add(ttl - drift(ttl)); d.Before(t.deadline) {
 		t.deadline = d
 	}
-	t.setWake()
-	heap.Fix(&r.queue, t.index)
-	r.arm(t.wake)
+	r.reschedule(t)
 	r.mu.Unlock()
 
 	codes, err := t.node.extend(ctx, []extendItem{{k: t.k, owner: t.owner, ttl: ttl, exact: true}})
@@ -224,9 +236,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 		t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
 	}
 	if !t.ended {
-		t.setWake()
-		heap.Fix(&r.queue, t.index)
-		r.arm(t.wake)
+		r.reschedule(t)
 	}
 	r.mu.Unlock()
 	switch {
@@ -417,15 +427,13 @@ func (r *renewer) renewed(batch []*term, items []extendItem, sent time.Time, cod
 			extended = append(extended, t)
 		default:
 			t.ended = true
-			heap.Remove(&r.queue, t.index)
+			if t.index >= 0 {
+				heap.Remove(&r.queue, t.index)
+			}
 			lost = append(lost, loss{t, t.lostErr(codes[i])})
 			continue
 		}
-		t.setWake()
-		heap.Fix(&r.queue, t.index)
-		if !r.stopped {
-			r.arm(t.wake)
-		}
+		r.reschedule(t)
 	}
 	r.mu.Unlock()
 
