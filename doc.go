@@ -20,6 +20,9 @@
 // handle that is unlocked, carries the fence and tells of a loss through Done
 // and Err, as a context does.
 //
+// dlock needs Redis 7.0 or later: its wake-ups are shard channels
+// (SPUBLISH), and a renewal never shortens a lease (PEXPIRE ... GT).
+//
 // # Guarantees
 //
 // While Redis keeps its data (no failover to a replica that missed a write, no
@@ -155,7 +158,7 @@
 //	dlock:{N}:waiters         sorted set: waiting owner ids, scored by when they lapse;
 //	                          expires when the last registration would
 //	dlock:{N}:done:<owner>    string: the owner's release happened; expires after 10s
-//	dlock:{N}:wake:<id>       pub/sub channel of the Client with that id
+//	dlock:{N}:wake:<id>       shard channel of the Client with that id, in the lock's slot
 //
 // The other primitives keep their keys in namespaces of their own, so that
 // they never collide with a Mutex of the same name: "dlock:fair:{N}..." for a

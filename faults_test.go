@@ -822,7 +822,7 @@ func TestGateEvictedWhileJoined(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	for _, ch := range dlock.ReadyChannels(c) {
-		if n := rdb.PubSubNumSub(ctx, ch).Val()[ch]; n == 0 {
+		if n := rdb.PubSubShardNumSub(ctx, ch).Val()[ch]; n == 0 {
 			t.Errorf("the Client believes it is subscribed to %s; Redis has no subscriber", ch)
 		}
 	}

@@ -24,9 +24,10 @@ import (
 func latchKey(name string) string     { return "dlock:latch:{" + name + "}" }
 func latchChannel(name string) string { return latchKey(name) + ":zero" }
 
-// subscribers returns how many connections are subscribed to channel.
+// subscribers returns how many connections are subscribed to the shard
+// channel channel.
 func subscribers(rdb *redis.Client, channel string) int64 {
-	return rdb.PubSubNumSub(context.Background(), channel).Val()[channel]
+	return rdb.PubSubShardNumSub(context.Background(), channel).Val()[channel]
 }
 
 func TestLatch(t *testing.T) {
@@ -341,7 +342,7 @@ func TestLatchStrayMessage(t *testing.T) {
 		t.Fatal("the waiter did not subscribe")
 	}
 	for _, msg := range []string{"someone", "*"} {
-		if err := rdb.Publish(ctx, latchChannel("stray"), msg).Err(); err != nil {
+		if err := rdb.SPublish(ctx, latchChannel("stray"), msg).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -376,7 +377,7 @@ const envLatchMode = "DLOCK_TEST_LATCH_MODE"
 // KEYS[1] the latch's count; ARGV[1] its channel.
 var openAtOnce = redis.NewScript(`
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[1], '*')
+redis.call('SPUBLISH', ARGV[1], '*')
 return 0`)
 
 // latchWorker is the "latch" worker role, on the latch p.Name.

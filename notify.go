@@ -11,39 +11,49 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// notifier receives the messages that wake a Client's waiters, on one shared
-// pub/sub connection. A Client listens on one channel per lock it waits for
-// (the lock's channel stem + its id). When a lock is freed while others wait,
-// its release script keeps it for the waiter next in line and publishes that
-// waiter's owner id on its Client's channel: exactly one waiter, in one
-// process, is woken, and it finds the lock kept for it. A message "*" on a
-// channel wakes every waiter of its gate (a latch that opened).
+// notifier receives the messages that wake a Client's waiters. A Client
+// listens on one shard channel per lock it waits for (the lock's channel stem
+// + its id), in the lock's hash slot: on a Cluster, the message of a release
+// stays on the shard that holds the lock. The notifier keeps one pub/sub
+// connection per shard (one in all on a single server) and fans the messages
+// out to per-lock gates. When a lock is freed while others wait, its release
+// script keeps it for the waiter next in line and publishes that waiter's
+// owner id on its Client's channel: exactly one waiter, in one process, is
+// woken, and it finds the lock kept for it. A message "*" on a channel wakes
+// every waiter of its gate (a latch that opened).
 //
-// Pub/sub delivers at most once: a message sent while the connection is down
-// is lost, and one sent to a process that died is lost with it. Waiters never
+// Pub/sub delivers at most once: a message sent while a connection is down is
+// lost, and one sent to a process that died is lost with it. Waiters never
 // rely on it alone: every wait is also bounded by the holder's remaining TTL
-// and by the waiter's keep-alive, after which it tries again. After the
+// and by the waiter's keep-alive, after which it tries again. After a
 // connection breaks, or stays silent past a health check that gets no answer
-// (a half-open connection), every waiter is woken so that it looks for
-// itself, and the connection is made again.
+// (a half-open connection), or the server drops a channel because its slot
+// moved (a failover, a resharding), the waiters are woken so that they look
+// for themselves, and the channels are subscribed again, where they live now.
 type notifier struct {
 	node    *node
 	bg      *background
 	log     *slog.Logger
 	closing <-chan struct{}
 
-	// subMu orders every SUBSCRIBE and UNSUBSCRIBE the notifier sends, and
-	// the replacement of its connection, so that what the server last heard
-	// about a channel is what the notifier last decided about it.
+	// subMu orders every SSUBSCRIBE and SUNSUBSCRIBE the notifier sends, and
+	// the replacement of a connection, so that what a server last heard about
+	// a channel is what the notifier last decided about it.
 	subMu sync.Mutex
 
 	mu     sync.Mutex
-	ps     *redis.PubSub // nil until the first wait
+	shards map[string]*shard // by the address of the node serving them; "" on a single server
 	gates  map[string]*gate
-	idle   *list.List // channels without waiters, oldest first, still subscribed
+	idle   *list.List // gates without waiters, oldest first, still subscribed
 	closed bool
-	done   chan struct{} // closed when the receive loop exits
-	// pending counts, per channel, the SUBSCRIBEs sent and not yet
+	wg     sync.WaitGroup // the receive loops, and resubscriptions
+}
+
+// shard is one pub/sub connection and the channels subscribed on it.
+type shard struct {
+	addr string
+	ps   *redis.PubSub
+	// pending counts, per channel, the SSUBSCRIBEs sent and not yet
 	// confirmed; a gate is ready when its channel's last one is confirmed.
 	pending map[string]int
 }
@@ -53,6 +63,7 @@ type gate struct {
 	k       keys
 	ttl     time.Duration // of the primitive that made the gate; sets how long a passed-on lock is kept
 	channel string
+	sh      *shard        // where the channel is subscribed; guarded by notifier.mu
 	ready   chan struct{} // closed when Redis confirmed the subscription, or it failed
 	readyOK bool
 	subErr  error // why the subscription failed; set before ready is closed
@@ -81,9 +92,9 @@ func (w *waiter) signal(msg string) {
 // that a lock contended over and over is not subscribed again for every wait.
 var maxIdleGates = 256
 
-// healthCheck is how long the receive loop waits in silence before it pings
-// the pub/sub connection; pongWait is how long it then waits for any word
-// from the server before it takes the connection for dead and makes another.
+// healthCheck is how long a receive loop waits in silence before it pings
+// its connection; pongWait is how long it then waits for any word from the
+// server before it takes the connection for dead and makes another.
 var (
 	healthCheck = 30 * time.Second
 	pongWait    = 5 * time.Second
@@ -91,7 +102,7 @@ var (
 
 func newNotifier(n *node, bg *background, log *slog.Logger, closing <-chan struct{}) *notifier {
 	return &notifier{node: n, bg: bg, log: log, closing: closing,
-		gates: make(map[string]*gate), idle: list.New(), done: make(chan struct{}), pending: make(map[string]int)}
+		shards: make(map[string]*shard), gates: make(map[string]*gate), idle: list.New()}
 }
 
 // join returns the gate of channel, for lock k, subscribed: Redis has
@@ -103,10 +114,6 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 		n.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if n.ps == nil {
-		n.ps = n.node.rdb.Subscribe(context.Background())
-		go n.receive(n.ps)
-	}
 	g := n.gates[channel]
 	subscribe := g == nil
 	if subscribe {
@@ -117,7 +124,7 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 	n.mu.Unlock()
 
 	if subscribe {
-		if err := n.subscribe(ctx, channel); err != nil {
+		if err := n.subscribe(ctx, g); err != nil {
 			err = opErr(nil, err, "subscribe to %s", channel)
 			n.fail(g, err)
 			return nil, err
@@ -139,28 +146,51 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 	}
 }
 
-// subscribe sends SUBSCRIBE for channel on the current connection.
-func (n *notifier) subscribe(ctx context.Context, channel string) error {
+// subscribe sends SSUBSCRIBE for g's channel on the connection of the shard
+// that serves it now.
+func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
+	addr, err := n.node.shardOf(ctx, g.channel)
+	if err != nil {
+		return err
+	}
 	n.mu.Lock()
-	ps := n.ps
-	n.pending[channel]++
+	if n.closed {
+		n.mu.Unlock()
+		return ErrClosed
+	}
+	sh := n.shards[addr]
+	fresh := sh == nil
+	if fresh {
+		sh = &shard{addr: addr, pending: make(map[string]int)}
+		n.shards[addr] = sh
+	}
+	g.sh = sh
+	sh.pending[g.channel]++
 	n.mu.Unlock()
 	// The connection is shared: a caller's deadline cutting the write short
 	// would break it for every waiter of this Client. The write is local and
 	// quick; the wait for the confirmation is what ctx bounds.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	err := ps.Subscribe(sctx, channel)
-	if err != nil {
+	if fresh {
+		// A Cluster's pub/sub connection goes to the node of its first
+		// channel.
+		sh.ps = n.node.rdb.SSubscribe(sctx, g.channel)
+		n.wg.Add(1)
+		go n.receive(sh)
+		return nil
+	}
+	if err := sh.ps.SSubscribe(sctx, g.channel); err != nil {
 		n.mu.Lock()
-		if n.pending[channel]--; n.pending[channel] <= 0 {
-			delete(n.pending, channel)
+		if sh.pending[g.channel]--; sh.pending[g.channel] <= 0 {
+			delete(sh.pending, g.channel)
 		}
 		n.mu.Unlock()
+		return err
 	}
-	return err
+	return nil
 }
 
 // joinSubscribed is join for a channel whose subscription is in place
@@ -206,14 +236,14 @@ func (n *notifier) fail(g *gate, err error) {
 func (n *notifier) leave(g *gate) {
 	n.mu.Lock()
 	g.refs--
-	var evict []string
+	var evict []*gate
 	if g.refs == 0 && n.gates[g.channel] == g {
 		g.idle = n.idle.PushBack(g)
 		for n.idle.Len() > maxIdleGates {
 			old := n.idle.Remove(n.idle.Front()).(*gate)
 			old.idle = nil
 			delete(n.gates, old.channel)
-			evict = append(evict, old.channel)
+			evict = append(evict, old)
 		}
 	}
 	n.mu.Unlock()
@@ -222,25 +252,28 @@ func (n *notifier) leave(g *gate) {
 	}
 }
 
-// unsubscribe sends UNSUBSCRIBE for those of channels that no gate has taken
-// up again meanwhile: a join that did is ordered after this by subMu, so its
-// SUBSCRIBE comes later and stands.
-func (n *notifier) unsubscribe(channels []string) {
+// unsubscribe sends SUNSUBSCRIBE for the channels of gates that no join has
+// taken up again meanwhile: a join that did is ordered after this by subMu,
+// so its SSUBSCRIBE comes later and stands.
+func (n *notifier) unsubscribe(gates []*gate) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	testHookUnsubscribe()
+	byShard := make(map[*shard][]string)
 	n.mu.Lock()
-	gone := channels[:0]
-	for _, ch := range channels {
-		if n.gates[ch] == nil {
-			gone = append(gone, ch)
+	for _, g := range gates {
+		if n.gates[g.channel] == nil && g.sh != nil {
+			byShard[g.sh] = append(byShard[g.sh], g.channel)
 		}
 	}
-	ps, closed := n.ps, n.closed
+	closed := n.closed
 	n.mu.Unlock()
-	if len(gone) > 0 && !closed {
+	if closed {
+		return
+	}
+	for sh, channels := range byShard {
 		// Best effort: a failure leaves a harmless subscription behind.
-		_ = ps.Unsubscribe(context.Background(), gone...)
+		_ = sh.ps.SUnsubscribe(context.Background(), channels...)
 	}
 }
 
@@ -285,10 +318,11 @@ func (n *notifier) unregister(k keys, ttl time.Duration, owner string) {
 	})
 }
 
-// receive reads the pub/sub connection until the notifier closes.
-func (n *notifier) receive(ps *redis.PubSub) {
-	defer close(n.done)
+// receive reads sh's connection until the notifier closes.
+func (n *notifier) receive(sh *shard) {
+	defer n.wg.Done()
 	ctx := context.Background()
+	ps := sh.ps
 	pinged := false // a PING went out, and nothing has come back since
 	for {
 		wait := healthCheck
@@ -305,20 +339,21 @@ func (n *notifier) receive(ps *redis.PubSub) {
 					pinged = ps.Ping(ctx) == nil // a failed write fails the next receive, which reconnects
 					continue
 				}
-				n.log.Warn("dlock: wake-up connection silent after a health check; connecting again")
+				n.log.Warn("dlock: wake-up connection silent after a health check; connecting again", "node", sh.addr)
 				pinged = false
-				if ps = n.reconnect(ps); ps == nil {
+				if ps = n.reconnect(sh); ps == nil {
 					return
 				}
-				n.wakeAll()
+				n.wakeAll(sh)
 				continue
 			}
 			// The connection broke; go-redis reconnects and subscribes again
 			// on the next receive. Messages sent meanwhile were lost: wake
 			// every waiter so that it looks for itself.
 			pinged = false
-			n.log.Warn("dlock: wake-up messages interrupted", "err", err)
-			n.wakeAll()
+			n.log.Warn("dlock: wake-up messages interrupted", "node", sh.addr, "err", err)
+			n.node.failed(err)
+			n.wakeAll(sh)
 			select {
 			case <-n.closing:
 			case <-time.After(100 * time.Millisecond):
@@ -330,34 +365,83 @@ func (n *notifier) receive(ps *redis.PubSub) {
 		case *redis.Message:
 			n.deliver(m.Channel, m.Payload)
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				n.confirmed(m.Channel)
+			switch m.Kind {
+			case "ssubscribe", "subscribe":
+				n.confirmed(sh, m.Channel)
+			case "sunsubscribe":
+				n.dropped(sh, m.Channel)
 			}
 		}
 	}
 }
 
-// confirmed records Redis's confirmation of a SUBSCRIBE to channel. The
-// channel's gate is ready once the last SUBSCRIBE sent for it is confirmed:
-// an earlier one may have been undone by an UNSUBSCRIBE sent after it.
-func (n *notifier) confirmed(channel string) {
+// confirmed records Redis's confirmation of an SSUBSCRIBE to channel on sh.
+// The channel's gate is ready once the last SSUBSCRIBE sent for it is
+// confirmed: an earlier one may have been undone by an SUNSUBSCRIBE sent
+// after it.
+func (n *notifier) confirmed(sh *shard, channel string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.pending[channel] > 1 {
-		n.pending[channel]--
+	if sh.pending[channel] > 1 {
+		sh.pending[channel]--
 		return
 	}
-	delete(n.pending, channel)
-	if g := n.gates[channel]; g != nil && !g.readyOK {
+	delete(sh.pending, channel)
+	if g := n.gates[channel]; g != nil && g.sh == sh && !g.readyOK {
 		g.readyOK = true
 		close(g.ready)
 	}
 }
 
-// reconnect replaces the pub/sub connection old, which stopped answering, by
-// a new one subscribed to every channel that has a gate. It returns the new
-// connection, or nil if the notifier closed meanwhile.
-func (n *notifier) reconnect(old *redis.PubSub) *redis.PubSub {
+// dropped handles the end of channel's subscription on sh. One the notifier
+// asked for (an idle gate let go) needs nothing. One the server decided (the
+// channel's slot moved to another node: a failover, a resharding) is taken
+// up where the slot lives now, and its waiters woken meanwhile.
+func (n *notifier) dropped(sh *shard, channel string) {
+	n.mu.Lock()
+	g := n.gates[channel]
+	moved := g != nil && g.sh == sh
+	if moved {
+		for _, w := range g.waiters {
+			w.signal("")
+		}
+	}
+	n.mu.Unlock()
+	if !moved {
+		return
+	}
+	n.log.Warn("dlock: wake-up channel dropped by its server; subscribing again", "node", sh.addr, "channel", channel)
+	n.wg.Go(func() {
+		// go-redis keeps the channel for sh's connection: forget it there,
+		// so that a reconnection does not ask the wrong node for it.
+		n.subMu.Lock()
+		_ = sh.ps.SUnsubscribe(context.Background(), channel)
+		n.subMu.Unlock()
+		n.node.failed(errMoved)
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := n.subscribe(ctx, g)
+			cancel()
+			if err == nil || n.isClosed() {
+				return
+			}
+			n.log.Warn("dlock: subscribing again failed", "channel", channel, "err", err)
+			select {
+			case <-n.closing:
+				return
+			case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
+			}
+		}
+	})
+}
+
+// errMoved stands for a channel whose slot moved, for node.failed.
+var errMoved = errors.New("MOVED")
+
+// reconnect replaces sh's connection, which stopped answering, by a new one
+// subscribed to every channel of sh's gates. It returns the new connection,
+// or nil if the notifier closed meanwhile.
+func (n *notifier) reconnect(sh *shard) *redis.PubSub {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	n.mu.Lock()
@@ -365,23 +449,23 @@ func (n *notifier) reconnect(old *redis.PubSub) *redis.PubSub {
 		n.mu.Unlock()
 		return nil
 	}
-	ps := n.node.rdb.Subscribe(context.Background())
-	n.ps = ps
-	channels := make([]string, 0, len(n.gates))
-	clear(n.pending)
-	for ch := range n.gates {
-		channels = append(channels, ch)
-		n.pending[ch] = 1
+	var channels []string
+	clear(sh.pending)
+	for ch, g := range n.gates {
+		if g.sh == sh {
+			channels = append(channels, ch)
+			sh.pending[ch] = 1
+		}
 	}
+	old := sh.ps
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A failure here surfaces on the next receive, which connects and
+	// subscribes again: go-redis keeps the channels.
+	sh.ps = n.node.rdb.SSubscribe(ctx, channels...)
+	ps := sh.ps
 	n.mu.Unlock()
 	_ = old.Close()
-	if len(channels) > 0 {
-		// A failure here surfaces on the next receive, which connects and
-		// subscribes again: go-redis keeps the channels.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = ps.Subscribe(ctx, channels...)
-		cancel()
-	}
 	return ps
 }
 
@@ -425,29 +509,34 @@ func (n *notifier) deliver(channel, owner string) {
 	}
 }
 
-func (n *notifier) wakeAll() {
+// wakeAll wakes the waiters of every gate subscribed on sh.
+func (n *notifier) wakeAll(sh *shard) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, g := range n.gates {
-		for _, w := range g.waiters {
-			w.signal("")
+		if g.sh == sh {
+			for _, w := range g.waiters {
+				w.signal("")
+			}
 		}
 	}
 }
 
-// close closes the pub/sub connection and waits for the receive loop.
+// close closes every connection and waits for the receive loops.
 func (n *notifier) close() {
 	n.subMu.Lock()
 	n.mu.Lock()
 	n.closed = true
-	ps := n.ps
+	var conns []*redis.PubSub
+	for _, sh := range n.shards {
+		conns = append(conns, sh.ps)
+	}
 	n.mu.Unlock()
 	n.subMu.Unlock()
-	if ps == nil {
-		return
+	for _, ps := range conns {
+		_ = ps.Close()
 	}
-	_ = ps.Close()
-	<-n.done
+	n.wg.Wait()
 }
 
 func isTimeout(err error) bool {

@@ -230,6 +230,7 @@ func (n *node) reenter(ctx context.Context, k keys, owner string, ttl time.Durat
 func (n *node) runAcquire(ctx context.Context, k keys, args []any) (acquireResult, error) {
 	v, err := k.kind.acquire.Run(ctx, n.cmd, k.acquireKeys, args...).Int64()
 	if err != nil {
+		n.failed(err)
 		return acquireResult{}, opErr(nil, err, "acquire %q", k.name)
 	}
 	switch {
@@ -250,6 +251,7 @@ func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMo
 	code, err := k.kind.release.Run(ctx, n.cmd, withMarker(k.releaseKeys, k, owner),
 		owner, k.channel, string(mode), reserveFor(ttl).Milliseconds(), count, markerTTL.Milliseconds()).Int64()
 	if err != nil {
+		n.failed(err)
 		return 0, opErr(nil, err, "release %q", k.name)
 	}
 	return code, nil
@@ -286,7 +288,7 @@ const maxBatch = 100
 func (n *node) extend(ctx context.Context, items []extendItem) ([]int64, error) {
 	ks, args := extendArgs(items)
 	codes, err := scripts.extend.Run(ctx, n.cmd, ks, args...).Int64Slice()
-	return extendResult(items, codes, err)
+	return n.extendResult(items, codes, err)
 }
 
 // extendAll runs extend.lua once per call, all in one pipeline: one round
@@ -311,7 +313,7 @@ func (n *node) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, 
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		for j, i := range todo {
 			v, err := cmds[j].Int64Slice()
-			codes[i], errs[i] = extendResult(calls[i], v, err)
+			codes[i], errs[i] = n.extendResult(calls[i], v, err)
 		}
 	}
 	all := make([]int, len(calls))
@@ -351,7 +353,10 @@ func extendArgs(items []extendItem) (ks []string, args []any) {
 	return ks, args
 }
 
-func extendResult(items []extendItem, codes []int64, err error) ([]int64, error) {
+func (n *node) extendResult(items []extendItem, codes []int64, err error) ([]int64, error) {
+	if err != nil {
+		n.failed(err)
+	}
 	switch {
 	case err != nil && len(items) == 1:
 		return nil, opErr(nil, err, "extend %q", items[0].k.name)
@@ -361,6 +366,40 @@ func extendResult(items []extendItem, codes []int64, err error) ([]int64, error)
 		return nil, opErr(nil, nil, "extend %d leases: unexpected reply %v", len(items), codes)
 	}
 	return codes, nil
+}
+
+// shardOf returns the address of the server that serves channel's slot on a
+// Cluster, where a shard channel must be subscribed; "" on any other node.
+func (n *node) shardOf(ctx context.Context, channel string) (string, error) {
+	cc, ok := n.rdb.(*redis.ClusterClient)
+	if !ok {
+		return "", nil
+	}
+	c, err := cc.MasterForKey(ctx, channel)
+	if err != nil {
+		n.failed(err)
+		return "", err
+	}
+	return c.Options().Addr, nil
+}
+
+// failed notes a request to the node that failed. On a Cluster, a failure
+// that a changed topology explains (a server unreachable or gone, the cluster
+// down, a slot moved) makes go-redis load the slot map again, in the
+// background: it does so by itself only on a MOVED reply or every minute,
+// and a dead primary sends no MOVED, so without this requests would go on
+// dialling it after its replica was promoted.
+func (n *node) failed(err error) {
+	cc, ok := n.rdb.(*redis.ClusterClient)
+	if !ok || err == nil {
+		return
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) && !strings.HasPrefix(rerr.Error(), "CLUSTERDOWN") &&
+		!strings.HasPrefix(rerr.Error(), "TRYAGAIN") && !strings.HasPrefix(rerr.Error(), "MOVED") {
+		return // the server answered: the topology is not in question
+	}
+	cc.ReloadState(context.Background())
 }
 
 // group returns the hash slot of key on a Cluster node, where one script

@@ -33,7 +33,7 @@ if mode == 'down' then
     if res <= 0 then
       res = 0
       redis.call('DEL', KEYS[1])
-      redis.call('PUBLISH', ARGV[2], '*')
+      redis.call('SPUBLISH', ARGV[2], '*')
     end
   end
 elseif mode == 'set' then
@@ -42,7 +42,7 @@ elseif mode == 'set' then
   end
 elseif redis.call('DEL', KEYS[1]) == 1 then
   res = 1
-  redis.call('PUBLISH', ARGV[2], '*')
+  redis.call('SPUBLISH', ARGV[2], '*')
 end
 redis.call('SET', KEYS[2], res, 'PX', ARGV[4])
 return res

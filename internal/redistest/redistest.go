@@ -26,8 +26,9 @@ const InstallHint = "redis-server was not found on PATH; install it (Debian/Ubun
 
 // Server is one redis-server process started by Launch or Start.
 type Server struct {
-	Addr string // host:port on loopback
-	Port int
+	Addr     string // host:port on loopback
+	Port     int
+	Password string // the --requirepass the server was started with, or ""
 
 	args []string
 	dir  string
@@ -35,35 +36,58 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
+	paused bool
 }
 
 // Launch starts a redis-server on a free loopback port, with persistence off
 // and DEBUG allowed from loopback, plus extra configuration as command-line
 // arguments (e.g. "--maxmemory", "1mb"). dir holds its log. It returns once
-// the server answers PING.
+// the server answers PING. If extra holds "--requirepass", P, the server's
+// Password is P, and the readiness check and Options use it.
 func Launch(dir string, extra ...string) (*Server, error) {
+	return launch(dir, freePort, func(int) []string { return extra })
+}
+
+// launch starts a redis-server on a port from pick, with the arguments every
+// server gets and then those extra returns for that port. It tries five ports
+// before it gives up.
+func launch(dir string, pick func() (int, error), extra func(port int) []string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New(InstallHint)
 	}
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := pick()
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, dir: dir}
+		more := extra(port)
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, Password: requirepass(more), dir: dir}
 		s.args = append([]string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no",
 			"--dir", dir, "--logfile", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)),
 			"--enable-debug-command", "local",
-		}, extra...)
+		}, more...)
 		if lastErr = s.start(bin); lastErr == nil {
 			return s, nil
 		}
 	}
 	return nil, lastErr
+}
+
+// requirepass returns the value of the last "--requirepass" in args, as
+// redis-server would use it, or "" if there is none.
+func requirepass(args []string) string {
+	pass := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--requirepass" {
+			pass = args[i+1]
+			i++
+		}
+	}
+	return pass
 }
 
 // Start is Launch for a test: the server is killed when the test ends, and a
@@ -95,9 +119,10 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	return rdb
 }
 
-// Options returns go-redis options for s.
+// Options returns go-redis options for s: its address, and its password if it
+// has one.
 func (s *Server) Options() *redis.Options {
-	return &redis.Options{Addr: s.Addr}
+	return &redis.Options{Addr: s.Addr, Password: s.Password}
 }
 
 // PID returns the server's process id, or 0 if it is not running.
@@ -112,17 +137,17 @@ func (s *Server) PID() int {
 
 // Pause stops the server with SIGSTOP: it keeps its connections but answers
 // nothing, as a stalled server would.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP, true) }
 
 // Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT, false) }
 
 // Kill ends the server with SIGKILL and waits for it to exit. Its data, which
 // is in memory only, is gone.
 func (s *Server) Kill() error {
 	s.mu.Lock()
 	cmd, exited := s.cmd, s.exited
-	s.cmd = nil
+	s.cmd, s.paused = nil, false
 	s.mu.Unlock()
 	if cmd == nil {
 		return nil
@@ -157,13 +182,26 @@ func (s *Server) Restart() error {
 // Close kills the server.
 func (s *Server) Close() error { return s.Kill() }
 
-func (s *Server) signal(sig syscall.Signal) error {
+// signal sends sig to the server and records whether it is now paused.
+func (s *Server) signal(sig syscall.Signal, paused bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
 		return errors.New("redistest: server is not running")
 	}
-	return s.cmd.Process.Signal(sig)
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		return err
+	}
+	s.paused = paused
+	return nil
+}
+
+// answers reports whether the server is running and not paused, so that
+// commands sent to it get replies.
+func (s *Server) answers() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil && !s.paused
 }
 
 func (s *Server) start(bin string) error {
@@ -177,7 +215,7 @@ func (s *Server) start(bin string) error {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.Password, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer rdb.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -189,6 +227,11 @@ func (s *Server) start(bin string) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := rdb.Ping(ctx).Err()
+		if err == nil {
+			// Another server may hold the port while ours is failing to
+			// bind it: only ours counts.
+			err = samePID(rdb.Info(ctx, "server"), cmd.Process.Pid)
+		}
 		cancel()
 		if err == nil {
 			s.mu.Lock()
@@ -203,6 +246,23 @@ func (s *Server) start(bin string) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// samePID checks that an INFO server reply comes from process pid.
+func samePID(info *redis.StringCmd, pid int) error {
+	text, err := info.Result()
+	if err != nil {
+		return err
+	}
+	for line := range strings.Lines(text) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if v != strconv.Itoa(pid) {
+				return fmt.Errorf("another redis-server (pid %s) answers on the port", v)
+			}
+			return nil
+		}
+	}
+	return errors.New("INFO server has no process_id")
 }
 
 func freePort() (int, error) {
