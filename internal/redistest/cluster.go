@@ -143,18 +143,17 @@ func (c *Cluster) form(ctx context.Context, primaries, replicasEach int) error {
 		}
 	}
 	for _, s := range c.nodes[primaries:] {
-		if err := c.replicate(ctx, s, c.nodes[c.shards[s]]); err != nil {
+		primary := c.nodes[c.shards[s]]
+		if err := replicate(ctx, s, primary, c.ids[primary]); err != nil {
 			return err
 		}
 	}
 	return c.waitSettled(ctx, "the new cluster to be ready", nil)
 }
 
-// replicate makes s a replica of primary, once s has learned of primary.
-func (c *Cluster) replicate(ctx context.Context, s, primary *Server) error {
-	c.mu.Lock()
-	id := c.ids[primary]
-	c.mu.Unlock()
+// replicate makes s a replica of primary, whose node id is id, once s has
+// learned of it.
+func replicate(ctx context.Context, s, primary *Server, id string) error {
 	rdb := nodeClient(s)
 	defer rdb.Close()
 	return poll(ctx, fmt.Sprintf("%s to accept CLUSTER REPLICATE %s (%s)", s.Addr, id, primary.Addr), func() error {
@@ -255,6 +254,9 @@ func (c *Cluster) primaryForSlot(ctx context.Context, slot int) (*Server, error)
 // ReplicaOf returns a live replica of primary, one whose link to it is up if
 // there is one.
 func (c *Cluster) ReplicaOf(ctx context.Context, primary *Server) (*Server, error) {
+	if !slices.Contains(c.servers(), primary) {
+		return nil, fmt.Errorf("redistest: %s is not a node of this cluster", primary.Addr)
+	}
 	p, err := selfOf(ctx, primary)
 	if err != nil {
 		return nil, err
@@ -319,8 +321,11 @@ func (c *Cluster) Failover(ctx context.Context, primary *Server) (*Server, error
 // KillPrimary kills primary with SIGKILL and returns a replica of it once
 // that replica has been elected primary, every live node agrees, says
 // cluster_state:ok and every live replica's link is up.
+//
+// The other primaries elect the replica, and a majority of all primaries must
+// vote: KillPrimary needs at least 3 live primaries.
 func (c *Cluster) KillPrimary(ctx context.Context, primary *Server) (*Server, error) {
-	r, err := c.ReplicaOf(ctx, primary)
+	r, err := c.electable(ctx, primary)
 	if err != nil {
 		return nil, err
 	}
@@ -335,10 +340,10 @@ func (c *Cluster) KillPrimary(ctx context.Context, primary *Server) (*Server, er
 // replica to have every earlier write, stops it with SIGSTOP, disconnects it
 // from primary with CLIENT KILL TYPE replica, runs write, kills primary with
 // SIGKILL, continues the replica with SIGCONT and returns it once it has
-// been elected primary as in KillPrimary. What write wrote to primary is
-// gone.
+// been elected primary as in KillPrimary, which needs at least 3 live
+// primaries. What write wrote to primary is gone.
 func (c *Cluster) LossyFailover(ctx context.Context, primary *Server, write func() error) (*Server, error) {
-	r, err := c.ReplicaOf(ctx, primary)
+	r, err := c.electable(ctx, primary)
 	if err != nil {
 		return nil, err
 	}
@@ -374,6 +379,11 @@ func (c *Cluster) LossyFailover(ctx context.Context, primary *Server, write func
 // primary does, of the primary with the fewest replicas. The live nodes
 // forget its old id first. It returns once s is in sync with its primary and
 // the whole cluster has settled as after LaunchCluster.
+//
+// For a moment after its restart s knows no other node and answers CLUSTER
+// SLOTS with no slots: a cluster client that loads its slot map from s then
+// finds no primary for keyless commands until it loads it again. Call its
+// ReloadState after Rejoin.
 func (c *Cluster) Rejoin(ctx context.Context, s *Server) error {
 	c.mu.Lock()
 	oldID, shard, ok := c.ids[s], c.shards[s], slices.Contains(c.nodes, s)
@@ -429,12 +439,11 @@ func (c *Cluster) Rejoin(ctx context.Context, s *Server) error {
 	}
 	c.mu.Lock()
 	c.ids[s], c.shards[s] = id, shard
-	c.ids[primary] = p.id
 	c.mu.Unlock()
 	if err := rdb.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(primary.Port)).Err(); err != nil {
 		return fmt.Errorf("redistest: CLUSTER MEET %s from %s: %w", primary.Addr, s.Addr, err)
 	}
-	if err := c.replicate(ctx, s, primary); err != nil {
+	if err := replicate(ctx, s, primary, p.id); err != nil {
 		return err
 	}
 	return c.waitSettled(ctx, fmt.Sprintf("%s to rejoin as a replica of %s", s.Addr, primary.Addr), func(states []*nodeState) error {
@@ -511,6 +520,20 @@ func (c *Cluster) Flush(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// electable returns a replica of primary that the other primaries can elect
+// once primary is dead: there must be at least 3 live primaries, so that
+// those left are a majority.
+func (c *Cluster) electable(ctx context.Context, primary *Server) (*Server, error) {
+	ps, err := c.Primaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(ps) < 3 {
+		return nil, fmt.Errorf("redistest: the cluster has %d live primaries; electing a replica in place of a dead one takes a majority of them, so at least 3", len(ps))
+	}
+	return c.ReplicaOf(ctx, primary)
 }
 
 // waitPromoted waits until r has replaced the dead primary old and the

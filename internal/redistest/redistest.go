@@ -1,6 +1,8 @@
 // Package redistest starts private redis-server processes for tests, examples
 // and benchmarks: on a free loopback port, with persistence off, stopped by
-// PID. It never uses a server it did not start.
+// PID. It never uses a server it did not start. LaunchCluster and
+// StartCluster form a Redis Cluster of such servers, and fail it over on
+// demand.
 package redistest
 
 import (
