@@ -30,7 +30,8 @@ type engine struct {
 	id  string        // random, unique per Client: the stem of every owner id
 	seq atomic.Uint64 // makes each acquisition's owner id unique
 
-	checked sync.Once // the eviction policy has been looked at
+	checked sync.Once   // the eviction policy has been looked at
+	reached atomic.Bool // a request has had its answer from Redis
 }
 
 // check looks at Redis's eviction policy (Client.Check).
@@ -159,6 +160,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		w          *waiter
 		registered bool // in Redis, by an attempt that found the lock held
 		timer      *time.Timer
+		out        outage
 	)
 	defer func() {
 		if timer != nil {
@@ -196,17 +198,27 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			register, registered = registerFor(a.ttl), true // also if the attempt fails: its script may have run
 		}
 		l, pttl, err := a.attempt(ctx, owner, start, register, extra)
+		if err == nil {
+			out = outage{}
+		}
 		switch {
 		case l != nil:
 			registered = false // acquiring removed the registration
 			return l, nil
 		case err == errTooMany && wait:
 			pttl = a.ttl // it waits, registered, for the total to be raised
+		case err != nil && wait && out.rideOut(ctx, e, a.k, err):
+			if err := out.pause(ctx, e); err != nil {
+				a.abandon(ctx, owner)
+				return nil, a.interrupted(ctx, op, err, &out)
+			}
+			continue
 		case err != nil:
+			a.abandon(ctx, owner)
 			if ended(ctx) {
 				return nil, a.gaveUp(ctx, op)
 			}
-			return nil, err
+			return nil, out.wrap(err)
 		case !wait:
 			return nil, opErr(ErrNotAcquired, nil, "%s %q: held by another owner", op, a.k.name)
 		}
@@ -223,8 +235,13 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 					return nil, a.gaveUp(ctx, op)
 				case errors.Is(err, ErrClosed):
 					return nil, opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+				case out.rideOut(ctx, e, a.k, err):
+					if err := out.pause(ctx, e); err != nil {
+						return nil, a.interrupted(ctx, op, err, &out)
+					}
+					continue
 				}
-				return nil, opErr(nil, err, "%s %q", op, a.k.name)
+				return nil, opErr(nil, out.wrap(err), "%s %q", op, a.k.name)
 			}
 			if err := enter(); err != nil {
 				return nil, err
@@ -277,11 +294,15 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start time.Time, r
 			e.note.unregister(a.k, a.ttl, owner)
 		}
 	})
+	if err == nil {
+		e.reached.Store(true)
+	}
 	switch {
 	case errors.Is(err, errLeftBehind):
 		return nil, 0, opErr(nil, err, "acquire %q", a.k.name)
 	case err != nil:
-		a.abandon(ctx, owner)
+		// The script may have run: the caller tries again with the same
+		// owner, which gives the same outcome, or abandons.
 		return nil, 0, err
 	case r.gone:
 		return nil, 0, errTooMany
@@ -316,8 +337,91 @@ func (a *acquirer) abandon(ctx context.Context, owner string) {
 	}
 }
 
+// outageLimit bounds how long a waiting call whose context has no deadline
+// rides out an outage.
+const outageLimit = 30 * time.Second
+
+// outage is a waiting call's run of requests that failed because Redis could
+// not be reached or was changing hands: a failover, a restart, a slot
+// migration. The call rides it out, trying again after a growing pause, until
+// its context ends (or for outageLimit if it has no deadline), so that a
+// waiter does not fail because a failover took a few seconds.
+type outage struct {
+	since time.Time     // the first failure; zero if the last request succeeded
+	wait  time.Duration // the next pause
+	err   error         // the last failure
+}
+
+// rideOut reports whether a waiting call whose request about k failed with
+// err is to try again: err says Redis could not be reached or is changing
+// hands, the Client has reached Redis before (a wrong address fails at
+// once), and the outage has not gone on too long.
+func (o *outage) rideOut(ctx context.Context, e *engine, k keys, err error) bool {
+	if !transient(err) || !e.reached.Load() || ended(ctx) {
+		return false
+	}
+	now := time.Now()
+	if o.since.IsZero() {
+		o.since, o.wait = now, outagePause
+		e.log.Warn("dlock: Redis unavailable; waiting for it", "lock", k.name, "err", err)
+	}
+	if _, ok := ctx.Deadline(); !ok && now.Sub(o.since) >= outageLimit {
+		return false
+	}
+	o.err = err
+	return true
+}
+
+// Pauses between the tries of a call riding out an outage: outagePause, then
+// twice as long each time, up to outageMaxPause.
+const (
+	outagePause    = 10 * time.Millisecond
+	outageMaxPause = time.Second
+)
+
+// pause sleeps before the next try. It returns ctx's error if ctx ends
+// first, and ErrClosed if the Client is closed.
+func (o *outage) pause(ctx context.Context, e *engine) error {
+	t := time.NewTimer(o.wait)
+	defer t.Stop()
+	o.wait = min(2*o.wait, outageMaxPause)
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.closing:
+		return ErrClosed
+	}
+}
+
+// wrap adds to err, the failure that ended a call, how long Redis had been
+// unavailable, if it had been.
+func (o *outage) wrap(err error) error {
+	if o.since.IsZero() {
+		return err
+	}
+	return opErr(nil, err, "Redis unavailable for %v", time.Since(o.since).Round(time.Millisecond))
+}
+
+// interrupted is the error of a call whose pause in an outage was cut short
+// by its context (err is ctx's error) or by Close.
+func (a *acquirer) interrupted(ctx context.Context, op string, err error, o *outage) error {
+	if errors.Is(err, ErrClosed) {
+		return opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+	}
+	cause := fmt.Errorf("%w; Redis unavailable for %v: %w", ctxErr(ctx), time.Since(o.since).Round(time.Millisecond), o.err)
+	return opErr(ErrNotAcquired, cause, "%s %q: gave up waiting", op, a.k.name)
+}
+
 // gaveUp is the error of a wait that ended with its context.
 func (a *acquirer) gaveUp(ctx context.Context, op string) error {
+	return opErr(ErrNotAcquired, ctxErr(ctx), "%s %q: gave up waiting", op, a.k.name)
+}
+
+// ctxErr is the error of a context that ended, with its cause if it has its
+// own.
+func ctxErr(ctx context.Context) error {
 	cerr := ctx.Err()
 	if cerr == nil {
 		cerr = context.DeadlineExceeded // past the deadline; the timer has not fired yet
@@ -325,7 +429,7 @@ func (a *acquirer) gaveUp(ctx context.Context, op string) error {
 	if cause := context.Cause(ctx); cause != nil && cause != cerr {
 		cerr = fmt.Errorf("%w (cause: %w)", cerr, cause)
 	}
-	return opErr(ErrNotAcquired, cerr, "%s %q: gave up waiting", op, a.k.name)
+	return cerr
 }
 
 // ended reports whether ctx is done or past its deadline: a request cut off

@@ -106,7 +106,8 @@
 // # Waiting
 //
 // A Lock that finds the lock held subscribes to its Client's channel for that
-// lock (one pub/sub connection per Client, shared by all its locks), then
+// lock (one pub/sub connection per Client and Redis server, shared by all its
+// locks), then
 // tries again, this time registering itself as a waiter in Redis. When the
 // holder releases the lock while waiters are registered, the release keeps
 // the lock for the waiter registered longest ago, for a short while, and
@@ -121,6 +122,22 @@
 // is kept for it passes it on to the next one at once. The pub/sub connection
 // is checked when it has been silent for long, and replaced, with every
 // waiter woken, when it does not answer.
+//
+// # Outages
+//
+// A request that fails because Redis cannot be reached or is changing hands
+// (a refused or broken connection, CLUSTERDOWN, TRYAGAIN, MOVED, LOADING,
+// READONLY, MASTERDOWN) fails the call that made it, with one exception: a
+// Lock, RLock, Acquire or CountDownLatch.Wait that waits rides it out. It
+// tries again after 10ms, then twice as long each time up to 1s, until it
+// succeeds or its context ends; with no deadline on the context, for at most
+// 30s of failures in a row. A failover of a few seconds therefore delays a
+// waiter rather than failing it. The Client must have had an answer from
+// Redis before: a wrong address fails at once. When a waiter gives up during
+// an outage, its error says how long Redis had been unavailable and what the
+// last request met. TryLock, Unlock, Extend and the other calls do not wait:
+// they fail with what go-redis returned once its own retries (MaxRetries)
+// ran out, and a failed Unlock goes on in the background.
 //
 // # Times
 //

@@ -282,3 +282,142 @@ func TestLockHonorsContextWhileRedisStalls(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitRidesOutOutage: a Lock or a latch Wait that is waiting when Redis
+// goes away for longer than go-redis's own retries last keeps waiting, and
+// gets its lock, or its open latch, once Redis is back. A Lock whose deadline
+// comes first returns by it and says why; TryLock, and a Client that never
+// reached Redis, fail at once.
+func TestWaitRidesOutOutage(t *testing.T) {
+	ctx := context.Background()
+	const outage = 1500 * time.Millisecond
+	// A Redis client that gives up on a refused connection after about
+	// 200ms, well within the outage (go-redis's defaults: 3s).
+	quick := func(t *testing.T, srv *redistest.Server) *redis.Client {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DialerRetries: 1, MaxRetries: 1})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}
+	down := func(t *testing.T, srv *redistest.Server) {
+		t.Helper()
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(outage)
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("lock", func(t *testing.T) {
+		srv := redistest.Start(t)
+		holder := clientOn(t, quick(t, srv), dlock.WithTTL(time.Second))
+		waiter := clientOn(t, quick(t, srv), dlock.WithTTL(time.Second))
+		l, err := holder.Mutex("o").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			l, err := waiter.Mutex("o").Lock(wctx)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		check := srv.Client(t)
+		if !within(5*time.Second, func() bool { return check.ZCard(ctx, "dlock:{o}:waiters").Val() == 1 }) {
+			t.Fatal("waiter not registered")
+		}
+		down(t, srv)
+		// The restart emptied Redis: the holder is told, the waiter gets the
+		// lock.
+		if !closedWithin(l.Done(), 5*time.Second) {
+			t.Fatal("the holder of a lock Redis lost was not told")
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("waiter across a %v outage: %v", outage, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("waiter still waiting 10s after Redis came back")
+		}
+	})
+
+	t.Run("latch", func(t *testing.T) {
+		srv := redistest.Start(t)
+		c := clientOn(t, quick(t, srv))
+		latch := c.CountDownLatch("o")
+		if _, err := latch.TrySetCount(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			got <- latch.Wait(wctx)
+		}()
+		time.Sleep(200 * time.Millisecond) // Wait has looked at the count
+		down(t, srv)
+		// The restart lost the count: the latch is open.
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("Wait across a %v outage: %v", outage, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Wait still waiting 10s after Redis came back")
+		}
+	})
+
+	t.Run("deadline", func(t *testing.T) {
+		srv := redistest.Start(t)
+		c := clientOn(t, quick(t, srv))
+		if l, err := c.Mutex("warm").Lock(ctx); err != nil {
+			t.Fatal(err)
+		} else if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		const deadline = 1500 * time.Millisecond
+		dctx, cancel := context.WithTimeout(ctx, deadline)
+		defer cancel()
+		start := time.Now()
+		_, err := c.Mutex("o").Lock(dctx)
+		took := time.Since(start)
+		if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) ||
+			!strings.Contains(err.Error(), "Redis unavailable for") || !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("Lock while Redis is down: %v; want ErrNotAcquired, DeadlineExceeded and what Redis said", err)
+		}
+		if took < deadline-100*time.Millisecond || took > deadline+500*time.Millisecond {
+			t.Errorf("Lock with a %v deadline returned after %v", deadline, took)
+		}
+		start = time.Now()
+		_, err = c.Mutex("o").TryLock(ctx)
+		if err == nil || errors.Is(err, dlock.ErrNotAcquired) || time.Since(start) > time.Second {
+			t.Errorf("TryLock while Redis is down: %v after %v; want the failure, at once", err, time.Since(start))
+		}
+	})
+
+	t.Run("never-reached", func(t *testing.T) {
+		srv := redistest.Start(t)
+		rdb := quick(t, srv)
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		c := clientOn(t, rdb)
+		start := time.Now()
+		_, err := c.Mutex("o").Lock(ctx)
+		if err == nil || errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("Lock on a Client that never reached Redis: %v", err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("Lock on a Client that never reached Redis failed after %v, not at once", took)
+		}
+	})
+}

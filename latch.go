@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -122,21 +121,44 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 		return l.gaveUp(ctx)
 	}
 	e, channel := l.e, latchChannel(l.k)
+	var out outage
+	// count returns the latch's count, riding out an outage of Redis.
+	count := func() (int64, error) {
+		for {
+			n, err := e.node.latchCount(ctx, l.k)
+			if err == nil {
+				e.reached.Store(true)
+				return n, nil
+			}
+			if !out.rideOut(ctx, e, l.k, err) {
+				return 0, l.waitErr(ctx, out.wrap(err))
+			}
+			if err := out.pause(ctx, e); err != nil {
+				return 0, l.waitErr(ctx, err)
+			}
+		}
+	}
 	g := e.note.joinSubscribed(channel)
-	if g == nil {
+	for g == nil {
 		// Not subscribed yet: an open latch needs no subscription at all.
-		if n, err := e.node.latchCount(ctx, l.k); err != nil || n == 0 {
-			return l.waitErr(ctx, err)
+		if n, err := count(); err != nil || n == 0 {
+			return err
 		}
 		var err error
 		if g, err = e.note.join(ctx, l.k, 0, channel); err != nil {
+			g = nil
 			switch {
 			case ctx.Err() != nil:
 				return l.gaveUp(ctx)
 			case errors.Is(err, ErrClosed):
 				return opErr(ErrClosed, nil, "%s %q", op, l.k.name)
+			case out.rideOut(ctx, e, l.k, err):
+				if err := out.pause(ctx, e); err != nil {
+					return l.waitErr(ctx, err)
+				}
+				continue
 			}
-			return opErr(nil, err, "%s %q", op, l.k.name)
+			return opErr(nil, out.wrap(err), "%s %q", op, l.k.name)
 		}
 	}
 	defer e.note.leave(g)
@@ -149,9 +171,9 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	timer := time.NewTimer(recheck)
 	defer timer.Stop()
 	for {
-		n, err := e.node.latchCount(ctx, l.k)
+		n, err := count()
 		if err != nil || n == 0 {
-			return l.waitErr(ctx, err)
+			return err
 		}
 		timer.Reset(recheck)
 		select {
@@ -169,19 +191,18 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 // waitErr is the error of a wait that failed with err, nil if err is nil:
 // the context's if it ended meanwhile.
 func (l *CountDownLatch) waitErr(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
 		return l.gaveUp(ctx)
+	case errors.Is(err, ErrClosed):
+		return opErr(ErrClosed, nil, "wait for latch %q", l.k.name)
 	}
 	return err
 }
 
 // gaveUp is the error of a wait that ended with its context.
 func (l *CountDownLatch) gaveUp(ctx context.Context) error {
-	cerr := ctx.Err()
-	if cause := context.Cause(ctx); cause != nil && cause != cerr {
-		cerr = fmt.Errorf("%w (cause: %w)", cerr, cause)
-	}
-	return opErr(nil, cerr, "wait for latch %q", l.k.name)
+	return opErr(nil, ctxErr(ctx), "wait for latch %q", l.k.name)
 }
 
 // check rejects a call that cannot proceed.

@@ -47,10 +47,10 @@ func (m *Mutex) Name() string { return m.acquirer().k.name }
 //
 // A waiting Lock sleeps until the lock is released and kept for it, or until
 // the holder's lease would expire, then tries again; it does not poll, beyond
-// a keep-alive while it waits (see Times in the package documentation). If
-// ctx ends first, the
-// error matches both ErrNotAcquired and ctx.Err(), and the wait leaves nothing
-// behind in Redis. If ctx carries a Lease of this lock (see Lease.Context),
+// a keep-alive while it waits (see Times in the package documentation), and
+// it rides out a failover or restart of Redis (see Outages). If ctx ends
+// first, the error matches both ErrNotAcquired and ctx.Err(), and the wait
+// leaves nothing behind in Redis. If ctx carries a Lease of this lock (see Lease.Context),
 // Lock re-enters it at once.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquirer().acquire(ctx, "lock", true, nil)

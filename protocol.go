@@ -9,6 +9,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -390,17 +392,46 @@ func (n *node) shardOf(ctx context.Context, channel string) (string, error) {
 // and a dead primary sends no MOVED, so without this requests would go on
 // dialling it after its replica was promoted.
 func (n *node) failed(err error) {
-	cc, ok := n.rdb.(*redis.ClusterClient)
-	if !ok || err == nil {
-		return
+	if cc, ok := n.rdb.(*redis.ClusterClient); ok && transient(err) {
+		cc.ReloadState(context.Background())
 	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) && !strings.HasPrefix(rerr.Error(), "CLUSTERDOWN") &&
-		!strings.HasPrefix(rerr.Error(), "TRYAGAIN") && !strings.HasPrefix(rerr.Error(), "MOVED") {
-		return // the server answered: the topology is not in question
-	}
-	cc.ReloadState(context.Background())
 }
+
+// transient reports whether err, the failure of a request, says that Redis
+// could not be reached or is changing hands (a failover, a restart, a slot
+// migration), so that the request may succeed if made again shortly. A reply
+// that is an ordinary error, a closed client and an ended context are not.
+func transient(err error) bool {
+	var rerr redis.Error
+	switch {
+	case err == nil, errors.Is(err, redis.ErrClosed):
+		return false
+	case errors.As(err, &rerr):
+		msg := rerr.Error()
+		for _, p := range transientReplies {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, redis.ErrPoolTimeout):
+		return true
+	}
+	var nerr *net.OpError
+	if errors.As(err, &nerr) && nerr.Op == "dial" {
+		return true // never sent, even if a deadline cut the dial short
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// transientReplies start the error replies of a server that cannot serve the
+// request now but may shortly: its cluster is down or resharding, it is
+// loading its data, it was demoted to a replica, or it lost its primary.
+var transientReplies = []string{"CLUSTERDOWN ", "TRYAGAIN ", "MOVED ", "ASK ", "LOADING ", "READONLY ", "MASTERDOWN "}
 
 // group returns the hash slot of key on a Cluster node, where one script
 // call must not span slots; 0 on any other.
