@@ -193,18 +193,22 @@ func TestFairDeadWaiter(t *testing.T) {
 }
 
 // TestFairProcessesHammer: the multi-process hammer of TestProcessesHammer,
-// on a FairMutex.
+// on a FairMutex, on one server and on a Cluster.
 func TestFairProcessesHammer(t *testing.T) {
-	p := workerParams{Name: "fairhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Fair: true}
 	const procs = 4
-	o := hammer(t, "", procs, p)
-	if len(o.workerErrors) > 0 {
-		t.Fatalf("workers failed: %v", o.workerErrors)
-	}
-	if want := int64(procs * p.Goroutines * p.Iterations); o.acquired != want {
-		t.Fatalf("acquired %d times, want %d", o.acquired, want)
-	}
-	for _, v := range o.violations() {
-		t.Error(v)
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dlock", true: "cluster"}[cluster], func(t *testing.T) {
+			p := workerParams{Name: "fairhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Fair: true, Cluster: cluster}
+			o := hammer(t, "", procs, p)
+			if len(o.workerErrors) > 0 {
+				t.Fatalf("workers failed: %v", o.workerErrors)
+			}
+			if want := int64(procs * p.Goroutines * p.Iterations); o.acquired != want {
+				t.Fatalf("acquired %d times, want %d", o.acquired, want)
+			}
+			for _, v := range o.violations() {
+				t.Error(v)
+			}
+		})
 	}
 }

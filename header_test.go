@@ -141,61 +141,7 @@ func TestScriptHeaders(t *testing.T) {
 	c, rdb, _ := newClient(t, dlock.WithTTL(300*time.Millisecond))
 	rdb.AddHook(&rec)
 	other := clientOn(t, rdb)
-	ctx := context.Background()
-
-	// Every script, in every mode the client uses: take, re-enter (for the
-	// kinds that re-enter), give back one hold, read the TTL, extend, renew,
-	// register and give up as a waiter, give back the last hold.
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	type lockFunc func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error)
-	mutex := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("m").Lock(ctx) }
-	fair := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.FairMutex("f").Lock(ctx) }
-	write := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("r").Lock(ctx) }
-	read := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("r").RLock(ctx) }
-	sem := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) {
-		return c.Semaphore("s", 2).Acquire(ctx, 1)
-	}
-	sem2 := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) {
-		return c.Semaphore("s", 2).Acquire(ctx, 2)
-	}
-	// For each: the lock, and an acquisition that must wait while it is held.
-	for _, pair := range [][2]lockFunc{{mutex, mutex}, {fair, fair}, {write, write}, {read, write}, {sem, sem2}} {
-		lock, contend := pair[0], pair[1]
-		l, err := lock(ctx, c)
-		must(err)
-		lctx, cancel := l.Context(ctx)
-		inner, err := lock(lctx, c) // a re-entry, or for a Semaphore another permit
-		must(err)
-		must(inner.Unlock(ctx))
-		cancel()
-		_, err = l.TTL(ctx)
-		must(err)
-		must(l.Extend(ctx, time.Second))
-		time.Sleep(400 * time.Millisecond) // a renewal
-		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		if _, err := contend(wctx, other); err == nil {
-			t.Fatal("a second holder")
-		}
-		wcancel()
-		must(l.Unlock(ctx))
-	}
-	s := c.Semaphore("s", 1)
-	must(s.SetPermits(ctx, 2))
-	_, err := s.Available(ctx)
-	must(err)
-	_, err = s.Delete(ctx)
-	must(err)
-	latch := c.CountDownLatch("l")
-	_, err = latch.TrySetCount(ctx, 1)
-	must(err)
-	must(latch.CountDown(ctx))
-	_, err = latch.Delete(ctx)
-	must(err)
+	exerciseScripts(t, c, other)
 
 	rec.mu.Lock()
 	calls := rec.calls
@@ -269,4 +215,64 @@ func checkExtend(t *testing.T, h header, call scriptCall) {
 		t.Errorf("extend: groups name %d keys, %d sent", k, len(call.keys))
 	}
 	_ = h
+}
+
+// exerciseScripts runs every script of the package, in every mode the
+// client uses, through c (and other, which contends): take, re-enter (for
+// the kinds that re-enter), give back one hold, read the TTL, extend, renew,
+// register and give up as a waiter, give back the last hold; the
+// Semaphore's own modes; the latch's.
+func exerciseScripts(t *testing.T, c, other *dlock.Client) {
+	t.Helper()
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	type lockFunc func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error)
+	mutex := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("m").Lock(ctx) }
+	fair := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.FairMutex("f").Lock(ctx) }
+	write := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("r").Lock(ctx) }
+	read := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("r").RLock(ctx) }
+	sem := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) {
+		return c.Semaphore("s", 2).Acquire(ctx, 1)
+	}
+	sem2 := func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) {
+		return c.Semaphore("s", 2).Acquire(ctx, 2)
+	}
+	// For each: the lock, and an acquisition that must wait while it is held.
+	for _, pair := range [][2]lockFunc{{mutex, mutex}, {fair, fair}, {write, write}, {read, write}, {sem, sem2}} {
+		lock, contend := pair[0], pair[1]
+		l, err := lock(ctx, c)
+		must(err)
+		lctx, cancel := l.Context(ctx)
+		inner, err := lock(lctx, c) // a re-entry, or for a Semaphore another permit
+		must(err)
+		must(inner.Unlock(ctx))
+		cancel()
+		_, err = l.TTL(ctx)
+		must(err)
+		must(l.Extend(ctx, time.Second))
+		time.Sleep(400 * time.Millisecond) // a renewal
+		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		if _, err := contend(wctx, other); err == nil {
+			t.Fatal("a second holder")
+		}
+		wcancel()
+		must(l.Unlock(ctx))
+	}
+	s := c.Semaphore("s", 1)
+	must(s.SetPermits(ctx, 2))
+	_, err := s.Available(ctx)
+	must(err)
+	_, err = s.Delete(ctx)
+	must(err)
+	latch := c.CountDownLatch("l")
+	_, err = latch.TrySetCount(ctx, 1)
+	must(err)
+	must(latch.CountDown(ctx))
+	_, err = latch.Delete(ctx)
+	must(err)
 }

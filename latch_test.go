@@ -387,7 +387,7 @@ func latchWorker(c *dlock.Client, p workerParams) error {
 	l := c.CountDownLatch(p.Name)
 	switch mode := os.Getenv(envLatchMode); mode {
 	case "countdown", "broken":
-		rdb := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
+		rdb := lockRedis()
 		defer rdb.Close()
 		time.Sleep(50*time.Millisecond + rand.N(200*time.Millisecond))
 		if err := rdb.Incr(ctx, "latch-started").Err(); err != nil {
@@ -417,7 +417,13 @@ func latchWorker(c *dlock.Client, p workerParams) error {
 
 // latchCmd returns the command that runs a latch worker on srv.
 func latchCmd(t *testing.T, srv *redistest.Server, mode, name string) *exec.Cmd {
-	cmd := worker(t, "latch", "", srv, srv, workerParams{Name: name, TTL: time.Second})
+	return latchCmdOn(t, srv.Addr, srv, mode, name)
+}
+
+// latchCmdOn is latchCmd with the latch at lockAddr (one server's address, or
+// a Cluster's joined by commas).
+func latchCmdOn(t *testing.T, lockAddr string, res *redistest.Server, mode, name string) *exec.Cmd {
+	cmd := workerOn(t, "latch", "", lockAddr, res, workerParams{Name: name, TTL: time.Second})
 	cmd.Env = append(cmd.Env, envLatchMode+"="+mode)
 	return cmd
 }
@@ -448,9 +454,14 @@ func (o latchOutcome) violations(procs int) []string {
 
 // latchProcesses arms a latch with procs, starts procs workers in mode that
 // each count it down once, and waits for it.
-func latchProcesses(t *testing.T, mode string, procs int) latchOutcome {
+func latchProcesses(t *testing.T, mode string, procs int, cluster bool) latchOutcome {
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	var rdb redis.UniversalClient = srv.Client(t)
+	lockAddr := srv.Addr
+	if cluster {
+		cl := redistest.StartCluster(t, 3, 1)
+		rdb, lockAddr = cl.Client(t), strings.Join(cl.Addrs(), ",")
+	}
 	l := clientOn(t, rdb).CountDownLatch("procs")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -460,7 +471,7 @@ func latchProcesses(t *testing.T, mode string, procs int) latchOutcome {
 	cmds := make([]*exec.Cmd, procs)
 	outs := make([]strings.Builder, procs)
 	for i := range cmds {
-		cmds[i] = latchCmd(t, srv, mode, "procs")
+		cmds[i] = latchCmdOn(t, lockAddr, srv, mode, "procs")
 		cmds[i].Stdout = &outs[i]
 		if err := cmds[i].Start(); err != nil {
 			t.Fatalf("start worker: %v", err)
@@ -490,15 +501,17 @@ func latchProcesses(t *testing.T, mode string, procs int) latchOutcome {
 // once must be caught by the same checks.
 func TestLatchProcesses(t *testing.T) {
 	const procs = 4
-	t.Run("dlock", func(t *testing.T) {
-		o := latchProcesses(t, "countdown", procs)
-		for _, v := range o.violations(procs) {
-			t.Error(v)
-		}
-		t.Logf("Wait returned after %v", o.waited)
-	})
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dlock", true: "cluster"}[cluster], func(t *testing.T) {
+			o := latchProcesses(t, "countdown", procs, cluster)
+			for _, v := range o.violations(procs) {
+				t.Error(v)
+			}
+			t.Logf("Wait returned after %v", o.waited)
+		})
+	}
 	t.Run("broken-latch-is-caught", func(t *testing.T) {
-		o := latchProcesses(t, "broken", procs)
+		o := latchProcesses(t, "broken", procs, false)
 		v := o.violations(procs)
 		if len(v) == 0 {
 			t.Fatalf("a latch that opens at the first count down passed the checks: %+v", o)

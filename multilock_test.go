@@ -617,7 +617,7 @@ func brokenMultiAcquire(c *dlock.Client) multiAcquire {
 // MultiLocks over the multiSets (with names prefixed by p.Name) in turn.
 // Under the lock it increments each name's counter in Redis by a read, a
 // pause and a write, and makes a fenced write to each name's resource.
-func multiLockWorker(c *dlock.Client, lockRDB, resRDB *redis.Client, p workerParams, broken bool) error {
+func multiLockWorker(c *dlock.Client, lockRDB redis.UniversalClient, resRDB *redis.Client, p workerParams, broken bool) error {
 	ctx := context.Background()
 	acquire := multiLockAcquire(c)
 	if broken {
@@ -713,7 +713,7 @@ func (o multiOutcome) violations() []string {
 
 // multiHammer runs procs worker processes of the given role.
 func multiHammer(t *testing.T, role string, procs int, p workerParams) multiOutcome {
-	lockSrv, resSrv, reports := runWorkers[multiReport](t, role, "", procs, p)
+	lock, resSrv, reports := runWorkers[multiReport](t, role, "", procs, p)
 	o := multiOutcome{acquired: map[string]int64{}, counter: map[string]int64{}, accepted: map[string]int64{}, rejected: map[string]int64{}}
 	for _, rep := range reports {
 		for n, k := range rep.Acquired {
@@ -725,7 +725,7 @@ func multiHammer(t *testing.T, role string, procs int, p workerParams) multiOutc
 		}
 	}
 	ctx := context.Background()
-	lrdb, rrdb := lockSrv.Client(t), resSrv.Client(t)
+	lrdb, rrdb := lock, resSrv.Client(t)
 	for n := range o.acquired {
 		o.counter[n], _ = lrdb.Get(ctx, "counter:"+n).Int64()
 		res := rrdb.HGetAll(ctx, "resource:"+n).Val()
@@ -744,27 +744,31 @@ func multiHammer(t *testing.T, role string, procs int, p workerParams) multiOutc
 func TestMultiLockProcesses(t *testing.T) {
 	p := workerParams{Name: "m:", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25}
 	const procs = 4
-	t.Run("dlock", func(t *testing.T) {
-		o := multiHammer(t, "multilock", procs, p)
-		if len(o.workerErrors) > 0 {
-			t.Fatalf("workers failed: %v", o.workerErrors)
-		}
-		var total int64
-		for _, set := range multiSets {
-			total += int64(len(set))
-		}
-		var got int64
-		for _, k := range o.acquired {
-			got += k
-		}
-		if want := total * procs * int64(p.Goroutines*p.Iterations) / int64(len(multiSets)); got != want {
-			t.Fatalf("%d name acquisitions, want %d", got, want)
-		}
-		for _, v := range o.violations() {
-			t.Error(v)
-		}
-		t.Logf("acquisitions per name: %v", o.acquired)
-	})
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dlock", true: "cluster"}[cluster], func(t *testing.T) {
+			p := p
+			p.Cluster = cluster
+			o := multiHammer(t, "multilock", procs, p)
+			if len(o.workerErrors) > 0 {
+				t.Fatalf("workers failed: %v", o.workerErrors)
+			}
+			var total int64
+			for _, set := range multiSets {
+				total += int64(len(set))
+			}
+			var got int64
+			for _, k := range o.acquired {
+				got += k
+			}
+			if want := total * procs * int64(p.Goroutines*p.Iterations) / int64(len(multiSets)); got != want {
+				t.Fatalf("%d name acquisitions, want %d", got, want)
+			}
+			for _, v := range o.violations() {
+				t.Error(v)
+			}
+			t.Logf("acquisitions per name: %v", o.acquired)
+		})
+	}
 	t.Run("broken-multilock-is-caught", func(t *testing.T) {
 		o := multiHammer(t, "multilock-broken", procs, p)
 		lost := 0

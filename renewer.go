@@ -339,22 +339,29 @@ func (r *renewer) deadlineErr(t *term) error {
 	return opErr(ErrLockLost, nil, "%q: not renewed before its deadline", t.k.name)
 }
 
-// renew renews due terms, each node's on a goroutine of its own. A script
-// call renews up to maxBatch leases of one hash slot (on a Cluster; of any
-// slot elsewhere), and the calls go in pipelines of up to maxBatch leases: per
-// node, one round trip per maxBatch leases.
+// renew renews due terms: those on one server (a node, or a Cluster's
+// primary) on a goroutine of their own, one script call per maxBatch leases
+// of one hash slot (on a Cluster; of any slot elsewhere), the calls in
+// pipelines of up to maxBatch leases: one round trip per maxBatch leases per
+// server.
 func (r *renewer) renew(due []*term) {
-	slots := make(map[*node]map[int][]*term)
+	type server struct {
+		n    *node
+		addr string
+	}
+	slots := make(map[server]map[int][]*term)
 	for _, t := range due {
-		g := slots[t.node]
+		addr, _ := t.node.shardOf(r.ctx, t.k.tag) // "" if unknown: go-redis routes each call
+		sv := server{t.node, addr}
+		g := slots[sv]
 		if g == nil {
 			g = make(map[int][]*term)
-			slots[t.node] = g
+			slots[sv] = g
 		}
 		s := t.node.group(t.k.tag)
 		g[s] = append(g[s], t)
 	}
-	for n, groups := range slots {
+	for sv, groups := range slots {
 		var pipes [][][]*term // pipelines of script calls of terms
 		var pipe [][]*term
 		size := 0
@@ -369,7 +376,7 @@ func (r *renewer) renew(due []*term) {
 		pipes = append(pipes, pipe)
 		r.wg.Go(func() {
 			for _, calls := range pipes {
-				r.renewCalls(n, calls)
+				r.renewCalls(sv.n, calls)
 			}
 		})
 	}

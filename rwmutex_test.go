@@ -991,31 +991,35 @@ func rwHammer(t *testing.T, mutant string, procs int, p workerParams) rwOutcome 
 func TestRWMutexProcesses(t *testing.T) {
 	p := workerParams{Name: "rwhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 40, ReadShare: 80}
 	const procs = 4
-	t.Run("dlock", func(t *testing.T) {
-		o := rwHammer(t, "", procs, p)
-		if len(o.workerErrors) > 0 {
-			t.Fatalf("workers failed: %v", o.workerErrors)
-		}
-		if want := int64(procs * p.Goroutines * p.Iterations); o.acquired != want {
-			t.Fatalf("acquired %d times, want %d", o.acquired, want)
-		}
-		if o.violations != 0 {
-			t.Errorf("%d entries found a writer beside a reader or another writer", o.violations)
-		}
-		if o.peakReaders < 2 {
-			t.Errorf("at most %d readers inside at once: reads were not shared", o.peakReaders)
-		}
-		if o.rejected != 0 || o.accepted == 0 {
-			t.Errorf("fenced writes: %d accepted, %d rejected", o.accepted, o.rejected)
-		}
-		if o.unlockErrors != 0 {
-			t.Errorf("%d Unlocks failed", o.unlockErrors)
-		}
-		if o.readers != 0 || o.writers != 0 {
-			t.Errorf("%d readers and %d writers still inside at the end", o.readers, o.writers)
-		}
-		t.Logf("%d acquisitions, %d writes, up to %d readers at once, no violation", o.acquired, o.accepted, o.peakReaders)
-	})
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dlock", true: "cluster"}[cluster], func(t *testing.T) {
+			p := p
+			p.Cluster = cluster
+			o := rwHammer(t, "", procs, p)
+			if len(o.workerErrors) > 0 {
+				t.Fatalf("workers failed: %v", o.workerErrors)
+			}
+			if want := int64(procs * p.Goroutines * p.Iterations); o.acquired != want {
+				t.Fatalf("acquired %d times, want %d", o.acquired, want)
+			}
+			if o.violations != 0 {
+				t.Errorf("%d entries found a writer beside a reader or another writer", o.violations)
+			}
+			if o.peakReaders < 2 {
+				t.Errorf("at most %d readers inside at once: reads were not shared", o.peakReaders)
+			}
+			if o.rejected != 0 || o.accepted == 0 {
+				t.Errorf("fenced writes: %d accepted, %d rejected", o.accepted, o.rejected)
+			}
+			if o.unlockErrors != 0 {
+				t.Errorf("%d Unlocks failed", o.unlockErrors)
+			}
+			if o.readers != 0 || o.writers != 0 {
+				t.Errorf("%d readers and %d writers still inside at the end", o.readers, o.writers)
+			}
+			t.Logf("%d acquisitions, %d writes, up to %d readers at once, no violation", o.acquired, o.accepted, o.peakReaders)
+		})
+	}
 	t.Run("broken-rwmutex-is-caught", func(t *testing.T) {
 		o := rwHammer(t, "rw-writer-ignores-readers", procs, p)
 		if o.violations == 0 {

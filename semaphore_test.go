@@ -340,16 +340,20 @@ func semHammer(t *testing.T, mutant string, procs int, p workerParams) (peak, ac
 func TestSemaphoreProcesses(t *testing.T) {
 	p := workerParams{Name: "procs", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Permits: 3}
 	const procs = 4
-	t.Run("dlock", func(t *testing.T) {
-		peak, acquired := semHammer(t, "", procs, p)
-		if want := int64(procs * p.Goroutines * p.Iterations); acquired != want {
-			t.Errorf("acquired %d times, want %d", acquired, want)
-		}
-		if peak > p.Permits {
-			t.Errorf("%d holders inside at once with %d permits", peak, p.Permits)
-		}
-		t.Logf("peak %d holders of %d permits over %d acquisitions", peak, p.Permits, acquired)
-	})
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dlock", true: "cluster"}[cluster], func(t *testing.T) {
+			p := p
+			p.Cluster = cluster
+			peak, acquired := semHammer(t, "", procs, p)
+			if want := int64(procs * p.Goroutines * p.Iterations); acquired != want {
+				t.Errorf("acquired %d times, want %d", acquired, want)
+			}
+			if peak > p.Permits {
+				t.Errorf("%d holders inside at once with %d permits", peak, p.Permits)
+			}
+			t.Logf("peak %d holders of %d permits over %d acquisitions", peak, p.Permits, acquired)
+		})
+	}
 	t.Run("broken-semaphore-is-caught", func(t *testing.T) {
 		peak, _ := semHammer(t, "sem-ignores-count", procs, p)
 		if peak <= p.Permits {

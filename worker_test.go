@@ -52,6 +52,9 @@ type workerParams struct {
 	Abandon, Waits int
 	// For is how long the "chaos" worker keeps taking the lock.
 	For time.Duration
+	// Cluster: runWorkers puts the locks on a Redis Cluster of three
+	// primaries with a replica each, not on one server.
+	Cluster bool
 }
 
 // locker is what the workers need of a Mutex or a FairMutex.
@@ -91,7 +94,7 @@ func runWorker(role string) int {
 		fmt.Fprintf(os.Stderr, "worker: params: %v\n", err)
 		return 2
 	}
-	lockRDB := redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
+	lockRDB := lockRedis()
 	defer lockRDB.Close()
 	resRDB := redis.NewClient(&redis.Options{Addr: os.Getenv(envResource)})
 	defer resRDB.Close()
@@ -140,6 +143,15 @@ func runWorker(role string) int {
 	return 0
 }
 
+// lockRedis returns a client of the lock's Redis, as a worker process is
+// given it: one server's address, or a Cluster's joined by commas.
+func lockRedis() redis.UniversalClient {
+	if addrs := strings.Split(os.Getenv(envRedis), ","); len(addrs) > 1 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	}
+	return redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
+}
+
 // hammerReport is what a hammer worker prints when done.
 type hammerReport struct {
 	Acquired     int64
@@ -151,7 +163,7 @@ type hammerReport struct {
 // p.Iterations times. Under the lock it increments a counter in Redis by a
 // read, a pause and a write (lost updates show two holders at once), and makes
 // a fenced write to the resource.
-func hammerWorker(c *dlock.Client, lockRDB, resRDB *redis.Client, p workerParams) error {
+func hammerWorker(c *dlock.Client, lockRDB redis.UniversalClient, resRDB *redis.Client, p workerParams) error {
 	ctx := context.Background()
 	m := p.lock(c)
 	var rep hammerReport
@@ -240,6 +252,13 @@ func holdWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
 // worker returns the command that runs this test binary as a worker.
 func worker(t *testing.T, role, mutant string, lockSrv, resSrv *redistest.Server, p workerParams) *exec.Cmd {
 	t.Helper()
+	return workerOn(t, role, mutant, lockSrv.Addr, resSrv, p)
+}
+
+// workerOn is worker with the locks at lockAddr: one server's address, or a
+// Cluster's, joined by commas.
+func workerOn(t *testing.T, role, mutant, lockAddr string, resSrv *redistest.Server, p workerParams) *exec.Cmd {
+	t.Helper()
 	params, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +266,7 @@ func worker(t *testing.T, role, mutant string, lockSrv, resSrv *redistest.Server
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(),
 		workerEnv+"="+role, envMutant+"="+mutant, envParams+"="+string(params),
-		envRedis+"="+lockSrv.Addr, envResource+"="+resSrv.Addr)
+		envRedis+"="+lockAddr, envResource+"="+resSrv.Addr)
 	cmd.Stderr = &testWriter{t: t, prefix: role + ": "}
 	return cmd
 }
@@ -318,13 +337,21 @@ func (o hammerOutcome) violations() []string {
 // runWorkers starts procs worker processes in role, on two new servers (the
 // lock's and the resource's), waits for them all and decodes the JSON report
 // each printed.
-func runWorkers[R any](t *testing.T, role, mutant string, procs int, p workerParams) (lockSrv, resSrv *redistest.Server, reports []R) {
+func runWorkers[R any](t *testing.T, role, mutant string, procs int, p workerParams) (lock redis.UniversalClient, resSrv *redistest.Server, reports []R) {
 	t.Helper()
-	lockSrv, resSrv = redistest.Start(t), redistest.Start(t)
+	resSrv = redistest.Start(t)
+	var lockAddr string
+	if p.Cluster {
+		cl := redistest.StartCluster(t, 3, 1)
+		lockAddr, lock = strings.Join(cl.Addrs(), ","), cl.Client(t)
+	} else {
+		srv := redistest.Start(t)
+		lockAddr, lock = srv.Addr, srv.Client(t)
+	}
 	cmds := make([]*exec.Cmd, procs)
 	outs := make([]strings.Builder, procs)
 	for i := range cmds {
-		cmds[i] = worker(t, role, mutant, lockSrv, resSrv, p)
+		cmds[i] = workerOn(t, role, mutant, lockAddr, resSrv, p)
 		cmds[i].Stdout = &outs[i]
 		if err := cmds[i].Start(); err != nil {
 			t.Fatalf("start worker: %v", err)
@@ -339,12 +366,12 @@ func runWorkers[R any](t *testing.T, role, mutant string, procs int, p workerPar
 			t.Fatalf("worker %d report %q: %v", i, outs[i].String(), err)
 		}
 	}
-	return lockSrv, resSrv, reports
+	return lock, resSrv, reports
 }
 
 // hammer runs procs worker processes of goroutines goroutines on one lock.
 func hammer(t *testing.T, mutant string, procs int, p workerParams) hammerOutcome {
-	lockSrv, resSrv, reports := runWorkers[hammerReport](t, "hammer", mutant, procs, p)
+	lock, resSrv, reports := runWorkers[hammerReport](t, "hammer", mutant, procs, p)
 	var o hammerOutcome
 	for _, rep := range reports {
 		o.acquired += rep.Acquired
@@ -354,7 +381,7 @@ func hammer(t *testing.T, mutant string, procs int, p workerParams) hammerOutcom
 		}
 	}
 	ctx := context.Background()
-	o.counter, _ = lockSrv.Client(t).Get(ctx, "counter").Int64()
+	o.counter, _ = lock.Get(ctx, "counter").Int64()
 	res := resSrv.Client(t).HGetAll(ctx, "resource").Val()
 	fmt.Sscan(res["accepted"], &o.accepted)
 	fmt.Sscan(res["rejected"], &o.rejected)
@@ -384,6 +411,11 @@ func TestProcessesHammer(t *testing.T) {
 	t.Run("autopipeline", func(t *testing.T) {
 		p := p
 		p.AutoPipeline = true
+		exact(t, p)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		p := p
+		p.Cluster = true
 		exact(t, p)
 	})
 	t.Run("broken-lock-is-caught", func(t *testing.T) {
