@@ -201,8 +201,9 @@ func TestClusterHandOffOnShard(t *testing.T) {
 				close(got)
 				return
 			}
-			got <- time.Now()
+			at := time.Now()
 			l.Unlock(ctx)
+			got <- at
 		}()
 		if !within(5*time.Second, func() bool {
 			return cl.Client(t).ZCard(ctx, "dlock:{handoff}:waiters").Val() == 1
@@ -261,8 +262,9 @@ func TestClusterFailoverWakeUps(t *testing.T) {
 			close(got)
 			return
 		}
-		got <- time.Now()
+		at := time.Now()
 		l.Unlock(ctx)
+		got <- at
 	}()
 	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{fo}:waiters").Val() == 1 }) {
 		t.Fatal("waiter not registered")
@@ -608,5 +610,77 @@ func TestRequirepass(t *testing.T) {
 				t.Fatal("the waiter was not woken") // its keep-alive is 5s
 			}
 		})
+	}
+}
+
+// TestClusterSlotMigration: the slot of a held lock with a waiter moves to
+// another primary. The holder's renewals follow it (its lease outlives
+// several TTLs), its Unlock works there, and the waiter, whose shard channel
+// the old owner dropped, is subscribed again on the new one and woken by the
+// release.
+func TestClusterSlotMigration(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	ctx := context.Background()
+	rdb := cl.Client(t)
+	ttl := time.Second
+	holder := clientOn(t, rdb, dlock.WithTTL(ttl))
+	waiter := clientOn(t, cl.Client(t)) // keep-alive 5s
+	l, err := holder.Mutex("mig").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := waiter.Mutex("mig").Lock(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+			close(got)
+			return
+		}
+		at := time.Now()
+		l.Unlock(ctx)
+		got <- at
+	}()
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{mig}:waiters").Val() == 1 }) {
+		t.Fatal("waiter not registered")
+	}
+	from, err := cl.PrimaryFor(ctx, "dlock:{mig}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	primaries, err := cl.Primaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := primaries[0]
+	if to == from {
+		to = primaries[1]
+	}
+	if _, err := cl.MigrateSlot(ctx, "dlock:{mig}", to); err != nil {
+		t.Fatal(err)
+	}
+	// The subscription moves with the slot.
+	if !within(5*time.Second, func() bool {
+		c := redis.NewClient(&redis.Options{Addr: to.Addr})
+		defer c.Close()
+		return len(c.PubSubShardChannels(ctx, "dlock:{mig}:wake:*").Val()) == 1
+	}) {
+		t.Fatal("the waiter's shard channel is not subscribed on the slot's new primary")
+	}
+	time.Sleep(3 * ttl)
+	if err := l.Err(); err != nil {
+		t.Fatalf("the holder's lease did not survive its slot's migration: %v", err)
+	}
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock after the migration: %v", err)
+	}
+	select {
+	case at, ok := <-got:
+		if took := at.Sub(released); ok && took > time.Second {
+			t.Errorf("waiter got the lock %v after the release: not woken by it", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter never got the lock")
 	}
 }

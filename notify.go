@@ -67,7 +67,10 @@ type gate struct {
 	ready   chan struct{} // closed when Redis confirmed the subscription, or it failed
 	readyOK bool
 	subErr  error // why the subscription failed; set before ready is closed
-	refs    int   // joins not yet left
+	// again, if not nil, is closed when Redis confirms the subscription
+	// made again after the server dropped the channel.
+	again   chan struct{}
+	refs    int // joins not yet left
 	waiters map[string]*waiter
 	idle    *list.Element // in notifier.idle while refs == 0
 }
@@ -347,6 +350,15 @@ func (n *notifier) receive(sh *shard) {
 				n.wakeAll(sh)
 				continue
 			}
+			var reply redis.Error
+			if errors.As(err, &reply) {
+				// An error reply, not a broken connection: the MOVED that
+				// answers SUNSUBSCRIBE or SSUBSCRIBE of a channel whose slot
+				// has moved.
+				n.log.Debug("dlock: wake-up connection got an error reply", "node", sh.addr, "err", err)
+				n.node.failed(err)
+				continue
+			}
 			// The connection broke; go-redis reconnects and subscribes again
 			// on the next receive. Messages sent meanwhile were lost: wake
 			// every waiter so that it looks for itself.
@@ -387,9 +399,17 @@ func (n *notifier) confirmed(sh *shard, channel string) {
 		return
 	}
 	delete(sh.pending, channel)
-	if g := n.gates[channel]; g != nil && g.sh == sh && !g.readyOK {
+	g := n.gates[channel]
+	if g == nil || g.sh != sh {
+		return
+	}
+	if !g.readyOK {
 		g.readyOK = true
 		close(g.ready)
+	}
+	if g.again != nil {
+		close(g.again)
+		g.again = nil
 	}
 }
 
@@ -413,30 +433,67 @@ func (n *notifier) dropped(sh *shard, channel string) {
 	n.log.Warn("dlock: wake-up channel dropped by its server; subscribing again", "node", sh.addr, "channel", channel)
 	n.wg.Go(func() {
 		// go-redis keeps the channel for sh's connection: forget it there,
-		// so that a reconnection does not ask the wrong node for it.
+		// so that a reconnection does not ask the wrong node for it. (The
+		// server answers MOVED, which the receive loop passes over.)
 		n.subMu.Lock()
 		_ = sh.ps.SUnsubscribe(context.Background(), channel)
 		n.subMu.Unlock()
-		n.node.failed(errMoved)
-		for attempt := 0; ; attempt++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := n.subscribe(ctx, g)
-			cancel()
-			if err == nil || n.isClosed() {
+		for attempt := 1; ; attempt++ {
+			if n.resubscribe(g, sh, attempt) || n.isClosed() {
 				return
 			}
-			n.log.Warn("dlock: subscribing again failed", "channel", channel, "err", err)
 			select {
 			case <-n.closing:
 				return
-			case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
+			case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, time.Second)):
 			}
 		}
 	})
 }
 
-// errMoved stands for a channel whose slot moved, for node.failed.
-var errMoved = errors.New("MOVED")
+// resubscribe subscribes g's channel again, which the server of shard old
+// dropped, and reports whether Redis confirmed it within resubscribeWait.
+// It waits a while for the Cluster's slot map to show the channel's new
+// server: go-redis loads it in the background.
+func (n *notifier) resubscribe(g *gate, old *shard, attempt int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), resubscribeWait)
+	defer cancel()
+	n.node.reload()
+	for {
+		addr, err := n.node.shardOf(ctx, g.channel)
+		if err == nil && addr != old.addr {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			// Still the same server (the slot came back), or no answer:
+			// subscribe where go-redis says.
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	n.mu.Lock()
+	again := make(chan struct{})
+	g.again = again
+	n.mu.Unlock()
+	if err := n.subscribe(ctx, g); err != nil {
+		n.log.Warn("dlock: subscribing again failed", "channel", g.channel, "attempt", attempt, "err", err)
+		return false
+	}
+	select {
+	case <-again:
+		return true
+	case <-time.After(resubscribeWait):
+		n.log.Warn("dlock: subscribing again not confirmed", "channel", g.channel, "attempt", attempt)
+		return false
+	case <-n.closing:
+		return false
+	}
+}
+
+// resubscribeWait bounds each step of subscribing a dropped channel again.
+var resubscribeWait = 2 * time.Second
 
 // reconnect replaces sh's connection, which stopped answering, by a new one
 // subscribed to every channel of sh's gates. It returns the new connection,

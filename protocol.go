@@ -392,7 +392,14 @@ func (n *node) shardOf(ctx context.Context, channel string) (string, error) {
 // and a dead primary sends no MOVED, so without this requests would go on
 // dialling it after its replica was promoted.
 func (n *node) failed(err error) {
-	if cc, ok := n.rdb.(*redis.ClusterClient); ok && transient(err) {
+	if transient(err) {
+		n.reload()
+	}
+}
+
+// reload makes go-redis load a Cluster's slot map again, in the background.
+func (n *node) reload() {
+	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
 		cc.ReloadState(context.Background())
 	}
 }

@@ -483,6 +483,112 @@ func (c *Cluster) leastReplicated(ctx context.Context) (*Server, error) {
 	return best.s, nil
 }
 
+// MigrateSlot moves the hash slot of key, with its keys, from the primary
+// that serves it to primary to, as redis-cli --cluster reshard does: the slot
+// is marked importing on to and migrating on its owner, its keys move in
+// batches with MIGRATE, and then every primary is told its new owner. It
+// returns the former owner once every live primary says to serves the slot.
+// Between the marks and the end, clients meet ASK and TRYAGAIN replies, as
+// during any reshard. Rejoin expects the slots where LaunchCluster put them:
+// do not rejoin a node after moving slots.
+func (c *Cluster) MigrateSlot(ctx context.Context, key string, to *Server) (*Server, error) {
+	live := c.live()
+	if len(live) == 0 {
+		return nil, errors.New("redistest: no live cluster node")
+	}
+	rdb := nodeClient(live[0])
+	slot, err := rdb.ClusterKeySlot(ctx, key).Result()
+	_ = rdb.Close()
+	if err != nil {
+		return nil, fmt.Errorf("redistest: CLUSTER KEYSLOT %q: %w", key, err)
+	}
+	from, err := c.primaryForSlot(ctx, int(slot))
+	if err != nil {
+		return nil, err
+	}
+	if from == to {
+		return nil, fmt.Errorf("redistest: %s serves slot %d already", to.Addr, slot)
+	}
+	fromSelf, err := selfOf(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	toSelf, err := selfOf(ctx, to)
+	if err != nil {
+		return nil, err
+	}
+	if !toSelf.primary() {
+		return nil, fmt.Errorf("redistest: %s is not a primary", to.Addr)
+	}
+	src, dst := nodeClient(from), nodeClient(to)
+	defer src.Close()
+	defer dst.Close()
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromSelf.id).Err(); err != nil {
+		return nil, fmt.Errorf("redistest: CLUSTER SETSLOT %d IMPORTING on %s: %w", slot, to.Addr, err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toSelf.id).Err(); err != nil {
+		return nil, fmt.Errorf("redistest: CLUSTER SETSLOT %d MIGRATING on %s: %w", slot, from.Addr, err)
+	}
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		if err != nil {
+			return nil, fmt.Errorf("redistest: CLUSTER GETKEYSINSLOT %d on %s: %w", slot, from.Addr, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", "127.0.0.1", to.Port, "", 0, 5000}
+		if c.password != "" {
+			args = append(args, "AUTH", c.password)
+		}
+		args = append(args, "KEYS")
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := src.Do(ctx, args...).Err(); err != nil {
+			return nil, fmt.Errorf("redistest: MIGRATE %d keys of slot %d from %s to %s: %w", len(keys), slot, from.Addr, to.Addr, err)
+		}
+	}
+	// The new owner first, then the old one, then everyone else.
+	primaries, err := c.Primaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	order := []*Server{to, from}
+	for _, p := range primaries {
+		if p != to && p != from {
+			order = append(order, p)
+		}
+	}
+	for _, p := range order {
+		n := nodeClient(p)
+		err := n.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toSelf.id).Err()
+		_ = n.Close()
+		if err != nil {
+			return nil, fmt.Errorf("redistest: CLUSTER SETSLOT %d NODE on %s: %w", slot, p.Addr, err)
+		}
+	}
+	err = poll(ctx, fmt.Sprintf("every primary to give slot %d to %s", slot, to.Addr), func() error {
+		for _, p := range c.live() {
+			e, err := selfOf(ctx, p)
+			if err != nil {
+				return err
+			}
+			if e.primary() && e.id != toSelf.id && e.serves(int(slot)) {
+				return fmt.Errorf("%s still serves it", p.Addr)
+			}
+		}
+		if owner, err := c.primaryForSlot(ctx, int(slot)); err != nil || owner != to {
+			return fmt.Errorf("owner %v (%v)", owner, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return from, nil
+}
+
 // Flush runs FLUSHALL on every primary and then WAIT for its live replicas,
 // so that they are empty too when it returns.
 func (c *Cluster) Flush(ctx context.Context) error {

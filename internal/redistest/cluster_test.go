@@ -412,3 +412,48 @@ func addrOf(s *redistest.Server) string {
 	}
 	return s.Addr
 }
+
+// TestClusterMigrateSlot proves that MigrateSlot moves a slot and all its
+// keys to another primary, which then serves it to a cluster client.
+func TestClusterMigrateSlot(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 1)
+	ctx := context.Background()
+	rdb := c.Client(t)
+	keys := []string{"{mig}a", "{mig}b", "{mig}c"}
+	for _, k := range keys {
+		if err := rdb.Set(ctx, k, k, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from, err := c.PrimaryFor(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	primaries, err := c.Primaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := primaries[0]
+	if to == from {
+		to = primaries[1]
+	}
+	if got, err := c.MigrateSlot(ctx, keys[0], to); err != nil || got != from {
+		t.Fatalf("MigrateSlot = %v, %v; want the former owner %s", addrOf(got), err, from.Addr)
+	}
+	if now, err := c.PrimaryFor(ctx, keys[0]); err != nil || now != to {
+		t.Fatalf("PrimaryFor after MigrateSlot = %v, %v; want %s", addrOf(now), err, to.Addr)
+	}
+	if _, err := c.MigrateSlot(ctx, keys[0], to); err == nil {
+		t.Fatal("MigrateSlot to the slot's owner: no error")
+	}
+	direct := to.Client(t)
+	for _, k := range keys {
+		if got, err := direct.Get(ctx, k).Result(); err != nil || got != k {
+			t.Fatalf("GET %s on the new owner = %q, %v", k, got, err)
+		}
+		if got, err := rdb.Get(ctx, k).Result(); err != nil || got != k {
+			t.Fatalf("GET %s through the cluster client = %q, %v", k, got, err)
+		}
+	}
+	waitRouted(t, rdb, keys[0], to)
+}
