@@ -139,6 +139,21 @@
 // they fail with what go-redis returned once its own retries (MaxRetries)
 // ran out, and a failed Unlock goes on in the background.
 //
+// # Redis Cluster
+//
+// New accepts a *redis.ClusterClient. A lock's keys share the hash tag of its
+// name, so each lock lives in one slot and no request names keys of two
+// slots. Renewals go to each server in pipelines of up to 100 leases, with
+// one script call per slot. Wake-ups are shard messages (SPUBLISH), sent only
+// on the shard that owns the lock, with one pub/sub connection per primary;
+// when a failover or a migration moves a slot, its channels are subscribed
+// again on the new primary, and their waiters fall back to their timers
+// meanwhile. A request that fails because a server is gone or the cluster is
+// changing hands makes go-redis load the slot map again at once, rather than
+// at the next MOVED reply or within a minute. A MultiLock takes its names in
+// one order and renews them per slot. Replication in a Cluster is as
+// asynchronous as anywhere: see What a lease cannot do.
+//
 // # Times
 //
 // Every time a lock keeps is a fraction of its TTL (WithTTL, 30s by default),

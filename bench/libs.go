@@ -55,7 +55,7 @@ func allVariants() []variant {
 // ---- dlock ----
 
 type dlockLocker struct {
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	c   *dlock.Client
 }
 

@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -23,7 +22,8 @@ import (
 )
 
 // result is one row of latest.json. Where a figure has a spread, the plain
-// field is the median over Samples slices (uncontended, parallel) or rounds
+// field is the median over Samples slices (uncontended, parallel,
+// cluster-parallel) or rounds
 // (contended), and the _min/_max fields are the extremes over them.
 type result struct {
 	Scenario   string   `json:"scenario"`
@@ -33,8 +33,10 @@ type result struct {
 	OpsPerSMin *float64 `json:"ops_per_s_min,omitempty"`
 	OpsPerSMax *float64 `json:"ops_per_s_max,omitempty"`
 	// OpsVsRaw, P50VsRaw: median over slices of the ratio to raw's figure in
-	// the same pass.
+	// the same pass; OpsVsSingle (cluster-parallel) likewise to the single
+	// redis-server's.
 	OpsVsRaw    *float64 `json:"ops_vs_raw,omitempty"`
+	OpsVsSingle *float64 `json:"ops_vs_single,omitempty"`
 	P50us       *float64 `json:"p50_us,omitempty"`
 	P50usMin    *float64 `json:"p50_us_min,omitempty"`
 	P50usMax    *float64 `json:"p50_us_max,omitempty"`
@@ -55,6 +57,7 @@ type result struct {
 	RoundTripsPerOp    *float64 `json:"round_trips_per_op,omitempty"`
 	RedisCommandsPerOp *float64 `json:"redis_commands_per_op,omitempty"`
 	RedisCPUusPerOp    *float64 `json:"redis_cpu_us_per_op,omitempty"`
+	ReplicaCPUusPerOp  *float64 `json:"replica_cpu_us_per_op,omitempty"` // cluster-parallel: the replicas' CPU; RedisCPUusPerOp is the primaries'
 	MutexOK            *bool    `json:"mutex_ok,omitempty"`
 	Samples            int      `json:"samples,omitempty"`     // slices or rounds the medians are over
 	NotCounted         []string `json:"not_counted,omitempty"` // fields left out because they could not be counted
@@ -71,6 +74,7 @@ type output struct {
 	Machine  map[string]any    `json:"machine"`
 	Versions map[string]string `json:"versions"`
 	Results  []result          `json:"results"`
+	Cluster  *clusterOut       `json:"cluster,omitempty"`
 }
 
 func main() {
@@ -81,13 +85,15 @@ func main() {
 	svgPath := flag.String("svg", "results/latest.svg", "write the SVG chart here (empty: skip)")
 	flag.Parse()
 
-	cfg := config{slice: 300 * time.Millisecond, perVariant: 6 * time.Second, csWindow: 3 * time.Second, csRounds: 3, periods: 10, scaleLocks: 10000}
+	cfg := config{slice: 300 * time.Millisecond, perVariant: 6 * time.Second, csWindow: 3 * time.Second, csRounds: 3, periods: 10, scaleLocks: 10000, clusterLocks: 10000}
 	if *quick {
-		cfg = config{slice: 200 * time.Millisecond, perVariant: 1200 * time.Millisecond, csWindow: 600 * time.Millisecond, csRounds: 2, periods: 3, scaleLocks: 10000}
+		cfg = config{slice: 200 * time.Millisecond, perVariant: 1200 * time.Millisecond, csWindow: 600 * time.Millisecond, csRounds: 2, periods: 3, scaleLocks: 10000, clusterLocks: 1000}
 	}
-	// stopOnce kills the redis-server this program started and removes its
-	// log dir; with -redis nothing is started, so there is nothing to stop.
-	stopOnce := func() {}
+	// stops kills the redis-servers this program starts and removes their
+	// dirs: at the end, on a fatal error or on an interrupt. With -redis the
+	// single server is not started here, so it is not stopped either.
+	stops := &stopper{}
+	defer stops.run()
 	if *addr == "" {
 		dir, err := os.MkdirTemp("", "dlock-bench-redis-")
 		if err != nil {
@@ -99,16 +105,15 @@ func main() {
 			fatal(err)
 		}
 		*addr = srv.Addr
-		stopOnce = sync.OnceFunc(func() {
+		stops.add(func() {
 			_ = srv.Close()
 			_ = os.RemoveAll(dir)
 		})
 	}
-	defer stopOnce()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt)
-	go func() { <-sig; stopOnce(); os.Exit(130) }()
-	exitErr := func(err error) { stopOnce(); fatal(err) }
+	go func() { <-sig; stops.run(); os.Exit(130) }()
+	exitErr := func(err error) { stops.run(); fatal(err) }
 
 	cfg.addr = *addr
 	cfg.admin = redis.NewClient(&redis.Options{Addr: *addr, PoolSize: 1})
@@ -167,6 +172,12 @@ func main() {
 		}
 		res = append(res, r)
 	}
+	fmt.Fprintln(os.Stderr, "cluster ...")
+	r, clu, err := runCluster(cfg, stops)
+	if err != nil {
+		exitErr(fmt.Errorf("cluster: %w", err))
+	}
+	res = append(res, r...)
 
 	ctx := context.Background()
 	o := output{
@@ -179,6 +190,7 @@ func main() {
 		},
 		Versions: versions(),
 		Results:  res,
+		Cluster:  clu,
 	}
 	md := report(o, scales)
 	fmt.Print(md)
@@ -195,7 +207,7 @@ func main() {
 	for _, r := range o.Results {
 		if r.MutexOK != nil && !*r.MutexOK {
 			fmt.Fprintf(os.Stderr, "bench: %s %s/%s broke mutual exclusion or lost leases; see the report\n", r.Scenario, r.Library, r.Variant)
-			stopOnce()
+			stops.run()
 			os.Exit(3)
 		}
 	}

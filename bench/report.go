@@ -188,6 +188,7 @@ func report(o output, scales []scaleResult) string {
 		w("| %s | %s | %d | %.1f | %.2f | %s | %s | %s | %.1f | %d |\n", s.lib, s.variant, s.goroutinesAdded, s.heapMB, s.acquireSeconds, req, rt, per100, s.cmdsPerPeriod, s.lost)
 	}
 	w("\nredsync and redislock have no automatic renewal, so they are not in this table.\n")
+	w("%s", clusterSection(o))
 	w(howToRead)
 	return b.String()
 }
@@ -273,3 +274,77 @@ const howToRead = `
   by commandstats. In latest.json a scale row's requests_per_op, round_trips_per_op and redis_commands_per_op are
   per held lock per renewal period.
 `
+
+// clusterSection renders cluster-parallel and cluster-renewal.
+func clusterSection(o output) string {
+	c := o.Cluster
+	if c == nil {
+		return ""
+	}
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("\n## 6. Redis Cluster: %d primaries × %d replica each, on this machine\n\n", c.Primaries, c.ReplicasEach)
+	w("The cluster is %d redis-servers on loopback, started and formed by internal/redistest in %.1f s. They share this machine's %v CPUs "+
+		"with each other and with the bench: %d primaries on one machine cannot scale as %d machines would, and every write is applied "+
+		"again by a replica on the same cores. Read these figures as what the cluster path costs, not as what a cluster gains.\n\n",
+		c.Primaries*(1+c.ReplicasEach), c.StartupS, o.Machine["num_cpu"], c.Primaries, c.Primaries)
+
+	rs, _ := pick(o.Results, "cluster-parallel")
+	w("### cluster-parallel: %d goroutines, Lock + Unlock over %d names\n\n", c.Workers, c.Names)
+	w("dlock with default options on the cluster (one go-redis ClusterClient) and on the single redis-server of the sections above (one go-redis Client), "+
+		"interleaved in slices as in section 2. Goroutine w takes names w, w+%d, … in turn, so the names cover the slots of every primary and "+
+		"no two goroutines ask for one lock. ops/s: median over %d slices (min–max); cluster / single: median of the per-slice ratios. "+
+		"Redis commands and CPU on the cluster are summed over its primaries; its replicas' CPU is shown apart.\n\n", c.Workers, samples(rs))
+	w("| Redis | ops/s | cluster / single | requests/op (client) | round trips/op (client) | Redis commands/op (incl. in scripts) | redis CPU µs/op | replica CPU µs/op |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		what := "one redis-server"
+		if r.Variant == "cluster" {
+			what = fmt.Sprintf("cluster, %d primaries", c.Primaries)
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", what, rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax), times(r.OpsVsSingle),
+			counted(r, r.RequestsPerOp, "requests_per_op"), counted(r, r.RoundTripsPerOp, "round_trips_per_op"),
+			num(r.RedisCommandsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"), num(r.ReplicaCPUusPerOp, "%.1f"))
+	}
+	w("%s", pubsubNote(rs, "op"))
+
+	w("\n### cluster-renewal: %d leases held on the cluster, TTL 3 s (renewal period 1 s), over %d periods\n\n", c.Leases, c.Periods)
+	w("One dlock Client takes %d Mutex leases (%d goroutines, %.2f s) whose names spread over every slot, lets renewal run for 1.5 s, "+
+		"then counts for %d periods. Client figures: a go-redis hook added, once every lease was held, to the ClusterClient's "+
+		"client for each node (ForEachShard); a round trip is a command or a whole pipeline. Redis figures: each primary's INFO "+
+		"commandstats and cpu deltas over the same span. dlock renews the due leases of one server in pipelines of up to %d leases, "+
+		"with one script call per hash slot, so expect ⌈leases / %d⌉ round trips per primary per period (a few more when the leases "+
+		"fall due apart) and about one script call per slot that holds leases.\n\n",
+		c.Leases, c.Workers, c.AcquireS, c.Periods, renewBatch, renewBatch)
+	w("| primary | slots | leases | slots with leases | script calls / period (client) | EVALSHA + EVAL / period (Redis) | round trips / period (client) | expected ⌈leases / %d⌉ | leases / round trip | Redis commands / period (incl. in scripts) | redis CPU ms / period | replica CPU ms / period |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", renewBatch)
+	var tot primaryRenewals
+	other := 0.0
+	for _, p := range c.PerPrimary {
+		w("| %s | %s | %d | %d | %.1f | %.1f | %.1f | %d | %.1f | %.1f | %.1f | %.1f |\n", p.Addr, p.Slots, p.Leases, p.SlotsWithLeases,
+			p.ScriptCalls, p.RedisScriptCalls, p.RoundTrips, p.ExpectedRoundTrips, p.LeasesPerRoundTrip, p.RedisCommands, p.RedisCPUms, p.ReplicaCPUms)
+		tot.Leases += p.Leases
+		tot.SlotsWithLeases += p.SlotsWithLeases
+		tot.ScriptCalls += p.ScriptCalls
+		tot.RedisScriptCalls += p.RedisScriptCalls
+		tot.RoundTrips += p.RoundTrips
+		tot.ExpectedRoundTrips += p.ExpectedRoundTrips
+		tot.RedisCommands += p.RedisCommands
+		tot.RedisCPUms += p.RedisCPUms
+		tot.ReplicaCPUms += p.ReplicaCPUms
+		other += p.OtherRequests
+	}
+	perRT := "–"
+	if tot.RoundTrips > 0 {
+		perRT = fmt.Sprintf("%.1f", float64(tot.Leases)/tot.RoundTrips)
+	}
+	w("| all | | %d | %d | %.1f | %.1f | %.1f | %d | %s | %.1f | %.1f | %.1f |\n", tot.Leases, tot.SlotsWithLeases,
+		tot.ScriptCalls, tot.RedisScriptCalls, tot.RoundTrips, tot.ExpectedRoundTrips, perRT, tot.RedisCommands, tot.RedisCPUms, tot.ReplicaCPUms)
+	if other > 0 {
+		w("\nBesides the renewals the client sent the primaries %.1f other requests per period (go-redis reloading its slot map).\n", other)
+	}
+	if c.LeasesLost > 0 {
+		w("\n**LEASES LOST: %d of %d** (Lease.Err after the periods was not nil, or Unlock failed).\n", c.LeasesLost, c.Leases)
+	} else {
+		w("\nLeases lost: 0 of %d (Lease.Err checked after the periods, then every lease unlocked).\n", c.Leases)
+	}
+	return b.String()
+}

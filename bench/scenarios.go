@@ -20,9 +20,11 @@ type config struct {
 	perVariant time.Duration // total time per variant (uncontended, parallel)
 	csWindow   time.Duration // one contended window
 	csRounds   int
-	periods    int // scale: renewal periods measured
+	periods    int // scale, cluster-renewal: renewal periods measured
 	scaleLocks int
 	admin      *redis.Client
+	// cluster-renewal: leases held on the cluster
+	clusterLocks int
 }
 
 func pct(d []time.Duration, p float64) time.Duration {
@@ -239,29 +241,12 @@ func runParallel(cfg config, vs []variant, workers int) ([]result, error) {
 			r.lk.close()
 		}
 	}()
+	keys := make([][]string, workers) // one distinct key per goroutine
 	run := func(r *pr, d time.Duration) int64 {
-		var ops atomic.Int64
-		var wg sync.WaitGroup
-		end := time.Now().Add(d)
-		for w := range workers {
-			key := fmt.Sprintf("par:%s:%d", r.v.label(), w)
-			wg.Go(func() {
-				ctx := context.Background()
-				for time.Now().Before(end) {
-					rel, err := r.lk.lock(ctx, key)
-					if err == nil {
-						err = rel(ctx)
-					}
-					if err != nil {
-						r.errs.Add(1)
-						continue
-					}
-					ops.Add(1)
-				}
-			})
+		for w := range keys {
+			keys[w] = []string{fmt.Sprintf("par:%s:%d", r.v.label(), w)}
 		}
-		wg.Wait()
-		return ops.Load()
+		return loopWorkers(r.lk, keys, d, &r.errs)
 	}
 	for _, r := range rs {
 		run(r, 100*time.Millisecond) // warm-up: fill the pools
