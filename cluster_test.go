@@ -176,6 +176,49 @@ func commandCalls(t *testing.T, cl *redistest.Cluster, cmd string) map[string]in
 	return out
 }
 
+// waitInLine starts a Lock of name on c that waits for the lock, which its
+// holder keeps, and returns once the waiter is registered in Redis. The
+// channel gets the time the waiter got the lock.
+func waitInLine(t *testing.T, c *dlock.Client, rdb redis.UniversalClient, name string) <-chan time.Time {
+	t.Helper()
+	ctx := context.Background()
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := c.Mutex(name).Lock(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+			close(got)
+			return
+		}
+		at := time.Now()
+		l.Unlock(ctx)
+		got <- at
+	}()
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{"+name+"}:waiters").Val() == 1 }) {
+		t.Fatal("waiter not registered")
+	}
+	return got
+}
+
+// releaseTo unlocks l and checks that the waiter of got has the lock within
+// 500ms: only the release's message wakes it this soon, if its keep-alive and
+// what was left of l's lease when it last looked are longer.
+func releaseTo(t *testing.T, l *dlock.Lease, got <-chan time.Time) {
+	t.Helper()
+	released := time.Now()
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	select {
+	case at, ok := <-got:
+		if took := at.Sub(released); ok && took > 500*time.Millisecond {
+			t.Errorf("waiter got the lock %v after the release: not woken by it", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter never got the lock")
+	}
+}
+
 // TestClusterHandOffOnShard: a release that wakes a waiter sends one message,
 // on the shard that holds the lock (SPUBLISH), not a broadcast over the
 // cluster bus (PUBLISH), and the waiter gets the lock at once.
@@ -188,42 +231,13 @@ func TestClusterHandOffOnShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for round := range 5 {
+	for range 5 {
 		l, err := holder.Mutex("handoff").Lock(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan time.Time, 1)
-		go func() {
-			l, err := waiter.Mutex("handoff").Lock(ctx)
-			if err != nil {
-				t.Errorf("waiter: %v", err)
-				close(got)
-				return
-			}
-			at := time.Now()
-			l.Unlock(ctx)
-			got <- at
-		}()
-		if !within(5*time.Second, func() bool {
-			return cl.Client(t).ZCard(ctx, "dlock:{handoff}:waiters").Val() == 1
-		}) {
-			t.Fatal("waiter not registered")
-		}
-		released := time.Now()
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case at, ok := <-got:
-			// The lock's TTL is 30s and the waiter's keep-alive 5s: only the
-			// message wakes it this soon.
-			if took := at.Sub(released); ok && took > time.Second {
-				t.Errorf("round %d: waiter got the lock %v after the release", round, took)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d: waiter never got the lock", round)
-		}
+		got := waitInLine(t, waiter, cl.Client(t), "handoff")
+		releaseTo(t, l, got)
 	}
 	for addr, n := range commandCalls(t, cl, "publish") {
 		if n > 0 {
@@ -254,21 +268,7 @@ func TestClusterFailoverWakeUps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := waiter.Mutex("fo").Lock(ctx)
-		if err != nil {
-			t.Errorf("waiter: %v", err)
-			close(got)
-			return
-		}
-		at := time.Now()
-		l.Unlock(ctx)
-		got <- at
-	}()
-	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{fo}:waiters").Val() == 1 }) {
-		t.Fatal("waiter not registered")
-	}
+	got := waitInLine(t, waiter, rdb, "fo")
 	primary, err := cl.PrimaryFor(ctx, "dlock:{fo}")
 	if err != nil {
 		t.Fatal(err)
@@ -290,18 +290,7 @@ func TestClusterFailoverWakeUps(t *testing.T) {
 	}) {
 		t.Fatal("the waiter's shard channel is not subscribed on the new primary")
 	}
-	released := time.Now()
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock after the failover: %v", err)
-	}
-	select {
-	case at, ok := <-got:
-		if took := at.Sub(released); ok && took > time.Second {
-			t.Errorf("waiter got the lock %v after the release: not woken by it", took)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter never got the lock")
-	}
+	releaseTo(t, l, got)
 }
 
 // TestClusterPrimaryKilled: the primary of a lock's shard dies and its
@@ -622,28 +611,14 @@ func TestClusterSlotMigration(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := cl.Client(t)
-	ttl := time.Second
+	ttl := 2 * time.Second // renewed every 667ms; a waiter sees more than 1.3s left
 	holder := clientOn(t, rdb, dlock.WithTTL(ttl))
 	waiter := clientOn(t, cl.Client(t)) // keep-alive 5s
 	l, err := holder.Mutex("mig").Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan time.Time, 1)
-	go func() {
-		l, err := waiter.Mutex("mig").Lock(ctx)
-		if err != nil {
-			t.Errorf("waiter: %v", err)
-			close(got)
-			return
-		}
-		at := time.Now()
-		l.Unlock(ctx)
-		got <- at
-	}()
-	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{mig}:waiters").Val() == 1 }) {
-		t.Fatal("waiter not registered")
-	}
+	got := waitInLine(t, waiter, rdb, "mig")
 	from, err := cl.PrimaryFor(ctx, "dlock:{mig}")
 	if err != nil {
 		t.Fatal(err)
@@ -667,20 +642,9 @@ func TestClusterSlotMigration(t *testing.T) {
 	}) {
 		t.Fatal("the waiter's shard channel is not subscribed on the slot's new primary")
 	}
-	time.Sleep(3 * ttl)
+	time.Sleep(2 * ttl)
 	if err := l.Err(); err != nil {
 		t.Fatalf("the holder's lease did not survive its slot's migration: %v", err)
 	}
-	released := time.Now()
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock after the migration: %v", err)
-	}
-	select {
-	case at, ok := <-got:
-		if took := at.Sub(released); ok && took > time.Second {
-			t.Errorf("waiter got the lock %v after the release: not woken by it", took)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiter never got the lock")
-	}
+	releaseTo(t, l, got)
 }

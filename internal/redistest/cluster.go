@@ -219,17 +219,26 @@ func (c *Cluster) Primaries(ctx context.Context) ([]*Server, error) {
 // claims the slot itself, or, while two do during a failover, the one with
 // the higher config epoch.
 func (c *Cluster) PrimaryFor(ctx context.Context, key string) (*Server, error) {
+	slot, err := c.slotOf(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return c.primaryForSlot(ctx, slot)
+}
+
+// slotOf asks a live node for key's hash slot.
+func (c *Cluster) slotOf(ctx context.Context, key string) (int, error) {
 	live := c.live()
 	if len(live) == 0 {
-		return nil, errors.New("redistest: no live cluster node")
+		return 0, errors.New("redistest: no live cluster node")
 	}
 	rdb := nodeClient(live[0])
 	slot, err := rdb.ClusterKeySlot(ctx, key).Result()
 	_ = rdb.Close()
 	if err != nil {
-		return nil, fmt.Errorf("redistest: CLUSTER KEYSLOT %q: %w", key, err)
+		return 0, fmt.Errorf("redistest: CLUSTER KEYSLOT %q: %w", key, err)
 	}
-	return c.primaryForSlot(ctx, int(slot))
+	return int(slot), nil
 }
 
 // primaryForSlot returns the live primary that claims slot, the one with the
@@ -492,17 +501,11 @@ func (c *Cluster) leastReplicated(ctx context.Context) (*Server, error) {
 // during any reshard. Rejoin expects the slots where LaunchCluster put them:
 // do not rejoin a node after moving slots.
 func (c *Cluster) MigrateSlot(ctx context.Context, key string, to *Server) (*Server, error) {
-	live := c.live()
-	if len(live) == 0 {
-		return nil, errors.New("redistest: no live cluster node")
-	}
-	rdb := nodeClient(live[0])
-	slot, err := rdb.ClusterKeySlot(ctx, key).Result()
-	_ = rdb.Close()
+	slot, err := c.slotOf(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("redistest: CLUSTER KEYSLOT %q: %w", key, err)
+		return nil, err
 	}
-	from, err := c.primaryForSlot(ctx, int(slot))
+	from, err := c.primaryForSlot(ctx, slot)
 	if err != nil {
 		return nil, err
 	}
@@ -530,7 +533,7 @@ func (c *Cluster) MigrateSlot(ctx context.Context, key string, to *Server) (*Ser
 		return nil, fmt.Errorf("redistest: CLUSTER SETSLOT %d MIGRATING on %s: %w", slot, from.Addr, err)
 	}
 	for {
-		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, 100).Result()
 		if err != nil {
 			return nil, fmt.Errorf("redistest: CLUSTER GETKEYSINSLOT %d on %s: %w", slot, from.Addr, err)
 		}
@@ -574,11 +577,11 @@ func (c *Cluster) MigrateSlot(ctx context.Context, key string, to *Server) (*Ser
 			if err != nil {
 				return err
 			}
-			if e.primary() && e.id != toSelf.id && e.serves(int(slot)) {
+			if e.primary() && e.id != toSelf.id && e.serves(slot) {
 				return fmt.Errorf("%s still serves it", p.Addr)
 			}
 		}
-		if owner, err := c.primaryForSlot(ctx, int(slot)); err != nil || owner != to {
+		if owner, err := c.primaryForSlot(ctx, slot); err != nil || owner != to {
 			return fmt.Errorf("owner %v (%v)", owner, err)
 		}
 		return nil
