@@ -45,6 +45,16 @@ func (e *engine) check(ctx context.Context) error {
 	case policy != "noeviction":
 		return opErr(nil, nil, "check: Redis's maxmemory-policy is %q: it may evict locks and fence keys; set it to noeviction", policy)
 	}
+	if e.node.wait.n == 0 {
+		return nil
+	}
+	short, err := e.node.replicaShortfall(ctx)
+	if err != nil {
+		return opErr(nil, err, "check")
+	}
+	for addr, have := range short {
+		return opErr(nil, nil, "check: WithWaitReplicas asks for %d replicas, but the primary %s has %d connected: every acquire will fail", e.node.wait.n, addr, have)
+	}
 	return nil
 }
 
@@ -310,6 +320,10 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start time.Time, r
 		return nil, a.ttl, nil
 	case r.fence == 0:
 		return nil, max(r.pttl, time.Millisecond), nil
+	case r.notReplicated != nil:
+		// Taken on the primary only: a failover could grant it again. The
+		// caller abandons it.
+		return nil, 0, opErr(ErrNotAcquired, r.notReplicated, "acquire %q", a.k.name)
 	}
 	t, err := e.ren.begin(e.node, a.k, owner, r.fence, a.ttl, a.renew, sent)
 	if err != nil {
@@ -536,6 +550,16 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 		lost := t.lostErr(codeGone)
 		h.e.ren.lose(t, lost)
 		return nil, opErr(ErrNotAcquired, lost, "re-enter %q", t.k.name)
+	}
+	if r.notReplicated != nil {
+		// Give the hold back: the count in Redis returns to what it was.
+		ttl := h.e.ren.ttlOf(t)
+		cctx, cancel := cleanupContext(ctx, ttl)
+		defer cancel()
+		if _, err := h.e.node.release(cctx, t.k, t.owner, releaseOne, ttl, h.holds); err != nil {
+			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.k.name, "err", err)
+		}
+		return nil, opErr(ErrNotAcquired, r.notReplicated, "re-enter %q", t.k.name)
 	}
 	h.holds++
 	return &Lease{h: h, reentered: true}, nil

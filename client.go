@@ -29,7 +29,8 @@ type Client struct {
 // New returns a Client working on rdb, which may be a *redis.Client or a
 // *redis.FailoverClient (Sentinel). The options set the defaults of every
 // primitive made from this Client; the Client-only ones (WithPrefix,
-// WithLogger, WithHooks, WithAutoPipeline) configure the Client itself. New
+// WithLogger, WithHooks, WithAutoPipeline, WithWaitReplicas) configure the
+// Client itself. New
 // does not contact Redis.
 //
 // A Lock returns when its context ends even if Redis has stalled. Unless rdb
@@ -53,6 +54,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	n, err := newNode(rdb, cfg.autoPipeline)
 	if err != nil {
 		return nil, opErr(nil, err, "New: WithAutoPipeline")
+	}
+	if err := n.setWait(cfg.wait); err != nil {
+		return nil, opErr(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.n, cfg.wait.timeout)
 	}
 	events := &dispatcher{}
 	closing := make(chan struct{})
@@ -102,9 +106,10 @@ func (c *Client) Close() error {
 }
 
 // Check asks Redis whether it can keep this package's promises, and returns
-// an error that says why not: Redis cannot be reached, or its
+// an error that says why not: Redis cannot be reached, its
 // maxmemory-policy is not noeviction (see Eviction in the package
-// documentation). A policy Redis will not tell (CONFIG GET refused, as some
+// documentation), or, with WithWaitReplicas(n), a primary has fewer than n
+// replicas connected. A policy Redis will not tell (CONFIG GET refused, as some
 // managed services do) is not an error.
 //
 // New does not contact Redis; the Client runs Check once, in the background,

@@ -648,3 +648,53 @@ func TestClusterSlotMigration(t *testing.T) {
 	}
 	releaseTo(t, l, got)
 }
+
+// TestClusterWaitReplicas: WithWaitReplicas on a Cluster waits on the primary
+// that owns each lock: locks on three primaries are granted and renewed while
+// their replicas acknowledge, and with one replica paused only the locks of
+// its primary are refused.
+func TestClusterWaitReplicas(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	ctx := context.Background()
+	ttl := 600 * time.Millisecond
+	c := clientOn(t, cl.Client(t), dlock.WithTTL(ttl), dlock.WithWaitReplicas(1, 200*time.Millisecond))
+	if err := c.Check(ctx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	names := namesOnPrimaries(t, cl, "w")
+	l, err := c.MultiLock(names).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * ttl)
+	if err := l.Err(); err != nil {
+		t.Fatalf("MultiLease over three primaries, replicas acknowledging: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	primary, err := cl.PrimaryFor(ctx, "dlock:{"+names[0]+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica, err := cl.ReplicaOf(ctx, primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Resume()
+	if _, err := c.Mutex(names[0]).TryLock(ctx); !errors.Is(err, dlock.ErrNotReplicated) || !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryLock on the primary whose replica is paused: %v; want ErrNotAcquired and ErrNotReplicated", err)
+	}
+	for _, n := range names[1:] {
+		l, err := c.Mutex(n).TryLock(ctx)
+		if err != nil {
+			t.Errorf("TryLock on another primary: %v", err)
+			continue
+		}
+		_ = l.Unlock(ctx)
+	}
+}

@@ -26,6 +26,12 @@ var (
 	// protected by it; the fence is what lets the resource reject it.
 	ErrLockLost = errors.New("dlock: lock lost")
 
+	// ErrNotReplicated means fewer replicas than WithWaitReplicas asks for
+	// acknowledged a write in time. An acquire it refuses also matches
+	// ErrNotAcquired, and was undone; a lease whose renewals it refuses until
+	// the local deadline is lost (ErrLockLost).
+	ErrNotReplicated = errors.New("dlock: not replicated")
+
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 )

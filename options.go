@@ -40,6 +40,8 @@ type config struct {
 	// autoPipeline: send lock requests through the Redis client's
 	// autopipeliner. Default: false.
 	autoPipeline bool
+	// wait: WithWaitReplicas. Default: no WAIT.
+	wait replicas
 }
 
 func defaultConfig() config {
@@ -144,6 +146,44 @@ func WithHooks(h Hooks) Option {
 func WithAutoPipeline() Option {
 	return Option{name: "WithAutoPipeline", clientOnly: true, apply: func(c *config) error {
 		c.autoPipeline = true
+		return nil
+	}}
+}
+
+// WithWaitReplicas makes every write that grants or lengthens a hold (an
+// acquire, a re-entry, a renewal, Lease.Extend) wait until n replicas have
+// acknowledged it, for at most timeout: the script and a WAIT go to the
+// server that owns the lock in one pipeline on one connection (never through
+// the autopipeliner), so it costs no extra round trip, only the time the
+// replicas take.
+//
+// An acquire that fewer than n replicas acknowledged is undone, and its error
+// matches ErrNotAcquired and ErrNotReplicated; Lock returns it rather than
+// waiting on. A renewal that fewer than n acknowledged does not lengthen the
+// lease on the client: it is retried, and if no renewal is acknowledged
+// before the lease's local deadline the lease is lost (Done, Err matching
+// ErrLockLost and ErrNotReplicated). Lease.Extend returns an error matching
+// ErrNotReplicated.
+//
+// It narrows, and does not close, the window in which a failover to a
+// replica grants a lock a second time: an acknowledged write can still be
+// lost (a replica acknowledges what it received, not what it has made
+// durable, and the failover may promote another replica), and WAIT is not
+// consensus. See "Replicas, Sentinel and WAIT" in the package documentation.
+//
+// n must not be negative (0 turns WAIT off); timeout must be positive and at
+// most half the Redis client's ReadTimeout, which bounds a pipeline's reply.
+// It needs a *redis.Client (plain or Sentinel's FailoverClient) or a
+// *redis.ClusterClient. Client only. Default: no WAIT.
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return Option{name: "WithWaitReplicas", clientOnly: true, apply: func(c *config) error {
+		switch {
+		case n < 0:
+			return fmt.Errorf("dlock: WithWaitReplicas(%d, %v): the number of replicas must not be negative", n, timeout)
+		case n > 0 && timeout <= 0:
+			return fmt.Errorf("dlock: WithWaitReplicas(%d, %v): the timeout must be positive (WAIT 0 would block forever)", n, timeout)
+		}
+		c.wait = replicas{n: n, timeout: timeout}
 		return nil
 	}}
 }

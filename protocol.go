@@ -9,10 +9,12 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +34,16 @@ type node struct {
 	// cluster: keys of different hash slots may live on different servers,
 	// so one script call must not span slots.
 	cluster bool
+	// wait: the acknowledgements every write that grants or lengthens a
+	// hold waits for (WithWaitReplicas); none if wait.n is 0.
+	wait replicas
+}
+
+// replicas is WithWaitReplicas's setting: n replicas must acknowledge, within
+// timeout, each write that grants or lengthens a hold.
+type replicas struct {
+	n       int
+	timeout time.Duration
 }
 
 func newNode(rdb redis.UniversalClient, autoPipeline bool) (*node, error) {
@@ -52,6 +64,30 @@ func newNode(rdb redis.UniversalClient, autoPipeline bool) (*node, error) {
 		n.cmd, n.ctxAware = ap, false
 	}
 	return n, nil
+}
+
+// setWait makes every write that grants or lengthens a hold wait for w's
+// replicas. The node must be one whose server for a key is known, and w's
+// timeout at most half the Redis client's ReadTimeout, which bounds the
+// reply of the pipeline that carries the WAIT.
+func (n *node) setWait(w replicas) error {
+	if w.n == 0 {
+		return nil
+	}
+	var read time.Duration
+	switch r := n.rdb.(type) {
+	case *redis.Client:
+		read = r.Options().ReadTimeout
+	case *redis.ClusterClient:
+		read = r.Options().ReadTimeout
+	default:
+		return fmt.Errorf("WAIT needs a *redis.Client, a FailoverClient or a *redis.ClusterClient, not a %T", n.rdb)
+	}
+	if read > 0 && w.timeout > read/2 {
+		return fmt.Errorf("the timeout must be at most half the Redis client's ReadTimeout (%v), which bounds the reply that follows the WAIT", read)
+	}
+	n.wait = w
+	return nil
 }
 
 // A kind is a lock type's scripts and the layout of its keys. Each key list
@@ -210,6 +246,9 @@ type acquireResult struct {
 	reentered bool          // the owner's hold count went up
 	gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
 	pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
+	// notReplicated: the hold was granted or re-entered, but fewer replicas
+	// than WithWaitReplicas asks for acknowledged it (an ErrNotReplicated).
+	notReplicated error
 }
 
 // acquire runs k's acquire script once: one round trip. If the lock is held
@@ -230,20 +269,121 @@ func (n *node) reenter(ctx context.Context, k keys, owner string, ttl time.Durat
 }
 
 func (n *node) runAcquire(ctx context.Context, k keys, args []any) (acquireResult, error) {
+	if n.wait.n > 0 {
+		return n.runAcquireWaited(ctx, k, args)
+	}
 	v, err := k.kind.acquire.Run(ctx, n.cmd, k.acquireKeys, args...).Int64()
 	if err != nil {
 		n.failed(err)
 		return acquireResult{}, opErr(nil, err, "acquire %q", k.name)
 	}
+	return decodeAcquire(v), nil
+}
+
+// runAcquireWaited runs k's acquire script followed by WAIT, pipelined: one
+// round trip. A hold it granted or re-entered that too few replicas
+// acknowledged comes back with notReplicated set; the caller undoes it.
+func (n *node) runAcquireWaited(ctx context.Context, k keys, args []any) (acquireResult, error) {
+	replies, acks, err := n.waited(ctx, k.tag, k.kind.acquire, [][]string{k.acquireKeys}, [][]any{args})
+	var v int64
+	if replies != nil {
+		if v, err = replies[0].Int64(); err == nil {
+			err = acks.err
+		}
+	}
+	if err != nil {
+		return acquireResult{}, opErr(nil, err, "acquire %q", k.name)
+	}
+	r := decodeAcquire(v)
+	if r.fence > 0 || r.reentered {
+		r.notReplicated = acks.short()
+	}
+	return r, nil
+}
+
+func decodeAcquire(v int64) acquireResult {
 	switch {
 	case v > 0:
-		return acquireResult{fence: v}, nil
+		return acquireResult{fence: v}
 	case v == 0:
-		return acquireResult{reentered: true}, nil
+		return acquireResult{reentered: true}
 	case v == -1:
-		return acquireResult{gone: true}, nil
+		return acquireResult{gone: true}
 	}
-	return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}, nil
+	return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}
+}
+
+// waited runs script once per keys and args, followed by WAIT for n.wait,
+// in one pipeline on the server that owns key: one round trip, on one
+// connection, so that WAIT counts the acknowledgements of those calls'
+// writes. It never goes through the autopipeliner. A server that does not
+// know the script yet is sent its body. If the pipeline could not be sent,
+// replies is nil and err says why; otherwise each reply carries its own
+// error, and the WAIT's outcome is in acks.
+func (n *node) waited(ctx context.Context, key string, script *redis.Script, keys [][]string, args [][]any) (replies []*redis.Cmd, acks waitResult, err error) {
+	srv, err := n.serverOf(ctx, key)
+	if err != nil {
+		n.failed(err)
+		return nil, waitResult{}, err
+	}
+	var wait *redis.Cmd
+	run := func(eval bool) {
+		pipe := srv.Pipeline()
+		replies = make([]*redis.Cmd, len(keys))
+		for i := range keys {
+			if eval {
+				replies[i] = script.Eval(ctx, pipe, keys[i], args[i]...)
+			} else {
+				replies[i] = script.EvalSha(ctx, pipe, keys[i], args[i]...)
+			}
+		}
+		wait = pipe.Do(ctx, "wait", n.wait.n, n.wait.timeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+	}
+	run(false)
+	if err := replies[0].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		run(true) // every call is the same script on the same server
+	}
+	for _, r := range replies {
+		if err := r.Err(); err != nil {
+			n.failed(err)
+			break
+		}
+	}
+	acks = waitResult{want: n.wait}
+	if acks.got, acks.err = wait.Int64(); acks.err != nil {
+		n.failed(acks.err)
+		acks.err = opErr(nil, acks.err, "wait for %d replicas", n.wait.n)
+	}
+	return replies, acks, nil
+}
+
+// waitResult is the outcome of a WAIT.
+type waitResult struct {
+	want replicas
+	got  int64 // replicas that acknowledged
+	err  error // the WAIT failed
+}
+
+// short returns, if fewer replicas acknowledged than were asked for, the
+// error that says so; nil otherwise.
+func (w waitResult) short() error {
+	if w.got >= int64(w.want.n) {
+		return nil
+	}
+	return opErr(ErrNotReplicated, nil, "%d of %d replicas acknowledged the write within %v", w.got, w.want.n, w.want.timeout)
+}
+
+// serverOf returns the client of the server that owns key: on a Cluster its
+// primary, on any other node the node's own client.
+func (n *node) serverOf(ctx context.Context, key string) (*redis.Client, error) {
+	switch r := n.rdb.(type) {
+	case *redis.Client:
+		return r, nil
+	case *redis.ClusterClient:
+		return r.MasterForKey(ctx, key)
+	}
+	return nil, fmt.Errorf("WAIT through a %T is not supported", n.rdb)
 }
 
 // release runs k's release script once: one round trip. ttl is the lock's
@@ -288,6 +428,10 @@ const maxBatch = 100
 // hash slot if the node is a Cluster: one round trip. It returns a result
 // code per item.
 func (n *node) extend(ctx context.Context, items []extendItem) ([]int64, error) {
+	if n.wait.n > 0 {
+		codes, errs := n.extendWaited(ctx, [][]extendItem{items})
+		return codes[0], errs[0]
+	}
 	ks, args := extendArgs(items)
 	codes, err := scripts.extend.Run(ctx, n.cmd, ks, args...).Int64Slice()
 	return n.extendResult(items, codes, err)
@@ -296,6 +440,9 @@ func (n *node) extend(ctx context.Context, items []extendItem) ([]int64, error) 
 // extendAll runs extend.lua once per call, all in one pipeline: one round
 // trip per server. It returns the result codes and the error of each call.
 func (n *node) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+	if n.wait.n > 0 {
+		return n.extendWaited(ctx, calls)
+	}
 	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
 	if len(calls) == 1 {
 		codes[0], errs[0] = n.extend(ctx, calls[0])
@@ -333,6 +480,33 @@ func (n *node) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, 
 	}
 	if len(again) > 0 {
 		run(true, again)
+	}
+	return codes, errs
+}
+
+// extendWaited is extendAll followed by WAIT, on the server that owns the
+// first lease's keys: every call must be for that server. A call that too few
+// replicas acknowledged fails with an error matching ErrNotReplicated: the
+// lease may be longer in the primary, but not in its replicas.
+func (n *node) extendWaited(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
+	keys, args := make([][]string, len(calls)), make([][]any, len(calls))
+	for i, items := range calls {
+		keys[i], args[i] = extendArgs(items)
+	}
+	replies, acks, err := n.waited(ctx, calls[0][0].k.tag, scripts.extend, keys, args)
+	for i, items := range calls {
+		var v []int64
+		cerr := err
+		if replies != nil {
+			if v, cerr = replies[i].Int64Slice(); cerr == nil {
+				cerr = acks.err
+			}
+			if cerr == nil {
+				cerr = acks.short()
+			}
+		}
+		codes[i], errs[i] = n.extendResult(items, v, cerr)
 	}
 	return codes, errs
 }
@@ -508,6 +682,38 @@ func (n *node) evictionPolicy(ctx context.Context) (policy string, known bool, e
 	}
 	policy, known = v["maxmemory-policy"]
 	return policy, known, nil
+}
+
+// replicaShortfall returns, for each primary of the node with fewer
+// connected replicas than n.wait asks for, its address and how many it has.
+func (n *node) replicaShortfall(ctx context.Context) (map[string]int, error) {
+	short := map[string]int{}
+	var mu sync.Mutex
+	count := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return opErr(nil, err, "INFO replication of %s", c.Options().Addr)
+		}
+		have := 0
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				have, _ = strconv.Atoi(v)
+			}
+		}
+		if have < n.wait.n {
+			mu.Lock()
+			short[c.Options().Addr] = have
+			mu.Unlock()
+		}
+		return nil
+	}
+	switch r := n.rdb.(type) {
+	case *redis.Client:
+		return short, count(ctx, r)
+	case *redis.ClusterClient:
+		return short, r.ForEachMaster(ctx, count)
+	}
+	return short, nil
 }
 
 // slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
