@@ -196,9 +196,9 @@ func TestFairDeadWaiter(t *testing.T) {
 // on a FairMutex, on one server and on a Cluster.
 func TestFairProcessesHammer(t *testing.T) {
 	const procs = 4
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "dlock", true: "cluster"}[cluster], func(t *testing.T) {
-			p := workerParams{Name: "fairhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Fair: true, Cluster: cluster}
+	for _, d := range deployments {
+		t.Run(d.String(), func(t *testing.T) {
+			p := workerParams{Name: "fairhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Fair: true, Deploy: d}
 			o := hammer(t, "", procs, p)
 			if len(o.workerErrors) > 0 {
 				t.Fatalf("workers failed: %v", o.workerErrors)

@@ -420,8 +420,8 @@ func latchCmd(t *testing.T, srv *redistest.Server, mode, name string) *exec.Cmd 
 	return latchCmdOn(t, srv.Addr, srv, mode, name)
 }
 
-// latchCmdOn is latchCmd with the latch at lockAddr (one server's address, or
-// a Cluster's joined by commas).
+// latchCmdOn is latchCmd with the latch at lockAddr, a deployment's address
+// as lockRedis reads it.
 func latchCmdOn(t *testing.T, lockAddr string, res *redistest.Server, mode, name string) *exec.Cmd {
 	cmd := workerOn(t, "latch", "", lockAddr, res, workerParams{Name: name, TTL: time.Second})
 	cmd.Env = append(cmd.Env, envLatchMode+"="+mode)
@@ -454,14 +454,9 @@ func (o latchOutcome) violations(procs int) []string {
 
 // latchProcesses arms a latch with procs, starts procs workers in mode that
 // each count it down once, and waits for it.
-func latchProcesses(t *testing.T, mode string, procs int, cluster bool) latchOutcome {
+func latchProcesses(t *testing.T, mode string, procs int, d deployment) latchOutcome {
 	srv := redistest.Start(t)
-	var rdb redis.UniversalClient = srv.Client(t)
-	lockAddr := srv.Addr
-	if cluster {
-		cl := redistest.StartCluster(t, 3, 1)
-		rdb, lockAddr = cl.Client(t), strings.Join(cl.Addrs(), ",")
-	}
+	lockAddr, rdb := d.start(t)
 	l := clientOn(t, rdb).CountDownLatch("procs")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -501,9 +496,9 @@ func latchProcesses(t *testing.T, mode string, procs int, cluster bool) latchOut
 // once must be caught by the same checks.
 func TestLatchProcesses(t *testing.T) {
 	const procs = 4
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "dlock", true: "cluster"}[cluster], func(t *testing.T) {
-			o := latchProcesses(t, "countdown", procs, cluster)
+	for _, d := range deployments {
+		t.Run(d.String(), func(t *testing.T) {
+			o := latchProcesses(t, "countdown", procs, d)
 			for _, v := range o.violations(procs) {
 				t.Error(v)
 			}
@@ -511,7 +506,7 @@ func TestLatchProcesses(t *testing.T) {
 		})
 	}
 	t.Run("broken-latch-is-caught", func(t *testing.T) {
-		o := latchProcesses(t, "broken", procs, false)
+		o := latchProcesses(t, "broken", procs, single)
 		v := o.violations(procs)
 		if len(v) == 0 {
 			t.Fatalf("a latch that opens at the first count down passed the checks: %+v", o)

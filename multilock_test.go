@@ -744,10 +744,10 @@ func multiHammer(t *testing.T, role string, procs int, p workerParams) multiOutc
 func TestMultiLockProcesses(t *testing.T) {
 	p := workerParams{Name: "m:", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25}
 	const procs = 4
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "dlock", true: "cluster"}[cluster], func(t *testing.T) {
+	for _, d := range deployments {
+		t.Run(d.String(), func(t *testing.T) {
 			p := p
-			p.Cluster = cluster
+			p.Deploy = d
 			o := multiHammer(t, "multilock", procs, p)
 			if len(o.workerErrors) > 0 {
 				t.Fatalf("workers failed: %v", o.workerErrors)

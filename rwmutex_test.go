@@ -991,10 +991,10 @@ func rwHammer(t *testing.T, mutant string, procs int, p workerParams) rwOutcome 
 func TestRWMutexProcesses(t *testing.T) {
 	p := workerParams{Name: "rwhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 40, ReadShare: 80}
 	const procs = 4
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "dlock", true: "cluster"}[cluster], func(t *testing.T) {
+	for _, d := range deployments {
+		t.Run(d.String(), func(t *testing.T) {
 			p := p
-			p.Cluster = cluster
+			p.Deploy = d
 			o := rwHammer(t, "", procs, p)
 			if len(o.workerErrors) > 0 {
 				t.Fatalf("workers failed: %v", o.workerErrors)

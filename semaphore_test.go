@@ -340,10 +340,10 @@ func semHammer(t *testing.T, mutant string, procs int, p workerParams) (peak, ac
 func TestSemaphoreProcesses(t *testing.T) {
 	p := workerParams{Name: "procs", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Permits: 3}
 	const procs = 4
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "dlock", true: "cluster"}[cluster], func(t *testing.T) {
+	for _, d := range deployments {
+		t.Run(d.String(), func(t *testing.T) {
 			p := p
-			p.Cluster = cluster
+			p.Deploy = d
 			peak, acquired := semHammer(t, "", procs, p)
 			if want := int64(procs * p.Goroutines * p.Iterations); acquired != want {
 				t.Errorf("acquired %d times, want %d", acquired, want)

@@ -52,10 +52,51 @@ type workerParams struct {
 	Abandon, Waits int
 	// For is how long the "chaos" worker keeps taking the lock.
 	For time.Duration
-	// Cluster: runWorkers puts the locks on a Redis Cluster of three
-	// primaries with a replica each, not on one server.
-	Cluster bool
+	// Deploy is where runWorkers puts the locks.
+	Deploy deployment
+	// WaitReplicas: the worker's Client waits for one replica
+	// (WithWaitReplicas); for a Deploy with replicas.
+	WaitReplicas bool
 }
+
+// A deployment is where a test's locks live.
+type deployment string
+
+const (
+	single     deployment = ""         // one redis-server
+	onCluster  deployment = "cluster"  // a Redis Cluster of three primaries with a replica each
+	onSentinel deployment = "sentinel" // a primary with two replicas and three sentinels
+)
+
+// deployments are those the multi-process hammers run on.
+var deployments = []deployment{single, onCluster, onSentinel}
+
+func (d deployment) String() string {
+	if d == single {
+		return "dlock"
+	}
+	return string(d)
+}
+
+// start starts d for t, and returns its address as a worker process is given
+// it (see lockRedis) and a client of it.
+func (d deployment) start(t *testing.T) (addr string, rdb redis.UniversalClient) {
+	t.Helper()
+	switch d {
+	case onCluster:
+		cl := redistest.StartCluster(t, 3, 1)
+		return strings.Join(cl.Addrs(), ","), cl.Client(t)
+	case onSentinel:
+		s := redistest.StartSentinel(t, 2, 3)
+		return sentinelScheme + strings.Join(s.SentinelAddrs(), ","), s.Client(t)
+	}
+	srv := redistest.Start(t)
+	return srv.Addr, srv.Client(t)
+}
+
+// sentinelScheme starts the address of a Sentinel deployment given to a
+// worker: the sentinels' addresses follow, joined by commas.
+const sentinelScheme = "sentinel:"
 
 // locker is what the workers need of a Mutex or a FairMutex.
 type locker interface {
@@ -102,6 +143,9 @@ func runWorker(role string) int {
 	if p.AutoPipeline {
 		opts = append(opts, dlock.WithAutoPipeline())
 	}
+	if p.WaitReplicas {
+		opts = append(opts, dlock.WithWaitReplicas(1, time.Second))
+	}
 	c, err := dlock.New(lockRDB, opts...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
@@ -144,9 +188,14 @@ func runWorker(role string) int {
 }
 
 // lockRedis returns a client of the lock's Redis, as a worker process is
-// given it: one server's address, or a Cluster's joined by commas.
+// given it: one server's address, a Cluster's joined by commas, or
+// sentinelScheme and the sentinels' addresses.
 func lockRedis() redis.UniversalClient {
-	if addrs := strings.Split(os.Getenv(envRedis), ","); len(addrs) > 1 {
+	addr := os.Getenv(envRedis)
+	if sentinels, ok := strings.CutPrefix(addr, sentinelScheme); ok {
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: strings.Split(sentinels, ",")})
+	}
+	if addrs := strings.Split(addr, ","); len(addrs) > 1 {
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	}
 	return redis.NewClient(&redis.Options{Addr: os.Getenv(envRedis)})
@@ -340,14 +389,7 @@ func (o hammerOutcome) violations() []string {
 func runWorkers[R any](t *testing.T, role, mutant string, procs int, p workerParams) (lock redis.UniversalClient, resSrv *redistest.Server, reports []R) {
 	t.Helper()
 	resSrv = redistest.Start(t)
-	var lockAddr string
-	if p.Cluster {
-		cl := redistest.StartCluster(t, 3, 1)
-		lockAddr, lock = strings.Join(cl.Addrs(), ","), cl.Client(t)
-	} else {
-		srv := redistest.Start(t)
-		lockAddr, lock = srv.Addr, srv.Client(t)
-	}
+	lockAddr, lock := p.Deploy.start(t)
 	cmds := make([]*exec.Cmd, procs)
 	outs := make([]strings.Builder, procs)
 	for i := range cmds {
@@ -413,9 +455,16 @@ func TestProcessesHammer(t *testing.T) {
 		p.AutoPipeline = true
 		exact(t, p)
 	})
-	t.Run("cluster", func(t *testing.T) {
+	for _, d := range deployments[1:] {
+		t.Run(d.String(), func(t *testing.T) {
+			p := p
+			p.Deploy = d
+			exact(t, p)
+		})
+	}
+	t.Run("sentinel-wait", func(t *testing.T) {
 		p := p
-		p.Cluster = true
+		p.Deploy, p.WaitReplicas = onSentinel, true
 		exact(t, p)
 	})
 	t.Run("broken-lock-is-caught", func(t *testing.T) {
