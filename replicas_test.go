@@ -32,6 +32,36 @@ func replicated(t *testing.T, n int) (*redistest.Server, []*redistest.Server) {
 	return primary, rs
 }
 
+// caughtUp waits until every replica of primary has acknowledged all it
+// wrote, so that a WAIT on any connection is satisfied until more is written.
+func caughtUp(t *testing.T, primary *redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := primary.Client(t)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		info := rdb.Info(ctx, "replication").Val()
+		offset, acked := "", ""
+		for line := range strings.SplitSeq(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "master_repl_offset:"); ok {
+				offset = v
+			}
+			if v, ok := strings.CutPrefix(line, "slave0:"); ok {
+				for field := range strings.SplitSeq(v, ",") {
+					if o, ok := strings.CutPrefix(field, "offset="); ok {
+						acked = o
+					}
+				}
+			}
+		}
+		if offset != "" && offset == acked {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica did not acknowledge offset %s within 10s (at %s)", offset, acked)
+		}
+	}
+}
+
 // pause stops r (SIGSTOP) until the test ends or the returned function is
 // called.
 func pause(t *testing.T, r *redistest.Server) (resume func()) {
@@ -214,6 +244,43 @@ func TestWaitReplicas(t *testing.T) {
 		}
 		if n := primary.Client(t).Exists(ctx, "dlock:{x}").Val(); n != 0 {
 			t.Errorf("the lock outlived its only Unlock")
+		}
+	})
+
+	t.Run("lost reply, replica paused", func(t *testing.T) {
+		// The retried acquire finds its grant made and changes nothing
+		// else; its WAIT must still cover the grant's first run. Redis 7.0
+		// sets a connection's write offset after every command, so there
+		// the retry's WAIT covers it anyway; later servers set it only after
+		// a command that wrote, which is why the scripts touch the hold's
+		// expiry on that path.
+		primary, rs := replicated(t, 1)
+		p := faultproxy.Start(t, primary.Addr)
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := clientOn(t, rdb, dlock.WithWaitReplicas(1, 100*time.Millisecond))
+		loadScripts(t, rdb)
+		caughtUp(t, primary)
+		pause(t, rs[0])
+		for _, tc := range []struct {
+			what string
+			try  func(context.Context) (func(context.Context) error, error)
+		}{
+			{"Mutex", leaseOf(c.Mutex("a").TryLock)},
+			{"FairMutex", leaseOf(c.FairMutex("a").TryLock)},
+			{"RWMutex.RLock", leaseOf(c.RWMutex("a").TryRLock)},
+			{"RWMutex.Lock", leaseOf(c.RWMutex("b").TryLock)},
+			{"Semaphore", leaseOf(func(ctx context.Context) (*dlock.Lease, error) { return c.Semaphore("a", 1).TryAcquire(ctx, 1) })},
+		} {
+			in := p.Inject(faultproxy.Rule{Match: faultproxy.CommandIs("EVALSHA"), Fault: faultproxy.DropReply, Times: 1})
+			unlock, err := tc.try(ctx)
+			checkHit(t, in)
+			if err == nil {
+				t.Errorf("%s: granted with its replica paused, after a lost reply", tc.what)
+				_ = unlock(ctx)
+				continue
+			}
+			notReplicated(t, tc.what, err)
 		}
 	})
 

@@ -23,8 +23,9 @@
 --         TTL in ms is -value - 3 (-2: the key has no expiry)
 --
 -- Run twice (a retry after a lost reply): a take that succeeded finds the
--- caller holding and answers the same fence, changing nothing; a re-entry sets
--- the same count; a registration is renewed.
+-- caller holding and answers the same fence, changing nothing but writing the
+-- lock's expiry again as it is (touch, for WAIT); a re-entry sets the same
+-- count; a registration is renewed.
 --
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
@@ -35,7 +36,9 @@ end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 then
   if redis.call('HEXISTS', KEYS[1], me) == 1 then
-    return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], (server_time()), ARGV[2], true)
+    local fence = tonumber(redis.call('GET', KEYS[2]))
+    touch(KEYS[1])
+    return fence or next_fence(KEYS[2], (server_time()), ARGV[2], true)
   end
   if not (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me) then
     if ARGV[4] ~= '0' then

@@ -26,14 +26,17 @@
 --         time until the waiter ahead lapses (-2: no expiry known)
 --
 -- Run twice: a take that succeeded answers the same fence and changes
--- nothing; a queued caller keeps its place (its arrival is not renewed).
+-- nothing but writing the lock's expiry again as it is (touch, for WAIT); a
+-- queued caller keeps its place (its arrival is not renewed).
 local me = ARGV[1]
 if ARGV[3] == '1' then
   return reenter(KEYS[1], me, ARGV[4])
 end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
-  return tonumber(redis.call('GET', KEYS[2])) or next_fence(KEYS[2], (server_time()), ARGV[2], true)
+  local fence = tonumber(redis.call('GET', KEYS[2]))
+  touch(KEYS[1])
+  return fence or next_fence(KEYS[2], (server_time()), ARGV[2], true)
 end
 local free = n == 0 or (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me)
 redis.call('ZCARD', KEYS[3]) -- type checks, before any write

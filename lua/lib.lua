@@ -19,6 +19,19 @@ local function now_ms()
   return now
 end
 
+-- touch sets key's expiry again to when it is, so that a script that
+-- otherwise changes nothing still writes: a retry of a grant that finds it
+-- made then reaches the replicas after the grant's first run, and a WAIT
+-- that follows the retry on its connection covers that run. A key without an
+-- expiry, or none, is left alone. The expiry stays where it was, or moves a
+-- millisecond later if the clock ticks between the two calls.
+local function touch(key)
+  local p = redis.call('PTTL', key)
+  if p > 0 then
+    redis.call('PEXPIRE', key, p)
+  end
+end
+
 -- at_least makes key expire no sooner than ms from now: a key without an
 -- expiry gets one, a key that would expire sooner is given more, and a
 -- missing key stays missing.

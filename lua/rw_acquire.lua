@@ -46,7 +46,8 @@
 --         way lapses (-2: none known)
 --
 -- Run twice: an acquisition that succeeded finds the caller holding and
--- answers the same fence, changing nothing; a re-entry sets the same count; a
+-- answers the same fence, changing nothing but writing its hold's key's
+-- expiry again as it is (touch, for WAIT); a re-entry sets the same count; a
 -- queued caller keeps its place.
 --
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
@@ -81,6 +82,7 @@ else
   held = n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1
 end
 if held then
+  touch(reading and KEYS[5] or KEYS[1])
   return tonumber(redis.call('HGET', KEYS[6], me)) or tonumber(redis.call('GET', KEYS[2]))
 end
 local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')

@@ -34,7 +34,8 @@
 --         before the situation changes by itself (-2: nothing will lapse)
 --
 -- Run twice: an acquisition that succeeded finds its holder live and answers
--- the same fence, counting nothing twice; a queued caller keeps its place.
+-- the same fence, counting nothing twice and writing only the holders' key's
+-- expiry again as it is (touch, for WAIT); a queued caller keeps its place.
 local me, want, ttl = ARGV[1], tonumber(ARGV[5]), ARGV[2]
 local total = tonumber(redis.call('GET', KEYS[6])) -- type checks, before any write
 local default = tonumber(redis.call('HGET', KEYS[1], 'permits'))
@@ -48,6 +49,7 @@ local mine = redis.call('HGET', KEYS[1], me)
 if mine then
   local lapse = tonumber(redis.call('ZSCORE', KEYS[5], me))
   if lapse and lapse > now then
+    touch(KEYS[5])
     return tonumber(string.match(mine, '|(%d+)$'))
   end
 end
