@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -41,7 +42,8 @@ const (
 //
 // The methods may be called from several goroutines, but those that inject a
 // fault or restart a process (Failover, KillPrimary, Rejoin, Lag,
-// LossyFailover, RestartPrimaryEmpty) are meant to run one at a time.
+// LossyFailover, LossyFailoverTo, RestartPrimaryEmpty) are meant to run one
+// at a time.
 type Sentinel struct {
 	password  string
 	servers   []*Server // data servers, the first primary at launch
@@ -73,11 +75,14 @@ func LaunchSentinel(dir string, replicas, sentinels int, extra ...string) (*Sent
 	if s.password != "" && !slices.Contains(extra, "--masterauth") {
 		auth = []string{"--masterauth", s.password}
 	}
-	base := func(int) []string {
+	// Each data server keeps the RDB file it receives in a full sync under
+	// a name of its own, so that no other server loads it (see restartEmpty).
+	base := func(port int) []string {
 		a := []string{
 			"--repl-ping-replica-period", "1",
 			"--repl-diskless-sync-delay", "0",
 			"--replica-priority", "100",
+			"--dbfilename", fmt.Sprintf("dump-%d.rdb", port),
 		}
 		a = append(a, auth...)
 		return append(a, extra...)
@@ -348,11 +353,18 @@ func (s *Sentinel) KillPrimary(ctx context.Context) (old, promoted *Server, err 
 }
 
 // Rejoin starts the killed data server srv again, empty (there is no
-// persistence), on the same port and as a replica of the primary the
-// sentinels name now, and returns once it has synced with it and the set-up
-// has settled as after LaunchSentinel. The harness makes srv a replica
-// itself rather than wait for the sentinels, which would turn a returning
-// old primary into a replica only some 10 s later.
+// persistence), on the same port and as a replica of the primary, and
+// returns once it has synced with it and the set-up has settled as after
+// LaunchSentinel. The harness makes srv a replica itself rather than wait
+// for the sentinels, which would turn a returning old primary into a
+// replica only some 10 s later.
+//
+// Rejoin first waits for the set-up to settle without srv (see Failover),
+// and takes the primary it settled around: srv must not come back while the
+// sentinels are still failing over, or have just done so. In the second
+// after a failover a sentinel may find the new primary down and fail over
+// again at once, to any healthy replica, such as srv, just back and empty
+// (see settled). Several killed servers may be rejoined in any order.
 func (s *Sentinel) Rejoin(ctx context.Context, srv *Server) error {
 	if !slices.Contains(s.servers, srv) {
 		return fmt.Errorf("redistest: %s is not a data server of this sentinel set-up", srv.Addr)
@@ -360,12 +372,14 @@ func (s *Sentinel) Rejoin(ctx context.Context, srv *Server) error {
 	if srv.PID() != 0 {
 		return fmt.Errorf("redistest: %s is still running; kill it before Rejoin", srv.Addr)
 	}
-	p, err := s.Primary(ctx)
+	var p *Server
+	err := poll(ctx, fmt.Sprintf("the set-up to settle before %s rejoins", srv.Addr), func() error {
+		got, err := s.settled(ctx)
+		p = got
+		return err
+	})
 	if err != nil {
 		return err
-	}
-	if !p.answers() {
-		return fmt.Errorf("redistest: the primary %s is not live; nothing to rejoin", p.Addr)
 	}
 	if err := restartEmpty(srv, p); err != nil {
 		return err
@@ -471,6 +485,140 @@ func (s *Sentinel) LossyFailover(ctx context.Context, write func() error) (old, 
 	return old, promoted, err
 }
 
+// LossyFailoverTo fails the primary over to the replica to, which lacks the
+// writes of write, while the other replicas have them: it lags only to (as
+// Lag does), runs write against the primary (a client's WAIT there may be
+// acknowledged by the other replicas), waits until every other live replica
+// has every write the primary has then, kills the primary and every other
+// data server with SIGKILL, continues to with SIGCONT, and returns once the
+// sentinels have promoted to and the set-up has settled around it as in
+// Failover. It returns the killed servers, the old primary first, which stay
+// dead until Rejoin; they may be rejoined in any order. Whatever write
+// wrote is gone, with every server that had it; every write before
+// LossyFailoverTo was called is kept.
+//
+// LossyFailoverTo first waits for the set-up to settle as after
+// LaunchSentinel; to must then be a live replica of the primary. If write
+// fails, or another replica does not catch up, to is continued and nothing
+// is killed. If the failover fails, the servers killed are returned with
+// the error.
+//
+// It takes about 3.5 s: the sentinels find the primary down after 1 s,
+// promote to within about a second, and reconnect to it within about one
+// more (see settled). A sentinel may find to down just before it
+// reconnects, in about 2 failovers of 5 here, and start another failover,
+// which finds no replica to promote and gives up; the sentinels then start
+// no failover by themselves for 6 s (twice the failover timeout). So if 2 s
+// after the kill no sentinel has started one, LossyFailoverTo asks one for
+// SENTINEL FAILOVER, which the delay does not hold back. KillPrimary and
+// LossyFailover do not ask: right after LossyFailoverTo they may take up
+// to 6 s longer.
+func (s *Sentinel) LossyFailoverTo(ctx context.Context, to *Server, write func() error) (killed []*Server, err error) {
+	if !slices.Contains(s.servers, to) {
+		return nil, fmt.Errorf("redistest: %s is not a data server of this sentinel set-up", to.Addr)
+	}
+	var old *Server
+	err = poll(ctx, fmt.Sprintf("the set-up to settle before a lossy failover to %s", to.Addr), func() error {
+		p, err := s.settled(ctx)
+		old = p
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if old == to {
+		return nil, fmt.Errorf("redistest: %s is the primary already, not a replica to fail over to", to.Addr)
+	}
+	if !to.answers() {
+		return nil, fmt.Errorf("redistest: %s is not live; it cannot be failed over to", to.Addr)
+	}
+	others, err := s.Replicas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	others = slices.DeleteFunc(others, func(r *Server) bool { return r == to })
+	if err := s.lag(ctx, old, []*Server{to}); err != nil {
+		return nil, err
+	}
+	if err := write(); err != nil {
+		return nil, errors.Join(fmt.Errorf("redistest: write during lossy failover of %s to %s: %w", old.Addr, to.Addr, err), resumeAll([]*Server{to}))
+	}
+	for _, r := range others {
+		if err := waitCaughtUp(ctx, old, r); err != nil {
+			return nil, errors.Join(err, resumeAll([]*Server{to}))
+		}
+	}
+	doomed := []*Server{old}
+	for _, d := range s.servers {
+		if d != old && d != to && d.PID() != 0 {
+			doomed = append(doomed, d)
+		}
+	}
+	var errs []error
+	for _, d := range doomed {
+		if err := d.Kill(); err != nil {
+			errs = append(errs, fmt.Errorf("redistest: kill %s: %w", d.Addr, err))
+			continue
+		}
+		killed = append(killed, d)
+	}
+	if err := errors.Join(append(errs, resumeAll([]*Server{to}))...); err != nil {
+		return killed, err
+	}
+	due := time.Now().Add(2 * sentinelDownAfter)
+	err = poll(ctx, fmt.Sprintf("the sentinels to promote %s in place of the killed %s", to.Addr, old.Addr), func() error {
+		nudged := s.nudgeFailover(ctx, old, &due)
+		p, err := s.settled(ctx)
+		if err == nil && p != to {
+			err = fmt.Errorf("the sentinels name %s", p.Addr)
+		}
+		if err != nil {
+			return errors.Join(err, nudged)
+		}
+		return nil
+	})
+	return killed, err
+}
+
+// nudgeFailover asks a sentinel for SENTINEL FAILOVER away from the dead
+// primary old, once *due has passed, if the sentinels hold back: every live
+// sentinel still names old and none has a failover under way. A failover
+// the sentinels start by themselves is under way about 1.3 s after the
+// primary dies; they hold back for twice the failover timeout after one
+// of them tried a failover and gave up, or voted in such a try. It then
+// sets *due to ask again, if need be, after the failover timeout, or soon
+// if the sentinel refused. It returns an error to report with the reason
+// to go on waiting.
+func (s *Sentinel) nudgeFailover(ctx context.Context, old *Server, due *time.Time) error {
+	if time.Now().Before(*due) {
+		return nil
+	}
+	sns := live(s.sentinels)
+	if len(sns) == 0 {
+		return errors.New("no live sentinel to ask for a failover")
+	}
+	for _, sn := range sns {
+		rdb := sentinelClient(sn)
+		master, err := rdb.Master(ctx, SentinelMaster).Result()
+		_ = rdb.Close()
+		if err != nil {
+			return fmt.Errorf("SENTINEL MASTER %s on %s: %w", SentinelMaster, sn.Addr, err)
+		}
+		if net.JoinHostPort(master["ip"], master["port"]) != old.Addr || strings.Contains(master["flags"], "failover_in_progress") {
+			return nil
+		}
+	}
+	rdb := sentinelClient(sns[0])
+	err := rdb.Failover(ctx, SentinelMaster).Err()
+	_ = rdb.Close()
+	if err != nil {
+		*due = time.Now().Add(200 * time.Millisecond)
+		return fmt.Errorf("SENTINEL FAILOVER %s on %s: %w", SentinelMaster, sns[0].Addr, err)
+	}
+	*due = time.Now().Add(sentinelFailoverTimeout + time.Second)
+	return nil
+}
+
 // RestartPrimaryEmpty kills the primary with SIGKILL and at once starts it
 // again, empty, on the same port, well within the 1 s after which the
 // sentinels would find it down, so that it stays the primary with no keys.
@@ -560,7 +708,8 @@ func (s *Sentinel) waitPromoted(ctx context.Context, old *Server, what string, n
 // settled checks once that the set-up is ready for a failover, and returns
 // its primary p:
 //   - every live sentinel names p, a data server of ours, and sees it as a
-//     master with no failover under way;
+//     master with no failover under way, connected, and answering: it has
+//     had a reply to its last ping (see sentinelPrimary);
 //   - p is live and says role:master;
 //   - every other live data server says it is a replica of p, with its link
 //     up and p's replication id, and p lists it as an online replica;
@@ -640,7 +789,20 @@ func (s *Sentinel) settled(ctx context.Context) (*Server, error) {
 }
 
 // sentinelPrimary returns the address of the primary that sentinel sn names,
-// once sn sees it as a master with no failover under way.
+// once sn sees it as a master with no failover under way, not down, with
+// its link connected and no ping unanswered (last-ping-sent 0).
+//
+// The last is what makes a failover safe to build on. When a sentinel
+// switches to a new primary it counts the primary's silence from the
+// switch, but connects to it only a second after its last attempt at the
+// old, dead primary, so often some 900 ms later. With down-after-milliseconds
+// 1000 it may find the new primary subjectively down right then, before
+// the reply to its first ping; the other sentinels' answers that the old
+// primary was down count for 5 s, so it is objectively down at once, and
+// the switch cleared the delay between failovers: the sentinel fails over
+// again at once, to any healthy replica. Once sn has had that reply, the
+// window is closed. A ping is unanswered at other times only for the
+// moment it is under way.
 func sentinelPrimary(ctx context.Context, sn *Server) (string, error) {
 	addr, err := masterAddr(ctx, sn)
 	if err != nil {
@@ -654,6 +816,9 @@ func sentinelPrimary(ctx context.Context, sn *Server) (string, error) {
 	}
 	if net.JoinHostPort(master["ip"], master["port"]) != addr || master["flags"] != "master" {
 		return "", fmt.Errorf("sentinel %s sees %s:%s with flags %s", sn.Addr, master["ip"], master["port"], master["flags"])
+	}
+	if sent := master["last-ping-sent"]; sent != "0" {
+		return "", fmt.Errorf("sentinel %s has had no reply from %s to a ping sent %s ms ago", sn.Addr, addr, sent)
 	}
 	return addr, nil
 }
@@ -813,21 +978,40 @@ func resumeAll(ss []*Server) error {
 
 // restartEmpty kills srv if it runs and starts it again, empty, on the same
 // port: as a replica of primary, or, if primary is nil, as a primary.
+//
+// The data servers share a directory, where a replica that syncs in full
+// leaves the RDB file it received, and a server loads its RDB file when it
+// starts: with a file shared by all (dump.rdb by default) it would come
+// back with another server's keys and replication history, and with its
+// own, with its old keys. So srv gets an RDB file name of its own, as
+// LaunchSentinel gives it, and the file is removed before it starts.
 func restartEmpty(srv, primary *Server) error {
+	file := fmt.Sprintf("dump-%d.rdb", srv.Port)
 	srv.mu.Lock()
 	var args []string
 	for i := 0; i < len(srv.args); i++ {
-		if srv.args[i] == "--replicaof" {
+		switch srv.args[i] {
+		case "--replicaof":
 			i += 2 // its host and port
+			continue
+		case "--dbfilename":
+			i++
 			continue
 		}
 		args = append(args, srv.args[i])
 	}
+	args = append(args, "--dbfilename", file)
 	if primary != nil {
 		args = append(args, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
 	}
 	srv.args = args
 	srv.mu.Unlock()
+	if err := srv.Kill(); err != nil {
+		return fmt.Errorf("redistest: kill %s: %w", srv.Addr, err)
+	}
+	if err := os.Remove(filepath.Join(srv.dir, file)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("redistest: remove the RDB file of %s: %w", srv.Addr, err)
+	}
 	if err := srv.Restart(); err != nil {
 		return fmt.Errorf("redistest: restart %s empty: %w", srv.Addr, err)
 	}

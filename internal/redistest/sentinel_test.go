@@ -322,6 +322,98 @@ func TestSentinelLossyFailover(t *testing.T) {
 	}
 }
 
+// TestSentinelLossyFailoverTo proves, in 3 rounds, that LossyFailoverTo
+// promotes the replica it is given without a marker key that the other
+// replica acknowledged (WAIT 1 on the primary returns 1), that it kills the
+// primary and that other replica, and that after both are rejoined, in
+// either order, the set-up fails over again: by LossyFailoverTo in the next
+// round, and by Failover at the end, after which a failover client writes.
+func TestSentinelLossyFailoverTo(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t, 2, 3)
+	ctx := context.Background()
+	rdb := s.Client(t)
+	if err := rdb.Set(ctx, "before", "kept", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		old, err := s.Primary(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replicas, err := s.Replicas(ctx)
+		if err != nil || len(replicas) != 2 {
+			t.Fatalf("round %d: Replicas = %v, %v; want 2", round, addrsOf(replicas), err)
+		}
+		to, other := replicas[round%2], replicas[1-round%2]
+		marker := fmt.Sprint("marker", round)
+
+		start := time.Now()
+		killed, err := s.LossyFailoverTo(ctx, to, func() error {
+			direct := redis.NewClient(old.Options())
+			defer direct.Close()
+			conn := direct.Conn()
+			defer conn.Close()
+			if err := conn.Set(ctx, marker, "lost", 0).Err(); err != nil {
+				return err
+			}
+			// Only the other replica can acknowledge: to is lagged.
+			if n, err := conn.Do(ctx, "WAIT", 1, 200).Int(); err != nil || n != 1 {
+				return fmt.Errorf("WAIT 1 200 on %s = %d, %v; want 1, from %s", old.Addr, n, err, other.Addr)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		took := time.Since(start)
+		if len(killed) != 2 || killed[0] != old || killed[1] != other || old.PID() != 0 || other.PID() != 0 || to.PID() == 0 {
+			t.Fatalf("round %d: LossyFailoverTo(%s) killed %v; want %s, then %s, and to running", round, to.Addr, addrsOf(killed), old.Addr, other.Addr)
+		}
+		if now, err := s.Primary(ctx); err != nil || now != to {
+			t.Fatalf("round %d: Primary after LossyFailoverTo = %v, %v; want %s", round, addrOf(now), err, to.Addr)
+		}
+		direct := to.Client(t)
+		if err := direct.Get(ctx, marker).Err(); !errors.Is(err, redis.Nil) {
+			t.Fatalf("round %d: GET %s on the promoted %s: %v, want redis.Nil: the acknowledged write was not lost", round, marker, to.Addr, err)
+		}
+		if got, err := direct.Get(ctx, "before").Result(); err != nil || got != "kept" {
+			t.Fatalf("round %d: GET before on the promoted %s = %q, %v; want kept", round, to.Addr, got, err)
+		}
+
+		start = time.Now()
+		if round%2 == 1 {
+			slices.Reverse(killed)
+		}
+		for _, d := range killed {
+			if err := s.Rejoin(ctx, d); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		t.Logf("round %d: LossyFailoverTo took %v, Rejoin of %d servers %v", round, took, len(killed), time.Since(start))
+		if replicas, err := s.Replicas(ctx); err != nil || !sameServers(replicas, []*redistest.Server{old, other}) {
+			t.Fatalf("round %d: Replicas after Rejoin = %v, %v; want %s and %s", round, addrsOf(replicas), err, old.Addr, other.Addr)
+		}
+		for _, d := range killed {
+			if err := d.Client(t).Get(ctx, marker).Err(); !errors.Is(err, redis.Nil) {
+				t.Fatalf("round %d: GET %s on the rejoined %s: %v, want redis.Nil", round, marker, d.Addr, err)
+			}
+		}
+	}
+
+	promoted, err := s.Failover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writesReach(t, rdb, promoted)
+	if err := rdb.Set(ctx, "after", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through the failover client after 3 rounds and a Failover: %v", err)
+	}
+	if got, err := rdb.Get(ctx, "before").Result(); err != nil || got != "kept" {
+		t.Fatalf("GET before through the failover client = %q, %v; want kept", got, err)
+	}
+}
+
 // TestSentinelRestartPrimaryEmpty proves that RestartPrimaryEmpty leaves the
 // same server primary, as a new process with no keys, that its replica
 // resyncs to empty, and that the failover client goes on writing to it.
