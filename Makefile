@@ -1,5 +1,5 @@
 # Shortcuts for the commands in README.md.
-.PHONY: test chaos bench bench-quick microbench demo vet
+.PHONY: test chaos failover bench bench-quick microbench demo vet
 
 test:
 	go test -race -count=1 -p 1 ./...
@@ -11,6 +11,13 @@ test:
 # minutes; DLOCK_CHAOS_FOR=10m make chaos for a longer soak.
 chaos:
 	bash -o pipefail -c "go test -race -tags chaos -run TestChaos -count=1 -timeout 60m -v . | grep -v '^redis: '"
+
+# 100 failovers with and without WithWaitReplicas(1) on a Sentinel set-up:
+# each round a Client acquires while the replicas lag, the primary is killed,
+# a lagging replica is promoted and another Client tries the lock; prints the
+# grants, refusals and double grants. About 20 minutes.
+failover:
+	bash -o pipefail -c "DLOCK_FAILOVER_ROUNDS=100 go test -race -run TestSentinelWaitRounds -count=1 -timeout 60m -v . | grep -v '^redis: '"
 
 # dlock next to redsync, redislock, rueidislock and raw go-redis, in one run on
 # a private redis-server: bench/results/full.md, latest.json and latest.svg.

@@ -627,3 +627,40 @@ func BenchmarkContended(b *testing.B) {
 	b.Run("raw-poll-1ms", func(b *testing.B) { benchContended(b, srv, 0, rawPollLocker) })
 	b.Run("raw-poll-1ms-think", func(b *testing.B) { benchContended(b, srv, maxThink, rawPollLocker) })
 }
+
+// BenchmarkWaitReplicas measures Mutex.Lock + Lease.Unlock on a primary with
+// one replica, without WAIT and with WithWaitReplicas(1): the cost of waiting
+// for the replica's acknowledgement of each grant.
+func BenchmarkWaitReplicas(b *testing.B) {
+	primary := redistest.Start(b)
+	redistest.Start(b, "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port), "--repl-ping-replica-period", "1")
+	ctx := context.Background()
+	rdb := primary.Client(b)
+	for deadline := time.Now().Add(10 * time.Second); rdb.Do(ctx, "wait", 1, 100).Val() != int64(1); {
+		if time.Now().After(deadline) {
+			b.Fatal("the replica did not come in sync within 10s")
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		opts []dlock.Option
+	}{
+		{"none", nil},
+		{"wait1", []dlock.Option{dlock.WithWaitReplicas(1, time.Second)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := clientOn(b, rdb, tc.opts...).Mutex("bench-wait")
+			for range warmUps {
+				if err := dlockLockUnlock(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := dlockLockUnlock(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -87,7 +87,8 @@
 // reached a replica, the new primary does not know the lock and can grant it
 // again. The same is true after a restart of a Redis without persistence. The
 // fence still rises in both cases (see Fences and clocks), so a resource that
-// checks fences rejects the older holder's writes.
+// checks fences rejects the older holder's writes. WithWaitReplicas narrows
+// the first case and does not close it (see Sentinel, replicas and WAIT).
 //
 // Redis expires keys by its wall clock. A jump of the Redis host's clock can
 // expire a lease early or late; the client's clock matters only for the local
@@ -153,6 +154,34 @@
 // at the next MOVED reply or within a minute. A MultiLock takes its names in
 // one order and renews them per slot. Replication in a Cluster is as
 // asynchronous as anywhere: see What a lease cannot do.
+//
+// # Sentinel, replicas and WAIT
+//
+// New accepts Sentinel's client, redis.NewFailoverClient, as it does a plain
+// one: go-redis asks the sentinels for the primary and moves to the new one
+// after a failover, and a waiting Lock rides the failover out (see Outages).
+// A lease whose write had reached the replica that is promoted survives, if
+// the failover takes less than its local deadline, and is renewed on the new
+// primary. A lease whose write had not is granted again by the new primary;
+// its holder learns at its first renewal there (ErrLockLost), and the new
+// holder's fence is higher.
+//
+// Redis replicates asynchronously: a primary answers a write before any
+// replica has it. WithWaitReplicas(n, timeout) narrows that window. Every
+// write that grants or lengthens a hold is followed, in the same round trip
+// and on the same connection, by WAIT n timeout; a grant fewer than n
+// replicas acknowledged is undone and refused (ErrNotAcquired and
+// ErrNotReplicated), and a renewal they do not acknowledge does not lengthen
+// the lease on the client. A primary cut off from its replicas, such as an
+// old primary on the wrong side of a partition, therefore grants nothing.
+//
+// What WAIT does not do: it counts acknowledgements, it is not a vote. A
+// replica acknowledges a write it has received, not one it has made
+// durable; the failover may promote a replica that did not acknowledge (if
+// those that did are gone too); and a replica restarted without persistence
+// forgets. Each of these can grant a lock a second time, and only the fence
+// protects the resource then. On a Cluster WAIT goes to the lock's primary,
+// with the same limits.
 //
 // # Times
 //
