@@ -169,7 +169,7 @@ func WithAutoPipeline() Option {
 // replica grants a lock a second time: an acknowledged write can still be
 // lost (a replica acknowledges what it received, not what it has made
 // durable, and the failover may promote another replica), and WAIT is not
-// consensus. See "Replicas, Sentinel and WAIT" in the package documentation.
+// consensus. See "Sentinel, replicas and WAIT" in the package documentation.
 //
 // n must not be negative (0 turns WAIT off); timeout must be positive and at
 // most half the Redis client's ReadTimeout, which bounds a pipeline's reply.
