@@ -93,11 +93,12 @@ func (e *engine) channel(k keys) string { return k.channel + ":" + e.id }
 
 // acquirer takes leases on one lock: an immutable description of it.
 type acquirer struct {
-	e     *engine
-	k     keys
-	ttl   time.Duration
-	renew bool
-	err   error // an invalid name or option, returned by every call
+	e       *engine
+	k       keys
+	channel string // where this Client is told the lock was kept for one of its waiters: e.channel(k)
+	ttl     time.Duration
+	renew   bool
+	err     error // an invalid name or option, returned by every call
 }
 
 // check rejects a call that cannot proceed: a bad description, a nil
@@ -164,7 +165,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 	e := a.e
 	start := time.Now()
 	owner := e.newOwner()
-	channel := e.channel(a.k)
+	channel := a.channel
 	var (
 		g          *gate
 		w          *waiter
@@ -292,18 +293,24 @@ var errTooMany = errors.New("more permits than the semaphore's total")
 func (a *acquirer) attempt(ctx context.Context, owner string, start time.Time, register time.Duration, extra []any) (*Lease, time.Duration, error) {
 	e := a.e
 	sent := time.Now()
-	r, err := within(e, ctx, func() (acquireResult, error) {
-		return e.node.acquire(ctx, a.k, owner, a.ttl, register, extra...)
-	}, func(r acquireResult, err error) {
-		// The caller has gone: undo whatever the script did for it. Its own
-		// unregistration may have run before this script did.
-		if err != nil || r.fence > 0 {
-			a.abandon(context.Background(), owner)
-		}
-		if register > 0 {
-			e.note.unregister(a.k, a.ttl, owner)
-		}
-	})
+	var r acquireResult
+	var err error
+	if inline(e, ctx) {
+		r, err = e.node.acquire(ctx, a.k, owner, a.ttl, register, extra...)
+	} else {
+		r, err = within(e, ctx, func() (acquireResult, error) {
+			return e.node.acquire(ctx, a.k, owner, a.ttl, register, extra...)
+		}, func(r acquireResult, err error) {
+			// The caller has gone: undo whatever the script did for it. Its
+			// own unregistration may have run before this script did.
+			if err != nil || r.fence > 0 {
+				a.abandon(context.Background(), owner)
+			}
+			if register > 0 {
+				e.note.unregister(a.k, a.ttl, owner)
+			}
+		})
+	}
 	if err == nil {
 		e.reached.Store(true)
 	}
@@ -330,7 +337,9 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start time.Time, r
 		a.abandon(ctx, owner)
 		return nil, 0, err
 	}
-	e.log.Debug("dlock: acquired", "lock", a.k.name, "fence", r.fence, "waited", time.Since(start))
+	if e.log.Enabled(ctx, slog.LevelDebug) { // the arguments would escape even if discarded
+		e.log.Debug("dlock: acquired", "lock", a.k.name, "fence", r.fence, "waited", time.Since(start))
+	}
 	return &Lease{h: &hold{e: e, t: t, holds: 1}}, 0, nil
 }
 
@@ -474,7 +483,7 @@ var errLeftBehind = errors.New("left to finish in the background")
 // 2-vCPU VM), so where go-redis honors deadlines itself (a Redis client made
 // with ContextTimeoutEnabled, without WithAutoPipeline) call runs inline.
 func within[T any](e *engine, ctx context.Context, call func() (T, error), late func(T, error)) (T, error) {
-	if e.node.ctxAware || ctx.Done() == nil {
+	if inline(e, ctx) {
 		return call()
 	}
 	type outcome struct {
@@ -504,6 +513,13 @@ func within[T any](e *engine, ctx context.Context, call func() (T, error), late 
 		var zero T
 		return zero, fmt.Errorf("%w: %w", errLeftBehind, context.Cause(ctx))
 	}
+}
+
+// inline reports whether within would make its call on the caller's
+// goroutine: go-redis gives up the request at ctx's deadline by itself, or
+// ctx can never end. A caller can then skip within and the closures it takes.
+func inline(e *engine, ctx context.Context) bool {
+	return e.node.ctxAware || ctx.Done() == nil
 }
 
 // cleanupContext returns a context for releasing a lock after the caller's
@@ -628,7 +644,9 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		return true, opErr(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.k.name)
 	case code == codeDone:
 		e.ren.end(t, errUnlocked, func() {
-			e.log.Debug("dlock: released", "lock", t.k.name, "fence", t.fence, "held", time.Since(t.begun))
+			if e.log.Enabled(ctx, slog.LevelDebug) {
+				e.log.Debug("dlock: released", "lock", t.k.name, "fence", t.fence, "held", time.Since(t.begun))
+			}
 		})
 		return true, nil
 	case time.Since(sent) >= markerTrust:

@@ -165,6 +165,8 @@ type keys struct {
 	name    string // as the caller gave it
 	tag     string // prefix, namespace and {hash tag}: the stem of every key and channel
 	channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
+	// channelArg is channel as a script argument, boxed once.
+	channelArg any
 
 	acquireKeys, releaseKeys, leaseKeys []string
 }
@@ -178,7 +180,8 @@ func newKeys(prefix string, k *kind, name string) keys {
 		}
 		return ks
 	}
-	return keys{kind: k, name: name, tag: tag, channel: tag + ":wake",
+	channel := tag + ":wake"
+	return keys{kind: k, name: name, tag: tag, channel: channel, channelArg: channel,
 		acquireKeys: names(k.acquireKeys), releaseKeys: names(k.releaseKeys), leaseKeys: names(k.leaseKeys)}
 }
 
@@ -200,6 +203,10 @@ const (
 	markerTTL   = 10 * time.Second
 	markerTrust = markerTTL - time.Second
 )
+
+// markerTTLArg is markerTTL in milliseconds as a script argument, boxed
+// once.
+var markerTTLArg any = markerTTL.Milliseconds()
 
 // withMarker returns ks with the marker of owner's call appended, in a new
 // slice.
@@ -231,6 +238,17 @@ const (
 	latchSet    latchMode = "set"
 	latchDelete latchMode = "delete"
 )
+
+// releaseArgs are the release modes as script arguments, boxed once.
+var releaseArgs = map[releaseMode]any{releaseOne: string(releaseOne), releaseLast: string(releaseLast), releaseLeave: string(releaseLeave)}
+
+// arg returns m as a script argument.
+func (m releaseMode) arg() any {
+	if a, ok := releaseArgs[m]; ok {
+		return a
+	}
+	return string(m)
+}
 
 // Result codes of the release scripts and extend.lua.
 const (
@@ -391,7 +409,7 @@ func (n *node) serverOf(ctx context.Context, key string) (*redis.Client, error) 
 // count, for releaseOne, the holds that remain. It returns a result code.
 func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration, count int) (int64, error) {
 	code, err := k.kind.release.Run(ctx, n.cmd, withMarker(k.releaseKeys, k, owner),
-		owner, k.channel, string(mode), reserveFor(ttl).Milliseconds(), count, markerTTL.Milliseconds()).Int64()
+		owner, k.channelArg, mode.arg(), reserveFor(ttl).Milliseconds(), count, markerTTLArg).Int64()
 	if err != nil {
 		n.failed(err)
 		return 0, opErr(nil, err, "release %q", k.name)
@@ -404,7 +422,7 @@ func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMo
 // call's own, so that a retried Delete answers as it did.
 func (n *node) semaphore(ctx context.Context, k keys, id string, mode semMode, total int64) (int64, error) {
 	v, err := k.kind.release.Run(ctx, n.cmd, withMarker(k.releaseKeys, k, id),
-		id, k.channel, string(mode), 0, total, markerTTL.Milliseconds()).Int64()
+		id, k.channelArg, string(mode), 0, total, markerTTLArg).Int64()
 	if err != nil {
 		return 0, opErr(nil, err, "semaphore %q", k.name)
 	}
