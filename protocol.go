@@ -239,13 +239,16 @@ const (
 	latchDelete latchMode = "delete"
 )
 
-// releaseArgs are the release modes as script arguments, boxed once.
-var releaseArgs = map[releaseMode]any{releaseOne: string(releaseOne), releaseLast: string(releaseLast), releaseLeave: string(releaseLeave)}
-
-// arg returns m as a script argument.
+// arg returns m as a script argument. Each mode is a constant, which an
+// interface holds without allocating.
 func (m releaseMode) arg() any {
-	if a, ok := releaseArgs[m]; ok {
-		return a
+	switch m {
+	case releaseOne:
+		return string(releaseOne)
+	case releaseLast:
+		return string(releaseLast)
+	case releaseLeave:
+		return string(releaseLeave)
 	}
 	return string(m)
 }

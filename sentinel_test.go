@@ -19,12 +19,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// waitLock starts a Lock of m that waits up to d, and returns where its
-// outcome arrives.
-func waitLock(m *dlock.Mutex, d time.Duration) <-chan lockOutcome {
-	return waitFor(m.Lock, d)
-}
-
 // waitFor starts lock, with a context that ends after d, and returns where
 // its outcome arrives.
 func waitFor(lock func(context.Context) (*dlock.Lease, error), d time.Duration) <-chan lockOutcome {
@@ -33,15 +27,15 @@ func waitFor(lock func(context.Context) (*dlock.Lease, error), d time.Duration) 
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
 		l, err := lock(ctx)
-		out <- lockOutcome{l, err, time.Now()}
+		out <- lockOutcome{l, err}
 	}()
 	return out
 }
 
+// lockOutcome is what a Lock started by waitFor returned.
 type lockOutcome struct {
 	l   *dlock.Lease
 	err error
-	at  time.Time
 }
 
 // exclusive returns the acquire of an exclusive lock named name of every
@@ -202,7 +196,7 @@ func TestSentinelLossyFailover(t *testing.T) {
 				<-l.Done()
 				doneAt <- time.Now()
 			}()
-			waited = waitLock(waiter.Mutex("x"), 30*time.Second)
+			waited = waitFor(waiter.Mutex("x").Lock, 30*time.Second)
 			// The waiter is in line before the primary dies.
 			for start := time.Now(); rdb.ZCard(ctx, "dlock:{x}:waiters").Val() == 0; {
 				if time.Since(start) > 5*time.Second {
