@@ -87,15 +87,15 @@ func (e *engine) closed() bool {
 	}
 }
 
-// channel is the channel on which this Client is told that k was kept for
-// one of its waiters.
+// channel is the channel on which this Client is told that k was granted
+// to, or kept for, one of its waiters.
 func (e *engine) channel(k keys) string { return k.channel + ":" + e.id }
 
 // acquirer takes leases on one lock: an immutable description of it.
 type acquirer struct {
 	e       *engine
 	k       keys
-	channel string // where this Client is told the lock was kept for one of its waiters: e.channel(k)
+	channel string // where this Client's waiters are told of grants: e.channel(k)
 	ttl     time.Duration
 	renew   bool
 	err     error // an invalid name or option, returned by every call
@@ -159,8 +159,9 @@ func (a *acquirer) acquire1(ctx context.Context, op string, wait bool, extra []a
 
 // take makes one attempt, or, if wait is set, waits in line: it subscribes
 // to the lock's wake-ups for this Client, and tries again, registered as a
-// waiter in Redis, each time it is told the lock was kept for it, the
-// holder's lease would have run out, or its registration needs renewing.
+// waiter in Redis, each time it is woken by a message that is not a grant it
+// can return on (granted), the holder's lease would have run out, or its
+// registration needs renewing.
 func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) (*Lease, error) {
 	e := a.e
 	start := time.Now()
@@ -203,14 +204,24 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			}
 		}
 	}
+	// The send time and fence floor of the last attempt that found the lock
+	// held: a grant told of later with a fence above that floor was made
+	// after that attempt reached Redis.
+	var (
+		heldSent  time.Time
+		heldFloor int64
+	)
 	for tries := 0; ; tries++ {
 		var register time.Duration
 		if w != nil {
 			register, registered = registerFor(a.ttl), true // also if the attempt fails: its script may have run
+			w.drain()                                       // a grant made before this attempt is found by it
 		}
-		l, pttl, err := a.attempt(ctx, owner, start, register, extra)
+		sent := time.Now()
+		l, pttl, floor, err := a.attempt(ctx, owner, start, sent, register, extra)
 		if err == nil {
 			out = outage{}
+			heldSent, heldFloor = sent, floor
 		}
 		switch {
 		case l != nil:
@@ -266,7 +277,11 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			timer.Reset(sleep)
 		}
 		select {
-		case <-w.wake:
+		case msg := <-w.wake:
+			if l := a.granted(ctx, owner, msg, heldSent, heldFloor, start); l != nil {
+				registered = false // the grant took the registration out of the queue
+				return l, nil
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, a.gaveUp(ctx, op)
@@ -286,13 +301,41 @@ func (a *acquirer) contended(ctx context.Context) {
 // answers that more permits were asked for than its total.
 var errTooMany = errors.New("more permits than the semaphore's total")
 
-// attempt runs the acquire script once, registering owner as a waiter for
-// register if the lock is held (0: not at all). It returns the Lease if the
-// lock was taken, else how long the holder's lease has left (never less than
-// 1ms; the lock's own TTL if that is unknown).
-func (a *acquirer) attempt(ctx context.Context, owner string, start time.Time, register time.Duration, extra []any) (*Lease, time.Duration, error) {
+// granted returns the Lease of a grant that msg tells owner of, or nil if it
+// tells none or the Lease cannot start from it. sent and floor are of the last
+// attempt that found the lock held: a grant with a fence above floor was made
+// after that attempt reached Redis, so it lapses later than sent plus the
+// grant lease the message tells (the releaser's, from its own TTL), which
+// leaves the renewer time to lengthen it if sent is recent. Otherwise (an older attempt, a message that is no grant or an
+// older one, WithWaitReplicas, whose acquire waits for the replicas to
+// acknowledge the grant) the caller tries again, which finds the lock held by
+// owner if it was granted and lengthens it.
+func (a *acquirer) granted(ctx context.Context, owner, msg string, sent time.Time, floor int64, start time.Time) *Lease {
 	e := a.e
-	sent := time.Now()
+	if !a.k.kind.grants || e.node.wait.n > 0 || sent.IsZero() {
+		return nil
+	}
+	to, fence, grant := parseWake(msg)
+	if to != owner || fence <= floor || time.Since(sent) >= grant/2 {
+		return nil
+	}
+	t, err := e.ren.begin(e.node, a.k, owner, fence, a.ttl, a.renew, sent, grant)
+	if err != nil {
+		return nil // closing: the caller's next attempt fails with ErrClosed, and gives the grant back
+	}
+	if e.log.Enabled(ctx, slog.LevelDebug) {
+		e.log.Debug("dlock: acquired by a grant", "lock", a.k.name, "fence", fence, "waited", time.Since(start))
+	}
+	return &Lease{h: &hold{e: e, t: t, holds: 1}}
+}
+
+// attempt runs the acquire script once, sent at sent, registering owner as a
+// waiter for register if the lock is held (0: not at all). It returns the
+// Lease if the lock was taken, else how long the holder's lease has left
+// (never less than 1ms; the lock's own TTL if that is unknown) and the fence
+// floor the script told (0 if none).
+func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.Time, register time.Duration, extra []any) (*Lease, time.Duration, int64, error) {
+	e := a.e
 	var r acquireResult
 	var err error
 	if inline(e, ctx) {
@@ -316,31 +359,31 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start time.Time, r
 	}
 	switch {
 	case errors.Is(err, errLeftBehind):
-		return nil, 0, opErr(nil, err, "acquire %q", a.k.name)
+		return nil, 0, 0, opErr(nil, err, "acquire %q", a.k.name)
 	case err != nil:
 		// The script may have run: the caller tries again with the same
 		// owner, which gives the same outcome, or abandons.
-		return nil, 0, err
+		return nil, 0, 0, err
 	case r.gone:
-		return nil, 0, errTooMany
+		return nil, 0, 0, errTooMany
 	case r.fence == 0 && r.pttl < 0:
-		return nil, a.ttl, nil
+		return nil, a.ttl, r.floor, nil
 	case r.fence == 0:
-		return nil, max(r.pttl, time.Millisecond), nil
+		return nil, max(r.pttl, time.Millisecond), r.floor, nil
 	case r.notReplicated != nil:
 		// Taken on the primary only: a failover could grant it again. The
 		// caller abandons it.
-		return nil, 0, opErr(ErrNotAcquired, r.notReplicated, "acquire %q", a.k.name)
+		return nil, 0, 0, opErr(ErrNotAcquired, r.notReplicated, "acquire %q", a.k.name)
 	}
-	t, err := e.ren.begin(e.node, a.k, owner, r.fence, a.ttl, a.renew, sent)
+	t, err := e.ren.begin(e.node, a.k, owner, r.fence, a.ttl, a.renew, sent, 0)
 	if err != nil {
 		a.abandon(ctx, owner)
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	if e.log.Enabled(ctx, slog.LevelDebug) { // the arguments would escape even if discarded
 		e.log.Debug("dlock: acquired", "lock", a.k.name, "fence", r.fence, "waited", time.Since(start))
 	}
-	return &Lease{h: &hold{e: e, t: t, holds: 1}}, 0, nil
+	return &Lease{h: &hold{e: e, t: t, holds: 1}}, 0, 0, nil
 }
 
 // abandon releases whatever owner may hold after an acquire whose outcome is

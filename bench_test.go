@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,6 +66,46 @@ func rawUnlock(ctx context.Context, rdb *redis.Client, key, token string) error 
 type requestCounter struct {
 	requests   atomic.Int64
 	roundTrips atomic.Int64
+
+	mu    sync.Mutex
+	bySHA map[string]int // script calls by the script's SHA1, since the last take
+}
+
+// count counts cmd, which has run, if it ran a script: a call the server
+// answered NOSCRIPT (the client then sends the script's body) is not counted.
+func (rc *requestCounter) count(cmd redis.Cmder, err error) {
+	args := cmd.Args()
+	if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+		return
+	}
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return
+	}
+	key, _ := args[1].(string)
+	if cmd.Name() == "eval" {
+		key = redis.NewScript(key).Hash()
+	}
+	rc.mu.Lock()
+	if rc.bySHA == nil {
+		rc.bySHA = make(map[string]int)
+	}
+	rc.bySHA[key]++
+	rc.mu.Unlock()
+}
+
+// takeScripts returns the calls of each script counted so far, by the name
+// ScriptHash knows it by, and starts counting again.
+func (rc *requestCounter) takeScripts(names ...string) map[string]int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	m := make(map[string]int)
+	for _, n := range names {
+		if c := rc.bySHA[dlock.ScriptHash(n)]; c > 0 {
+			m[n] = c
+		}
+	}
+	rc.bySHA = nil
+	return m
 }
 
 func (rc *requestCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -75,7 +116,9 @@ func (rc *requestCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 			rc.requests.Add(1)
 			rc.roundTrips.Add(1)
 		}
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		rc.count(cmd, err)
+		return err
 	}
 }
 
@@ -91,7 +134,11 @@ func (rc *requestCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 			rc.requests.Add(int64(n))
 			rc.roundTrips.Add(1)
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			rc.count(cmd, cmd.Err())
+		}
+		return err
 	}
 }
 

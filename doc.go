@@ -110,19 +110,37 @@
 // lock (one pub/sub connection per Client and Redis server, shared by all its
 // locks), then
 // tries again, this time registering itself as a waiter in Redis. When the
-// holder releases the lock while waiters are registered, the release keeps
-// the lock for the waiter registered longest ago, for a short while, and
-// tells only that waiter's Client: one message, one woken goroutine, no race
-// among the others, and no newcomer can take the lock meanwhile. Waiters are
-// therefore served about in the order they arrived; the order is not strict,
-// because a waiter that renews its registration moves back.
+// holder of a Mutex or FairMutex releases it while waiters are registered,
+// the release grants the lock to the waiter registered longest ago (the
+// FairMutex's first in line): in the same script it makes that waiter the
+// holder, with a new fence and a short grant lease (TTL/10, between 50ms and
+// 1s), and tells only that waiter's Client, with the fence. The waiter's Lock
+// returns on the message, without another request: the hand-off costs the
+// release and one message. Its Client then lengthens the lease to the TTL at
+// once, off the next holder's path (if the lock is still held by then). One
+// message, one woken goroutine, no race among the others, and no newcomer can
+// take the lock meanwhile. Waiters are therefore served about in the order
+// they arrived; a Mutex's order is not strict, because a waiter that renews
+// its registration moves back.
+//
+// The waiter counts the grant lease from the send time of its last request
+// that found the lock held, which reached Redis before the grant was made,
+// and it uses the message only if that request is younger than half the grant
+// lease and the message's fence is above every fence handed out before that
+// request (the request's reply says so): an older message, or one from before
+// that request, makes it try again instead, which finds the lock granted to it
+// and lengthens it, or finds the grant lapsed. With WithWaitReplicas the
+// waiter always confirms the grant with that request, which waits for the
+// replicas too. A RWMutex's and a Semaphore's release keep the lock or the
+// permits for the waiter told, which then takes them with one request.
 //
 // A waiter also wakes when the holder's lease would have run out, and at its
 // keep-alive, when it tries again and renews its registration. So a lost
-// message costs latency, never a hang. A waiter that gives up while the lock
-// is kept for it passes it on to the next one at once. The pub/sub connection
-// is checked when it has been silent for long, and replaced, with every
-// waiter woken, when it does not answer.
+// message costs latency (at most a keep-alive), never a hang. A waiter that
+// gives up removes its registration, and gives back a grant made to it
+// meanwhile, which goes to the next waiter at once; a grantee that died costs
+// the grant lease. The pub/sub connection is checked when it has been silent
+// for long, and replaced, with every waiter woken, when it does not answer.
 //
 // # Outages
 //
@@ -190,7 +208,7 @@
 //
 //	renewal                   every TTL/3; up to TTL/6 early, to share a request with others
 //	local deadline            acquire or renewal sent + TTL - (TTL/100 + 2ms): past it, unrenewed, the lease is lost
-//	lock kept for a waiter    TTL/10, between 50ms and 1s, after a release that woke it
+//	grant lease               TTL/10, between 50ms and 1s: a lock granted, or kept, for a waiter by a release
 //	waiter keep-alive         TTL/6, between 50ms and 5s; a registration lapses after three
 //	failed renewal, release   tried again every TTL/10, between 10ms and 1s
 //	release after a cancel    bounded by TTL, between 1s and 5s
@@ -198,7 +216,7 @@
 //	wake-up connection        pinged after 30s of silence, replaced after 5s more without an answer
 //
 // So a dead waiter holds a FairMutex's queue up for at most TTL/2, and a
-// Mutex's waiters for at most the reservation plus one keep-alive.
+// Mutex's waiters for at most the grant lease plus one keep-alive.
 //
 // # Re-entry
 //
@@ -214,7 +232,7 @@
 // For a lock named N and the default prefix "dlock:", Redis holds:
 //
 //	dlock:{N}                 hash: owner id -> hold count; expires after the lease's TTL
-//	                          (while kept for a woken waiter: "reserved" -> its owner id)
+//	                          (the grant lease, until the grantee's Client lengthens it)
 //	dlock:{N}:fence           string: the last fence handed out; expires no sooner than the lock
 //	dlock:{N}:waiters         sorted set: waiting owner ids, scored by when they lapse;
 //	                          expires when the last registration would

@@ -19,15 +19,15 @@ import (
 // Waiters queue in Redis in the order they first asked (by Redis server
 // time). The lock goes to the first live waiter in the queue, and a newcomer,
 // TryLock included, never takes it ahead of a waiter, even while it is free.
-// On release only the waiter at the head is woken, and the lock is kept for
-// it for a short while. A waiter keeps its place alive by renewing it while it
+// On release the lock is granted to the waiter at the head, and only that
+// waiter is woken; its Lock returns on the message. A waiter keeps its place alive by renewing it while it
 // waits; one that stops (its process died) lapses, so a dead waiter holds the
 // queue up for at most half the TTL. A waiter whose context ends leaves the
 // queue at once. The package documentation (Times) gives every such time.
 //
 // Fairness costs throughput under heavy contention: the lock always travels
-// to the next waiter, which takes about one and a half round trips, even when
-// the releasing process would like it back at once.
+// to the next waiter (the release and one message), even when the releasing
+// process would like it back at once.
 type FairMutex struct {
 	a acquirer
 }

@@ -23,9 +23,9 @@ import (
 // Lease may unlock it.
 //
 // Waiters are served about in the order they arrived: a lock released while
-// others wait is kept briefly for the one registered longest ago, and only
-// that one is woken (see the package documentation, Waiting). A free lock with
-// nobody waiting goes to whoever asks first.
+// others wait is granted to the one registered longest ago, and only that one
+// is woken; its Lock returns on the message (see the package documentation,
+// Waiting). A free lock with nobody waiting goes to whoever asks first.
 type Mutex struct {
 	a acquirer
 }
@@ -45,7 +45,7 @@ func (m *Mutex) Name() string { return m.acquirer().k.name }
 // the wait only, never the lease: a Lease outlives the ctx it was acquired
 // with until it is unlocked or lost.
 //
-// A waiting Lock sleeps until the lock is released and kept for it, or until
+// A waiting Lock sleeps until a release grants it the lock, or until
 // the holder's lease would expire, then tries again; it does not poll, beyond
 // a keep-alive while it waits (see Times in the package documentation), and
 // it rides out a failover or restart of Redis (see Outages). If ctx ends
@@ -57,7 +57,7 @@ func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 }
 
 // TryLock makes one attempt to acquire the lock, one round trip. If another
-// owner holds it (or it is kept for a woken waiter), the error matches
+// owner holds it (or it was just granted to a waiter), the error matches
 // ErrNotAcquired. If ctx carries a Lease of this lock (see Lease.Context),
 // TryLock re-enters it.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {

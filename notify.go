@@ -17,10 +17,12 @@ import (
 // stays on the shard that holds the lock. The notifier keeps one pub/sub
 // connection per shard (one in all on a single server) and fans the messages
 // out to per-lock gates. When a lock is freed while others wait, its release
-// script keeps it for the waiter next in line and publishes that waiter's
-// owner id on its Client's channel: exactly one waiter, in one process, is
-// woken, and it finds the lock kept for it. A message "*" on a channel wakes
-// every waiter of its gate (a latch that opened).
+// script grants it to the waiter next in line (a Mutex, a FairMutex), or keeps
+// it for that waiter (the other kinds), and publishes that waiter's owner id
+// on its Client's channel, with the fence of a grant: exactly one waiter, in
+// one process, is woken, and it holds the lock, or finds it kept for it. A
+// message "*" on a channel wakes every waiter of its gate (a latch that
+// opened).
 //
 // Pub/sub delivers at most once: a message sent while a connection is down is
 // lost, and one sent to a process that died is lost with it. Waiters never
@@ -82,6 +84,15 @@ type waiter struct {
 	// connection); capacity 1, so that it never blocks the notifier: a
 	// message that finds it full is dropped, the waiter being awake.
 	wake chan string
+}
+
+// drain empties w.wake: a message that came before a request is answered
+// by that request.
+func (w *waiter) drain() {
+	select {
+	case <-w.wake:
+	default:
+	}
 }
 
 func (w *waiter) signal(msg string) {
@@ -295,7 +306,7 @@ func (n *notifier) enter(g *gate, owner string) *waiter {
 
 // exit ends w's wait. If w gives up (registered is true and it did not take
 // the lock), its registration is removed from Redis, and the lock passed on if
-// it was kept for w.
+// it was granted to, or kept for, w.
 func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 	n.mu.Lock()
 	delete(g.waiters, w.owner)
@@ -306,8 +317,8 @@ func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 }
 
 // unregister removes owner's registration as a waiter of lock k (whose TTL
-// is ttl), and if the lock is kept for owner, keeps it for the next waiter or
-// frees it. It runs in the background, which Close waits for, since the
+// is ttl), and if the lock was granted to, or is kept for, owner, passes it
+// to the next waiter or frees it. It runs in the background, which Close waits for, since the
 // caller may be a Lock that is returning or the receive loop; once Close
 // waits, it runs on the caller's goroutine (a waiting Lock, which Close waits
 // for too).
@@ -532,30 +543,42 @@ func (n *notifier) isClosed() bool {
 	return n.closed
 }
 
-// deliver wakes the waiter a lock was kept for, or passes the lock on if that
-// waiter is gone; "*" wakes every waiter of the gate.
-func (n *notifier) deliver(channel, owner string) {
+// deliver wakes the waiter a message names: one a lock was granted to, or
+// kept for; "*" wakes every waiter of the gate. A lock kept for a waiter that
+// has gone is passed on. A grant to a waiter that has gone needs nothing: a
+// waiter leaves either with the lock, or after removing its registration,
+// which gives back a grant made to it (releaseLeave).
+func (n *notifier) deliver(channel, msg string) {
 	n.mu.Lock()
 	g := n.gates[channel]
 	var w *waiter
 	if g != nil {
-		if owner == "*" {
+		if msg == "*" {
 			for _, w := range g.waiters {
-				w.signal(owner)
+				w.signal(msg)
 			}
 			n.mu.Unlock()
 			return
 		}
-		w = g.waiters[owner]
+		w = g.waiters[msg]
+		if w == nil {
+			if owner, fence, _ := parseWake(msg); fence > 0 {
+				if w = g.waiters[owner]; w == nil {
+					n.mu.Unlock()
+					return
+				}
+			}
+		}
 	}
 	n.mu.Unlock()
 	switch {
 	case w != nil:
-		w.signal(owner)
-	case g != nil && g.k.kind != nil && g.k.kind.release != nil:
+		w.signal(msg)
+	case g != nil && g.k.kind != nil && g.k.kind.release != nil && !g.k.kind.grants:
 		// A lock may be kept for a waiter that has gone: pass it on. Gates of
 		// primitives that keep nothing for anyone ignore stray messages.
 		// Once Close waits, the reservation is left to lapse.
+		owner := msg
 		n.bg.goDo(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -107,6 +107,10 @@ type kind struct {
 	// first is also ttl.lua's KEYS[1].
 	leaseKeys []string
 	zlease    bool // each holder's lease is its member of a sorted set of holders, not the lock hash
+	// grants: a release that frees the lock grants it to the next waiter
+	// and tells it the fence (grant); otherwise it keeps the lock for that
+	// waiter a while, and tells it to take it.
+	grants    bool
 	reentrant bool // a Lease in the context makes an acquisition of the same lock re-enter its hold
 }
 
@@ -120,14 +124,14 @@ var keyNames = map[string]string{
 var (
 	mutexKind = &kind{name: "Mutex", acquire: scripts.acquire, release: scripts.release,
 		acquireKeys: []string{"lock", "fence", "waiters"},
-		releaseKeys: []string{"lock", "waiters"},
+		releaseKeys: []string{"lock", "fence", "waiters"},
 		leaseKeys:   []string{"lock", "fence"},
-		reentrant:   true}
+		grants:      true, reentrant: true}
 	fairKind = &kind{name: "FairMutex", space: "fair:", acquire: scripts.fairAcquire, release: scripts.fairRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
-		releaseKeys: []string{"lock", "waiters", "alive"},
+		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
 		leaseKeys:   []string{"lock", "fence"},
-		reentrant:   true}
+		grants:      true, reentrant: true}
 	semKind = &kind{name: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease,
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
 		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total"},
@@ -267,6 +271,9 @@ type acquireResult struct {
 	reentered bool          // the owner's hold count went up
 	gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
 	pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
+	// floor, when held by another, if the script tells it: every fence a
+	// release grants the caller from then on is above it (fence_floor).
+	floor int64
 	// notReplicated: the hold was granted or re-entered, but fewer replicas
 	// than WithWaitReplicas asks for acknowledged it (an ErrNotReplicated).
 	notReplicated error
@@ -293,12 +300,16 @@ func (n *node) runAcquire(ctx context.Context, k keys, args []any) (acquireResul
 	if n.wait.n > 0 {
 		return n.runAcquireWaited(ctx, k, args)
 	}
-	v, err := k.kind.acquire.Run(ctx, n.cmd, k.acquireKeys, args...).Int64()
+	v, err := k.kind.acquire.Run(ctx, n.cmd, k.acquireKeys, args...).Result()
+	var r acquireResult
+	if err == nil {
+		r, err = decodeAcquire(v)
+	}
 	if err != nil {
 		n.failed(err)
 		return acquireResult{}, opErr(nil, err, "acquire %q", k.name)
 	}
-	return decodeAcquire(v), nil
+	return r, nil
 }
 
 // runAcquireWaited runs k's acquire script followed by WAIT, pipelined: one
@@ -306,32 +317,48 @@ func (n *node) runAcquire(ctx context.Context, k keys, args []any) (acquireResul
 // acknowledged comes back with notReplicated set; the caller undoes it.
 func (n *node) runAcquireWaited(ctx context.Context, k keys, args []any) (acquireResult, error) {
 	replies, acks, err := n.waited(ctx, k.tag, k.kind.acquire, [][]string{k.acquireKeys}, [][]any{args})
-	var v int64
+	var r acquireResult
 	if replies != nil {
-		if v, err = replies[0].Int64(); err == nil {
-			err = acks.err
+		var v any
+		if v, err = replies[0].Result(); err == nil {
+			if r, err = decodeAcquire(v); err == nil {
+				err = acks.err
+			}
 		}
 	}
 	if err != nil {
 		return acquireResult{}, opErr(nil, err, "acquire %q", k.name)
 	}
-	r := decodeAcquire(v)
 	if r.fence > 0 || r.reentered {
 		r.notReplicated = acks.short()
 	}
 	return r, nil
 }
 
-func decodeAcquire(v int64) acquireResult {
-	switch {
-	case v > 0:
-		return acquireResult{fence: v}
-	case v == 0:
-		return acquireResult{reentered: true}
-	case v == -1:
-		return acquireResult{gone: true}
+// decodeAcquire decodes an acquire script's reply: an integer, or for
+// "held" a pair of the time to wait and the fence floor.
+func decodeAcquire(v any) (acquireResult, error) {
+	switch v := v.(type) {
+	case int64:
+		switch {
+		case v > 0:
+			return acquireResult{fence: v}, nil
+		case v == 0:
+			return acquireResult{reentered: true}, nil
+		case v == -1:
+			return acquireResult{gone: true}, nil
+		}
+		return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}, nil
+	case []any:
+		if len(v) == 2 {
+			c, ok1 := v[0].(int64)
+			f, ok2 := v[1].(int64)
+			if ok1 && ok2 && c <= -2 {
+				return acquireResult{pttl: time.Duration(-c-3) * time.Millisecond, floor: f}, nil
+			}
+		}
 	}
-	return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}
+	return acquireResult{}, fmt.Errorf("unexpected reply %v from the acquire script", v)
 }
 
 // waited runs script once per keys and args, followed by WAIT for n.wait,
@@ -408,11 +435,11 @@ func (n *node) serverOf(ctx context.Context, key string) (*redis.Client, error) 
 }
 
 // release runs k's release script once: one round trip. ttl is the lock's
-// TTL, which sets how long a freed lock is kept for the waiter that is told;
+// TTL, which sets the grant lease of the waiter a freed lock goes to;
 // count, for releaseOne, the holds that remain. It returns a result code.
 func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration, count int) (int64, error) {
 	code, err := k.kind.release.Run(ctx, n.cmd, withMarker(k.releaseKeys, k, owner),
-		owner, k.channelArg, mode.arg(), reserveFor(ttl).Milliseconds(), count, markerTTLArg).Int64()
+		owner, k.channelArg, mode.arg(), grantFor(ttl).Milliseconds(), count, markerTTLArg).Int64()
 	if err != nil {
 		n.failed(err)
 		return 0, opErr(nil, err, "release %q", k.name)
@@ -767,10 +794,31 @@ func slot(key string) int {
 func renewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
 func renewSlack(ttl time.Duration) time.Duration { return ttl / 6 }
 
-// reserveFor is how long a freed lock is kept for the waiter chosen to have
-// it: long enough for the message to reach it and its acquire to come back,
-// short enough that a waiter that died costs little.
-func reserveFor(ttl time.Duration) time.Duration {
+// parseWake splits a wake-up message: a waiter's owner id, and, if a release
+// granted it the lock (grant in lua/lib.lua), the fence and the grant lease
+// that follow it, separated by spaces; 0 and 0 otherwise.
+func parseWake(msg string) (owner string, fence int64, lease time.Duration) {
+	owner, rest, ok := strings.Cut(msg, " ")
+	if !ok {
+		return msg, 0, 0
+	}
+	f, ms, ok := strings.Cut(rest, " ")
+	if !ok {
+		return msg, 0, 0
+	}
+	fence, err1 := strconv.ParseInt(f, 10, 64)
+	n, err2 := strconv.ParseInt(ms, 10, 64)
+	if err1 != nil || err2 != nil || fence <= 0 || n <= 0 {
+		return msg, 0, 0
+	}
+	return owner, fence, time.Duration(n) * time.Millisecond
+}
+
+// grantFor is the grant lease: how long a release grants a freed lock to
+// the waiter next in line (or keeps it for that waiter, for kinds that do not
+// grant) before that waiter's Client lengthens it to the TTL. It bounds what
+// a waiter that died costs; the Client that is told lengthens it at once.
+func grantFor(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 50*time.Millisecond), time.Second)
 }
 

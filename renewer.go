@@ -29,7 +29,10 @@ type term struct {
 	cancel context.CancelCauseFunc
 
 	// Guarded by renewer.mu.
-	renew    bool
+	renew bool
+	// lengthen: the lease is a grant lease, shorter than ttl, that the
+	// renewer lengthens to ttl at once, whether or not it renews.
+	lengthen bool
 	ttl      time.Duration
 	deadline time.Time // after this, without a renewal, the lease counts as lost
 	due      time.Time // the next renewal, if renew
@@ -47,7 +50,7 @@ func (t *term) info() LockInfo { return LockInfo{Kind: t.k.kind.name, Name: t.k.
 // setWake sets when the renewer looks at t next. renewer.mu must be held.
 func (t *term) setWake() {
 	t.wake = t.deadline
-	if t.renew && t.busy == nil && t.due.Before(t.wake) {
+	if (t.renew || t.lengthen) && t.busy == nil && t.due.Before(t.wake) {
 		t.wake = t.due
 	}
 }
@@ -95,11 +98,19 @@ func newRenewer(log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
 // begin starts the term of a lease just acquired on n, whose acquire was sent
 // at sent: the lease lapses at sent + ttl in Redis at the latest, and counts
 // as lost drift before that unless renewed.
-func (r *renewer) begin(n *node, k keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time) (*term, error) {
+//
+// A lease granted by a release (grant, above 0) is shorter: it lapses at
+// sent + grant at the latest, sent being a request that reached Redis before
+// the grant was made, and counts as lost drift(grant) before that. The
+// renewer lengthens it to ttl at once.
+func (r *renewer) begin(n *node, k keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*term, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t := &term{node: n, k: k, owner: owner, fence: fence, begun: sent, ctx: ctx, cancel: cancel,
 		renew: renew, ttl: ttl, deadline: sent.Add(ttl - drift(ttl)),
 		due: sent.Add(renewEvery(ttl)), slack: renewSlack(ttl)}
+	if grant > 0 {
+		t.lengthen, t.deadline, t.due, t.slack = true, sent.Add(grant-drift(grant)), time.Now(), 0
+	}
 	t.setWake()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -150,7 +161,7 @@ func (r *renewer) reschedule(t *term) {
 func (r *renewer) retire(t *term) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t.renew = false
+	t.renew, t.lengthen = false, false
 	if t.index >= 0 {
 		heap.Remove(&r.queue, t.index)
 	}
@@ -232,7 +243,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	case codes[0] != codeDone:
 		lost = t.lostErr(codes[0])
 	default:
-		t.ttl, t.deadline, t.lastErr = ttl, sent.Add(ttl-drift(ttl)), nil
+		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-drift(ttl)), nil, false
 		t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
 	}
 	if !t.ended {
@@ -328,9 +339,11 @@ func (r *renewer) tick() {
 // deadlineErr is why t was lost at its deadline.
 func (r *renewer) deadlineErr(t *term) error {
 	r.mu.Lock()
-	renew, ttl, lastErr := t.renew, t.ttl, t.lastErr
+	renew, lengthen, ttl, lastErr := t.renew, t.lengthen, t.ttl, t.lastErr
 	r.mu.Unlock()
 	switch {
+	case lengthen:
+		return opErr(ErrLockLost, lastErr, "%q: granted by a release, but not lengthened before its grant lease ran out", t.k.name)
 	case !renew:
 		return opErr(ErrLockLost, nil, "%q: its lease of %v ran out", t.k.name, ttl)
 	case lastErr != nil:
@@ -427,9 +440,14 @@ func (r *renewer) renewed(batch []*term, items []extendItem, sent time.Time, cod
 		switch {
 		case err != nil:
 			t.lastErr = err
-			t.due, t.slack = time.Now().Add(retryDelay(ttl)), 0
+			wait := retryDelay(ttl)
+			if t.lengthen {
+				// A grant lease: try again well before it runs out.
+				wait = min(wait, time.Until(t.deadline)/4)
+			}
+			t.due, t.slack = time.Now().Add(wait), 0
 		case codes[i] == codeDone:
-			t.deadline, t.lastErr = sent.Add(ttl-drift(ttl)), nil
+			t.deadline, t.lastErr, t.lengthen = sent.Add(ttl-drift(ttl)), nil, false
 			t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
 			extended = append(extended, t)
 		default:

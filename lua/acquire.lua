@@ -1,9 +1,7 @@
--- acquire.lua: take a free lock (or one kept for the caller), register the
--- caller as a waiter if it is held, or re-enter a hold the caller has.
+-- acquire.lua: take a free lock, register the caller as a waiter if it is
+-- held, or re-enter a hold the caller has.
 --
--- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry; or, while a
---          released lock is kept for a woken waiter, the field "reserved" ->
---          that waiter's owner id
+-- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry
 -- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
 -- KEYS[3]  waiters: sorted set of waiting owner ids, each scored by the server
 --          time (ms) at which the entry lapses unless renewed; the key expires
@@ -15,16 +13,19 @@
 --          registered as a waiter when the lock is held; re-entering: the
 --          owner's hold count after this re-entry
 --
--- Returns one integer (cheaper for Redis to reply than a table):
---    > 0  acquired; the value is the fence
+-- Returns:
+--    > 0  acquired; the value is the fence. If the caller held the lock
+--         already (a retry of a take that succeeded, or a grant by a
+--         release, release.lua), its lease now lapses TTL from now.
 --      0  re-entered: hold count set, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
---  <= -2  held by another owner (or kept for another waiter), whose remaining
---         TTL in ms is -value - 3 (-2: the key has no expiry)
+--   {c, f} held by another owner, whose remaining TTL in ms is -c - 3 (-2: the
+--         key has no expiry); f is the fence floor (fence_floor): a grant
+--         made to the caller after this call has a fence above f
 --
 -- Run twice (a retry after a lost reply): a take that succeeded finds the
--- caller holding and answers the same fence, changing nothing but writing the
--- lock's expiry again as it is (touch, for WAIT); a re-entry sets the same
+-- caller holding and answers the same fence, its lease starting again from
+-- the retry (later than the client counts from); a re-entry sets the same
 -- count; a registration is renewed.
 --
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
@@ -37,24 +38,24 @@ local n = redis.call('HLEN', KEYS[1])
 if n > 0 then
   if redis.call('HEXISTS', KEYS[1], me) == 1 then
     local fence = tonumber(redis.call('GET', KEYS[2]))
-    touch(KEYS[1])
-    return fence or next_fence(KEYS[2], (server_time()), ARGV[2], true)
-  end
-  if not (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me) then
-    if ARGV[4] ~= '0' then
-      redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[4]), me)
-      at_least(KEYS[3], ARGV[4])
+    if fence then
+      at_least(KEYS[2], ARGV[2])
+    else
+      fence = next_fence(KEYS[2], (server_time()), ARGV[2], true)
     end
-    return -redis.call('PTTL', KEYS[1]) - 3
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return fence
   end
+  if ARGV[4] ~= '0' then
+    redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[4]), me)
+    at_least(KEYS[3], ARGV[4])
+  end
+  return {-redis.call('PTTL', KEYS[1]) - 3, fence_floor(KEYS[2])}
 end
 if ARGV[4] ~= '0' then
   redis.call('ZREM', KEYS[3], me)
 end
 local fence = next_fence(KEYS[2], (server_time()), ARGV[2], true)
-if n > 0 then
-  redis.call('DEL', KEYS[1])
-end
 redis.call('HSET', KEYS[1], me, 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return fence

@@ -2,8 +2,7 @@
 -- (or kept for the caller) and no live waiter arrived before the caller.
 -- Otherwise queue the caller, keeping its place, or re-enter a hold it has.
 --
--- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry; or, while a
---          released lock is kept for the waiter at the head, "reserved" -> it
+-- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry
 -- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
 -- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival (server
 --          time in microseconds)
@@ -18,16 +17,18 @@
 --          owner's hold count after this re-entry
 --
 -- Returns, as acquire.lua does:
---    > 0  acquired; the value is the fence
+--    > 0  acquired; the value is the fence (a lock the caller held already,
+--         granted by fair_release.lua or taken by a first run, now lapses
+--         TTL from now)
 --      0  re-entered: hold count set, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
---  <= -2  not acquired; -value - 3 is how long (ms) the caller may sleep before
+--   {c, f} not acquired; -c - 3 is how long (ms) the caller may sleep before
 --         the situation changes by itself: the holder's remaining TTL, or the
---         time until the waiter ahead lapses (-2: no expiry known)
+--         time until the waiter ahead lapses (-2: no expiry known); f is the
+--         fence floor, as in acquire.lua
 --
--- Run twice: a take that succeeded answers the same fence and changes
--- nothing but writing the lock's expiry again as it is (touch, for WAIT); a
--- queued caller keeps its place (its arrival is not renewed).
+-- Run twice: a take that succeeded answers the same fence; a queued caller
+-- keeps its place (its arrival is not renewed).
 local me = ARGV[1]
 if ARGV[3] == '1' then
   return reenter(KEYS[1], me, ARGV[4])
@@ -35,10 +36,15 @@ end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
   local fence = tonumber(redis.call('GET', KEYS[2]))
-  touch(KEYS[1])
-  return fence or next_fence(KEYS[2], (server_time()), ARGV[2], true)
+  if fence then
+    at_least(KEYS[2], ARGV[2])
+  else
+    fence = next_fence(KEYS[2], (server_time()), ARGV[2], true)
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return fence
 end
-local free = n == 0 or (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me)
+local free = n == 0
 redis.call('ZCARD', KEYS[3]) -- type checks, before any write
 redis.call('HLEN', KEYS[4])
 local t, now = server_time()
@@ -49,9 +55,6 @@ if free and (not head or head == me) then
   if head then
     redis.call('ZREM', KEYS[3], me)
     redis.call('HDEL', KEYS[4], me)
-  end
-  if n > 0 then
-    redis.call('DEL', KEYS[1])
   end
   redis.call('HSET', KEYS[1], me, 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -64,6 +67,6 @@ if ARGV[4] ~= '0' then
   at_least(KEYS[4], ARGV[4])
 end
 if not free then
-  return -redis.call('PTTL', KEYS[1]) - 3
+  return {-redis.call('PTTL', KEYS[1]) - 3, fence_floor(KEYS[2])}
 end
-return -(lapse - now) - 3
+return {-(lapse - now) - 3, fence_floor(KEYS[2])}

@@ -1,46 +1,50 @@
 -- fair_release.lua: give back one hold of an owner, or the lock itself. A lock
--- freed while others are queued is kept for a short while for the first live
--- waiter, and only that waiter's Client is told; the waiter keeps its place at
--- the head until it takes the lock or lapses.
+-- freed while others are queued is granted at once to the first live waiter,
+-- as release.lua grants it, and only that waiter's Client is told.
 --
--- KEYS[1]  lock: hash of owner id -> hold count, or "reserved" -> owner id
--- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
--- KEYS[3]  alive: hash of waiting owner id -> lapse time (server ms)
--- KEYS[4]  marker: the release marker of ARGV[1], as in release.lua
+-- KEYS[1]  lock: hash of owner id -> hold count
+-- KEYS[2]  fence: the last fence handed out
+-- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
+-- KEYS[4]  alive: hash of waiting owner id -> lapse time (server ms)
+-- KEYS[5]  marker: the release marker of ARGV[1], as in release.lua
 -- ARGV[1]  owner: as in release.lua
 -- ARGV[2]  channel: as in release.lua
 -- ARGV[3]  mode: as in release.lua
--- ARGV[4]  reserve: as in release.lua
+-- ARGV[4]  grant: as in release.lua
 -- ARGV[5]  count: as in release.lua
 -- ARGV[6]  marker_ttl: as in release.lua
 --
 -- Returns, and runs twice, as release.lua does.
 local mode = ARGV[3]
-local queued = redis.call('ZCARD', KEYS[2]) -- type checks, before any write
-redis.call('HLEN', KEYS[3])
+local queued = redis.call('ZCARD', KEYS[3]) -- type checks, before any write
+redis.call('HLEN', KEYS[4])
+if queued > 0 then
+  redis.call('STRLEN', KEYS[2])
+end
 if mode == '2' then
-  local kept = kept_for(KEYS[1], ARGV[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  if not kept then
+  local granted = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  if not granted then
     return 0
   end
 else
-  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[4])
+  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[5])
   if code then
     return code
   end
-  redis.call('SET', KEYS[4], 1, 'PX', ARGV[6])
+  redis.call('SET', KEYS[5], 1, 'PX', ARGV[6])
 end
 redis.call('DEL', KEYS[1])
 if queued == 0 then
   return 1
 end
 -- The first live waiter; lapsed ones ahead of it are dropped.
-local head = live_waiters(KEYS[2], KEYS[3], now_ms())()
+local t, now = server_time()
+local head = live_waiters(KEYS[3], KEYS[4], now)()
 if head then
-  redis.call('HSET', KEYS[1], 'reserved', head)
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  tell(ARGV[2], head)
+  redis.call('ZREM', KEYS[3], head)
+  redis.call('HDEL', KEYS[4], head)
+  grant(KEYS[1], KEYS[2], head, ARGV[4], t, ARGV[2])
 end
 return 1

@@ -69,6 +69,22 @@ local function next_fence(key, t, ms, exact)
   return f
 end
 
+-- fence_floor returns a number that every fence handed out on the string
+-- key fence from now on exceeds, and no fence handed out before now does
+-- (unless fences ran ahead of the clock and the key has gone since): the last
+-- fence, or the server time in microseconds if that is later. A waiter sent
+-- it with "held" compares it with the fence of a grant it is told of later,
+-- to tell a grant made after its request from an older one.
+local function fence_floor(key)
+  local t = redis.call('TIME')
+  local f = t[1] * 1000000 + t[2]
+  local last = tonumber(redis.call('GET', key))
+  if last and last > f then
+    return last
+  end
+  return f
+end
+
 -- tell publishes owner on the channel of owner's Client: stem, ':' and the
 -- part of owner before its first ':' (the Client's id). The channel is a
 -- shard channel (SPUBLISH), in the lock's slot: on a Cluster the message
@@ -76,6 +92,19 @@ end
 -- every node.
 local function tell(stem, owner)
   redis.call('SPUBLISH', stem .. ':' .. string.match(owner, '^[^:]*'), owner)
+end
+
+-- grant gives the free lock hash lock to the waiter w, which the caller has
+-- taken out of its queue: one hold, lapsing ms from now, and a new fence (the
+-- string key fence, living as long; t is from TIME). Only w's Client is told,
+-- on the stem's channel, as tell does: the message is w, the fence and ms,
+-- separated by spaces, so that w's Lock can return on it without another
+-- request.
+local function grant(lock, fence, w, ms, t, stem)
+  local f = next_fence(fence, t, ms, true)
+  redis.call('HSET', lock, w, 1)
+  redis.call('PEXPIRE', lock, ms)
+  redis.call('SPUBLISH', stem .. ':' .. string.match(w, '^[^:]*'), w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms)
 end
 
 -- reenter sets owner's hold count on the lock hash lock to count, the

@@ -1,21 +1,23 @@
 -- release.lua: give back one hold of an owner, or the lock itself. A lock
--- that becomes free while others wait is kept for a short while for the
--- waiter registered longest ago, and only that waiter's Client is told.
+-- freed while others wait is granted at once to the waiter registered
+-- longest ago (grant): it holds the lock for a short grant lease, with a new
+-- fence, and only its Client is told.
 --
--- KEYS[1]  lock: hash of owner id -> hold count, or "reserved" -> owner id
--- KEYS[2]  waiters: sorted set of owner ids, scored by when the entry lapses
--- KEYS[3]  marker: the release marker of ARGV[1], set when its last hold goes, for
+-- KEYS[1]  lock: hash of owner id -> hold count
+-- KEYS[2]  fence: the last fence handed out
+-- KEYS[3]  waiters: sorted set of owner ids, scored by when the entry lapses
+-- KEYS[4]  marker: the release marker of ARGV[1], set when its last hold goes, for
 --          ARGV[6] ms, so that a retried release knows it happened
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
---          its owner id
+--          its owner id, a space and its fence
 -- ARGV[3]  mode: "1", the owner's last hold goes: free the lock
 --          "0": one of several holds goes: set the owner's hold count to
 --          ARGV[5] (the client keeps the authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
---          is kept for it, keep it for the next waiter instead, or free it
--- ARGV[4]  reserve: how long (ms) a freed lock is kept for the waiter that is told
+--          was granted to it, grant it to the next waiter instead, or free it
+-- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to
 -- ARGV[5]  count: for mode "0", the hold count that remains
 -- ARGV[6]  marker_ttl: how long (ms) the release marker lives
 --
@@ -23,39 +25,41 @@
 --    1  released (mode 2: passed on or freed)
 --    2  still held: one hold was given back
 --    0  nothing done: another owner holds the lock (mode 2: the lock was not
---       kept for ARGV[1]; only its registration went)
+--       granted to ARGV[1]; only its registration went)
 --   -1  nothing done: nobody holds the lock (it expired, or was never taken)
 --
 -- Run twice: a release that freed the lock finds its marker and answers 1
--- again; mode "0" sets the same count; mode "2" finds nothing more to do.
+-- again (the lock is not granted twice); mode "0" sets the same count; mode
+-- "2" finds nothing more to do.
 local mode = ARGV[3]
-local waiting = redis.call('ZCARD', KEYS[2]) -- type check, before any write
+local waiting = redis.call('ZCARD', KEYS[3]) -- type checks, before any write
+if waiting > 0 then
+  redis.call('STRLEN', KEYS[2])
+end
 if mode == '2' then
-  local kept = kept_for(KEYS[1], ARGV[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  if not kept then
+  local granted = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  if not granted then
     return 0
   end
 else
-  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[3])
+  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[4])
   if code then
     return code
   end
-  redis.call('SET', KEYS[3], 1, 'PX', ARGV[6])
+  redis.call('SET', KEYS[4], 1, 'PX', ARGV[6])
 end
 redis.call('DEL', KEYS[1])
 if waiting > 0 then
-  local now = now_ms()
+  local t, now = server_time()
   -- The waiter whose registration lapses first; lapsed ones go on the way.
   while true do
-    local head = redis.call('ZPOPMIN', KEYS[2])
+    local head = redis.call('ZPOPMIN', KEYS[3])
     if not head[1] then
       break
     end
     if tonumber(head[2]) > now then
-      redis.call('HSET', KEYS[1], 'reserved', head[1])
-      redis.call('PEXPIRE', KEYS[1], ARGV[4])
-      tell(ARGV[2], head[1])
+      grant(KEYS[1], KEYS[2], head[1], ARGV[4], t, ARGV[2])
       break
     end
   end

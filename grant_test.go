@@ -1,0 +1,346 @@
+package dlock_test
+
+// Direct hand-off: a release grants the lock to the next waiter, whose Lock
+// returns on the message that tells it. What a grant costs and what happens
+// when its message is late, lost, forged or finds its waiter gone.
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// grantKinds are the lock kinds whose release grants: how to make one on a
+// Client, and its lock key's stem.
+var grantKinds = []struct {
+	name string
+	lock func(c *dlock.Client, name string, opts ...dlock.Option) locker
+	tag  string // the keys' stem before the name's hash tag
+}{
+	{"Mutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.Mutex(name, opts...) }, "dlock:"},
+	{"FairMutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.FairMutex(name, opts...) }, "dlock:fair:"},
+}
+
+// TestGrant: the waiter's Lock returns on the release's message, with the
+// fence the release handed out, having sent no request after the release
+// but the lengthening extend, which then makes the lease the full TTL.
+func TestGrant(t *testing.T) {
+	for _, kind := range grantKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			ctx := context.Background()
+			srv := redistest.Start(t)
+			holder := clientOn(t, srv.Client(t))
+			wrdb := srv.Client(t)
+			cmds := countRequests(wrdb)
+			waiter := clientOn(t, wrdb)
+			rdb := srv.Client(t)
+			const ttl = 10 * time.Second
+			l, err := kind.lock(holder, "g", dlock.WithTTL(ttl)).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *dlock.Lease, 1)
+			go func() {
+				l, err := kind.lock(waiter, "g", dlock.WithTTL(ttl)).Lock(ctx)
+				if err != nil {
+					t.Errorf("waiter: %v", err)
+				}
+				got <- l
+			}()
+			key := kind.tag + "{g}"
+			if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, key+":waiters").Val() == 1 }) {
+				t.Fatal("waiter not registered")
+			}
+			cmds.takeScripts()
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var l2 *dlock.Lease
+			select {
+			case l2 = <-got:
+			case <-time.After(2 * time.Second):
+				t.Fatal("waiter not granted the lock")
+			}
+			if l2 == nil {
+				return
+			}
+			defer l2.Unlock(ctx)
+			acq := strings.ToLower(strings.TrimSuffix(kind.name, "Mutex"))
+			if acq == "" {
+				acq = "acquire"
+			} else {
+				acq += "_acquire"
+			}
+			if n := cmds.takeScripts(acq)[acq]; n != 0 {
+				t.Errorf("the waiter ran its acquire script %d times after the release, want 0: the grant's message is its answer", n)
+			}
+			if f, _ := rdb.Get(ctx, key+":fence").Int64(); l2.Fence() != f || l2.Fence() <= l.Fence() {
+				t.Errorf("granted fence %d, fence key %d, the releaser's %d: want the key's, above the releaser's", l2.Fence(), f, l.Fence())
+			}
+			// The grant lease (1s for a TTL of 10s) is lengthened to the TTL.
+			if !within(2*time.Second, func() bool { return rdb.PTTL(ctx, key).Val() > ttl-time.Second }) {
+				t.Errorf("lock's PTTL %v after the grant, want it lengthened to about %v", rdb.PTTL(ctx, key).Val(), ttl)
+			}
+			if n := cmds.takeScripts("extend")["extend"]; n != 1 {
+				t.Errorf("%d extends after the grant, want 1 (the lengthening)", n)
+			}
+			if h := rdb.HGetAll(ctx, key).Val(); len(h) != 1 {
+				t.Errorf("lock hash %v, want the waiter alone", h)
+			}
+			if err := l2.Err(); err != nil {
+				t.Errorf("granted lease: %v", err)
+			}
+		})
+	}
+}
+
+// TestGrantNotLengthened: a grantee whose lengthening extend cannot reach
+// Redis before its grant lease runs out loses the lease, and is told.
+func TestGrantNotLengthened(t *testing.T) {
+	ctx := context.Background()
+	c, p, rdb := proxied(t)
+	holder := clientOn(t, rdb)
+	const ttl = time.Second // grant lease 100ms
+	l, err := holder.Mutex("n", dlock.WithTTL(ttl)).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := c.Mutex("n", dlock.WithTTL(ttl)).Lock(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- l
+	}()
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{n}:waiters").Val() == 1 }) {
+		t.Fatal("waiter not registered")
+	}
+	in := p.Inject(faultproxy.Rule{Match: script("extend"), Fault: faultproxy.DelayRequest, Delay: 500 * time.Millisecond, Times: 1})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-got
+	if l2 == nil {
+		t.FailNow()
+	}
+	defer l2.Unlock(ctx)
+	if !closedWithin(l2.Done(), time.Second) {
+		t.Fatal("a grant lease that was never lengthened still counts as held")
+	}
+	checkHit(t, in)
+	if err := l2.Err(); !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Err: %v, want ErrLockLost", err)
+	}
+	t.Logf("lost: %v", l2.Err())
+	// Redis agrees: the grant lapsed before the late extend arrived.
+	if !within(time.Second, func() bool { return rdb.Exists(ctx, "dlock:{n}").Val() == 0 }) {
+		t.Errorf("lock still held in Redis: %v", rdb.HGetAll(ctx, "dlock:{n}").Val())
+	}
+}
+
+// TestGrantMessageLost: a grant whose message never arrives costs the
+// grantee at most its keep-alive: its next try finds the lock (granted, or
+// free once the grant lapsed) and takes it with a fence above the releaser's.
+func TestGrantMessageLost(t *testing.T) {
+	ctx := context.Background()
+	c, p, rdb := proxied(t)
+	holder := clientOn(t, rdb)
+	const ttl = 1200 * time.Millisecond // keep-alive 200ms, grant lease 120ms
+	l, err := holder.Mutex("lost").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := c.Mutex("lost", dlock.WithTTL(ttl)).Lock(ctx)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- l
+	}()
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{lost}:waiters").Val() == 1 }) {
+		t.Fatal("waiter not registered")
+	}
+	if n := p.BlackholePubSub(); n != 1 {
+		t.Fatalf("%d pub/sub connections, want 1", n)
+	}
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l2 := <-got:
+		if l2 == nil {
+			t.FailNow()
+		}
+		took := time.Since(released)
+		t.Logf("got the lock %v after the release, its message lost", took)
+		if took > 2*ttl/6+100*time.Millisecond {
+			t.Errorf("took %v, want within one keep-alive (%v) and a margin", took, ttl/6)
+		}
+		if l2.Fence() <= l.Fence() {
+			t.Errorf("fence %d after %d", l2.Fence(), l.Fence())
+		}
+		if err := l2.Unlock(ctx); err != nil {
+			t.Errorf("Unlock: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter never got the lock")
+	}
+}
+
+// TestGrantOldMessage: a message of a grant made before the waiter's last
+// request (its fence at or below that request's fence floor) does not make
+// its Lock return: the grant may have lapsed long ago.
+func TestGrantOldMessage(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	holder := clientOn(t, srv.Client(t))
+	waiter := clientOn(t, srv.Client(t))
+	rdb := srv.Client(t)
+	l, err := holder.Mutex("old").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lockInBackground(t, waiter.Mutex("old"))
+	var owner string
+	if !within(5*time.Second, func() bool {
+		w := rdb.ZRange(ctx, "dlock:{old}:waiters", 0, -1).Val()
+		if len(w) == 1 {
+			owner = w[0]
+		}
+		return owner != ""
+	}) {
+		t.Fatal("waiter not registered")
+	}
+	time.Sleep(50 * time.Millisecond) // its registration's reply is in
+	channel := "dlock:{old}:wake:" + owner[:strings.IndexByte(owner, ':')]
+	for _, fence := range []int64{1, l.Fence()} {
+		if n := rdb.SPublish(ctx, channel, owner+" "+strconv.FormatInt(fence, 10)+" 1000").Val(); n != 1 {
+			t.Fatalf("message reached %d subscribers, want 1", n)
+		}
+	}
+	select {
+	case <-got:
+		t.Fatal("the waiter took an old grant's message for its own: two holders")
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(2 * time.Second):
+		t.Fatal("waiter not granted the lock by the real release")
+	}
+}
+
+// TestGrantToLeavingWaiter: a release that grants the lock to a waiter whose
+// Lock is giving up just then loses nothing: the leaving waiter's
+// unregistration passes the grant on to the next waiter at once.
+func TestGrantToLeavingWaiter(t *testing.T) {
+	ctx := context.Background()
+	c, p, rdb := proxied(t)
+	holder := clientOn(t, rdb)
+	second := clientOn(t, rdb)
+	l, err := holder.Mutex("leave").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		if _, err := c.Mutex("leave").Lock(fctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled waiter: %v", err)
+		}
+	}()
+	var first string
+	if !within(5*time.Second, func() bool {
+		w := rdb.ZRange(ctx, "dlock:{leave}:waiters", 0, -1).Val()
+		if len(w) == 1 {
+			first = w[0]
+		}
+		return first != ""
+	}) {
+		t.Fatal("first waiter not registered")
+	}
+	got := lockInBackground(t, second.Mutex("leave"))
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{leave}:waiters").Val() == 2 }) {
+		t.Fatal("second waiter not registered")
+	}
+	// The first waiter's unregistration reaches Redis only after the release.
+	in := p.Inject(faultproxy.Rule{Match: script("release"), Fault: faultproxy.DelayRequest, Delay: 300 * time.Millisecond, Times: 1})
+	cancel()
+	<-gone
+	released := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := rdb.HGetAll(ctx, "dlock:{leave}").Val(); !maps.Equal(h, map[string]string{first: "1"}) {
+		t.Errorf("lock after the release: %v, want it granted to the leaving waiter %s", h, first)
+	}
+	select {
+	case at := <-got:
+		took := at.Sub(released)
+		t.Logf("passed on %v after the release", took)
+		// Without the pass the second waiter would wait for the grant lease
+		// (1s) to lapse and its keep-alive (5s) to fire.
+		if took > time.Second {
+			t.Errorf("second waiter got the lock %v after the release", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("second waiter never got the lock")
+	}
+	checkHit(t, in)
+}
+
+// TestGrantWaitReplicas: with WithWaitReplicas a grantee does not return on
+// the message alone: it confirms the grant with a request that waits for the
+// replica, and a grant its replica never acknowledges is given back.
+func TestGrantWaitReplicas(t *testing.T) {
+	ctx := context.Background()
+	primary, rs := replicated(t, 1)
+	opts := []dlock.Option{dlock.WithWaitReplicas(1, 200*time.Millisecond)}
+	holder := clientOn(t, primary.Client(t), opts...)
+	waiter := clientOn(t, primary.Client(t), opts...)
+	rdb := primary.Client(t)
+	l, err := holder.Mutex("w").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Mutex("w").Lock(ctx)
+		if err == nil {
+			l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{w}:waiters").Val() == 1 }) {
+		t.Fatal("waiter not registered")
+	}
+	caughtUp(t, primary)
+	pause(t, rs[0]) // connected, acknowledging nothing
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		notReplicated(t, "a grantee's Lock", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("grantee never answered")
+	}
+	if !within(time.Second, func() bool { return rdb.Exists(ctx, "dlock:{w}").Val() == 0 }) {
+		t.Errorf("the unreplicated grant was not given back: %v", rdb.HGetAll(ctx, "dlock:{w}").Val())
+	}
+}
