@@ -23,28 +23,36 @@ type reqCounter struct {
 	// unknown: a call was made whose number of requests the client cannot
 	// tell (a rueidis cached read, a dedicated connection).
 	unknown atomic.Bool
+	// extends: dlock's successful renewals and lengthening extends, counted
+	// by its Extended hook (each is one of reqs).
+	extends atomic.Int64
+	// held: dlock acquire script calls answered "held by another" (the reply
+	// that carries a fence floor): a waiter registering, not the request
+	// that hands the lock on.
+	held atomic.Int64
 }
 
 // reqCounts is a reading of a reqCounter, or a sum of differences of them.
 // The zero value is an empty, fully counted sum.
 type reqCounts struct {
-	reqs, rts int64
-	noRT      bool // round trips not counted
-	unknown   bool // requests not counted
+	reqs, rts     int64
+	extends, held int64
+	noRT          bool // round trips not counted
+	unknown       bool // requests not counted
 }
 
 func (c *reqCounter) snap() reqCounts {
-	return reqCounts{reqs: c.reqs.Load(), rts: c.rts.Load(), noRT: c.noRT.Load(), unknown: c.unknown.Load()}
+	return reqCounts{reqs: c.reqs.Load(), rts: c.rts.Load(), extends: c.extends.Load(), held: c.held.Load(), noRT: c.noRT.Load(), unknown: c.unknown.Load()}
 }
 
 // since is c's counts from the reading before until now.
 func (c *reqCounter) since(before reqCounts) reqCounts {
 	now := c.snap()
-	return reqCounts{reqs: now.reqs - before.reqs, rts: now.rts - before.rts, noRT: now.noRT, unknown: now.unknown}
+	return reqCounts{reqs: now.reqs - before.reqs, rts: now.rts - before.rts, extends: now.extends - before.extends, held: now.held - before.held, noRT: now.noRT, unknown: now.unknown}
 }
 
 func (a reqCounts) add(b reqCounts) reqCounts {
-	return reqCounts{reqs: a.reqs + b.reqs, rts: a.rts + b.rts, noRT: a.noRT || b.noRT, unknown: a.unknown || b.unknown}
+	return reqCounts{reqs: a.reqs + b.reqs, rts: a.rts + b.rts, extends: a.extends + b.extends, held: a.held + b.held, noRT: a.noRT || b.noRT, unknown: a.unknown || b.unknown}
 }
 
 // perOp returns requests and round trips per op, nil where not counted.
@@ -79,7 +87,9 @@ func (c *reqCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.reqs.Add(1)
 		c.rts.Add(1)
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		c.classify(cmd)
+		return err
 	}
 }
 
@@ -87,7 +97,28 @@ func (c *reqCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.reqs.Add(int64(len(cmds)))
 		c.rts.Add(1)
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			c.classify(cmd)
+		}
+		return err
+	}
+}
+
+// classify counts cmd, which has run, in held if it is a dlock acquire
+// script call answered "held": a pair of a wait (<= -2) and a fence floor.
+func (c *reqCounter) classify(cmd redis.Cmder) {
+	if n := cmd.Name(); n != "evalsha" && n != "eval" {
+		return
+	}
+	sc, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return
+	}
+	if v, ok := sc.Val().([]any); ok && len(v) == 2 {
+		if w, ok := v[0].(int64); ok && w <= -2 {
+			c.held.Add(1)
+		}
 	}
 }
 

@@ -62,7 +62,13 @@ type dlockLocker struct {
 func openDlock(opts ...dlock.Option) func(string, *reqCounter) (locker, error) {
 	return func(addr string, rc *reqCounter) (locker, error) {
 		rdb := newRedis(addr, rc)
-		c, err := dlock.New(rdb, opts...)
+		var hooks []dlock.Option
+		if rc != nil {
+			// Counts renewals and the extends that lengthen a grant, which
+			// are off the path that gates the next holder.
+			hooks = append(hooks, dlock.WithHooks(dlock.Hooks{Extended: func(context.Context, dlock.LockInfo, int64) { rc.extends.Add(1) }}))
+		}
+		c, err := dlock.New(rdb, append(hooks, opts...)...)
 		if err != nil {
 			return nil, err
 		}

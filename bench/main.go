@@ -53,7 +53,20 @@ type result struct {
 	// client; RoundTripsPerOp: their round trips (a pipeline is one);
 	// RedisCommandsPerOp: commands Redis executed (INFO commandstats delta,
 	// commands inside Lua scripts included).
-	RequestsPerOp      *float64 `json:"requests_per_op,omitempty"`
+	RequestsPerOp *float64 `json:"requests_per_op,omitempty"`
+	// ExtendsPerOp: of RequestsPerOp, dlock's renewals and the extends that
+	// lengthen a lease a release granted (counted by its Extended hook): off
+	// the path that gates the next holder.
+	ExtendsPerOp *float64 `json:"extends_per_op,omitempty"`
+	// HeldPerOp: of RequestsPerOp, dlock's acquire calls that found the lock
+	// held (a waiter registering or renewing its registration): not on the
+	// path that gates the next holder either.
+	HeldPerOp *float64 `json:"held_per_op,omitempty"`
+	// AllocsPerOp, BytesPerOp: heap allocations and bytes the whole process
+	// made per op while only this library ran (runtime.MemStats deltas over
+	// its uncontended slices).
+	AllocsPerOp        *float64 `json:"allocs_per_op,omitempty"`
+	BytesPerOp         *float64 `json:"bytes_per_op,omitempty"`
 	RoundTripsPerOp    *float64 `json:"round_trips_per_op,omitempty"`
 	RedisCommandsPerOp *float64 `json:"redis_commands_per_op,omitempty"`
 	RedisCPUusPerOp    *float64 `json:"redis_cpu_us_per_op,omitempty"`

@@ -121,18 +121,19 @@ func report(o output, scales []scaleResult) string {
 	rs, _ := pick(o.Results, "uncontended")
 	w("## 1. Uncontended: 1 goroutine, acquire + release\n\n")
 	w("ops/s and p50: median over %d slices (min–max); p99 over all slices; ratios: median of per-slice ratios to raw.\n\n", samples(rs))
-	w("| library | variant | ops/s | p50 µs | p99 µs | p50 vs raw | p50 in RTT | requests/op (client) | round trips/op (client) | Redis commands/op (incl. in scripts) | redis CPU µs/op |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
-	ping := o.Machine["ping_p50_us"].(float64)
+	w("| library | variant | ops/s | p50 µs | p99 µs | p50 vs raw | p50 in RTT | requests/op (client) | round trips/op (client) | Redis commands/op (incl. in scripts) | redis CPU µs/op | allocs/op | bytes/op |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	rtt := rttOf(o)
 	for _, r := range rs {
-		rtt := "–"
-		if r.P50us != nil && ping > 0 {
-			rtt = fmt.Sprintf("%.1f", *r.P50us/ping)
+		inRTT := "–"
+		if r.P50us != nil && rtt > 0 {
+			inRTT = fmt.Sprintf("%.1f", *r.P50us/rtt)
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Library, r.Variant, rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
-			numSpread(r.P50us, r.P50usMin, r.P50usMax, "%.0f"), num(r.P99us, "%.0f"), times(r.P50VsRaw), rtt,
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Library, r.Variant, rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
+			numSpread(r.P50us, r.P50usMin, r.P50usMax, "%.0f"), num(r.P99us, "%.0f"), times(r.P50VsRaw), inRTT,
 			counted(r, r.RequestsPerOp, "requests_per_op"), counted(r, r.RoundTripsPerOp, "round_trips_per_op"),
-			num(r.RedisCommandsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"))
+			num(r.RedisCommandsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"), num(r.AllocsPerOp, "%.0f"), num(r.BytesPerOp, "%.0f"))
 	}
+	w("\nallocs/op and bytes/op: the whole bench process's heap allocations while only that library ran (runtime.MemStats over its slices), background goroutines included.\n")
 	w("%s", pubsubNote(rs, "op"))
 	rs, _ = pick(o.Results, "parallel")
 	w("\n## 2. Parallel: 64 goroutines, distinct keys, one client per library\n\n")
@@ -153,23 +154,27 @@ func report(o output, scales []scaleResult) string {
 		w("\n## 3. %s: %s\n\n", scen, title)
 		w("CS/s and gap p50: median over %s (min–max); vs raw: ratio of the medians; share min–max: the extremes over the rounds; the rest over all rounds.\n\n",
 			plural(samples(rs), "round"))
-		w("| library | variant | mutex ok | CS/s | vs raw (1 ms poll) | gap p50 µs | gap p99 µs | same holder again | mean wait µs | max wait µs | max/mean | share min–max | requests/CS (client) | round trips/CS (client) | Redis commands/CS (incl. in scripts) | redis CPU µs/CS |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| library | variant | mutex ok | CS/s | vs raw (1 ms poll) | gap p50 µs | gap p50 in RTT | gap p99 µs | same holder again | mean wait µs | max wait µs | max/mean | share min–max | requests/CS (client) | of which extends | of which found it held | round trips/CS (client) | Redis commands/CS (incl. in scripts) | redis CPU µs/CS |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range rs {
 			ok := r.MutexOK != nil && *r.MutexOK
 			if !ok {
-				w("| %s | %s | **NO — MUTUAL EXCLUSION BROKEN, figures withheld** | | | | | | | | | | | | | |\n", r.Library, r.Variant)
+				w("| %s | %s | **NO — MUTUAL EXCLUSION BROKEN, figures withheld** | | | | | | | | | | | | | | | | |\n", r.Library, r.Variant)
 				continue
 			}
 			if r.OpsPerS == nil {
-				w("| %s | %s | yes | no critical section completed | | | | | | | | | | | | |\n", r.Library, r.Variant)
+				w("| %s | %s | yes | no critical section completed | | | | | | | | | | | | | | | |\n", r.Library, r.Variant)
 				continue
 			}
-			w("| %s | %s | yes | %s | %s | %s | %.0f | %.0f%% | %s | %s | %s | %s–%s | %s | %s | %s | %s |\n", r.Library, r.Variant,
+			gapRTT := "–"
+			if r.GapP50us != nil && rtt > 0 {
+				gapRTT = fmt.Sprintf("%.1f", *r.GapP50us/rtt)
+			}
+			w("| %s | %s | yes | %s | %s | %s | %s | %.0f | %.0f%% | %s | %s | %s | %s–%s | %s | %s | %s | %s | %s | %s |\n", r.Library, r.Variant,
 				rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
 				ratio(r.OpsPerS, rawField(raw, func(r *result) *float64 { return r.OpsPerS })),
-				numSpread(r.GapP50us, r.GapP50usMin, r.GapP50usMax, "%.0f"), r.gapP99, r.selfPct,
+				numSpread(r.GapP50us, r.GapP50usMin, r.GapP50usMax, "%.0f"), gapRTT, r.gapP99, r.selfPct,
 				num(r.MeanWaitus, "%.0f"), num(r.MaxWaitus, "%.0f"), maxMean(r), num(r.ShareMin, "%.2f"), num(r.ShareMax, "%.2f"),
-				counted(r, r.RequestsPerOp, "requests_per_op"), counted(r, r.RoundTripsPerOp, "round_trips_per_op"),
+				counted(r, r.RequestsPerOp, "requests_per_op"), num(r.ExtendsPerOp, "%.2f"), num(r.HeldPerOp, "%.2f"), counted(r, r.RoundTripsPerOp, "round_trips_per_op"),
 				num(r.RedisCommandsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"))
 		}
 		w("%s", pubsubNote(rs, "CS"))
@@ -191,6 +196,15 @@ func report(o output, scales []scaleResult) string {
 	w("%s", clusterSection(o))
 	w(howToRead)
 	return b.String()
+}
+
+// rttOf is the RTT the targets count in (DECISIONS §7): raw go-redis's
+// uncontended acquire+release p50 over 2, from this run; 0 if not measured.
+func rttOf(o output) float64 {
+	if raw := find(o.Results, "uncontended", "raw"); raw != nil && raw.P50us != nil {
+		return *raw.P50us / 2
+	}
+	return 0
 }
 
 // samples is the largest Samples of rs (the slices or rounds behind the medians).
@@ -242,7 +256,13 @@ const howToRead = `
   mean and max wait and the per-op counts are over all slices or rounds together; share min–max is the lowest and
   highest per-round share. Each section says how many slices or rounds are behind its figures (a median of two is
   their mean).
-- RTT = the PING p50 above. An uncontended acquire+release cannot be faster than 2 RTT without pipelining.
+- RTT = raw go-redis's uncontended acquire+release p50 over 2, from the same run: what one request costs through
+  go-redis here (PING, section 4, costs less). An uncontended acquire+release cannot be faster than 2 RTT without
+  pipelining. The hand-off gap runs from the moment the holder calls its release to the moment the next holder's
+  lock returns, so it includes the release's own request.
+- "of which extends" (dlock): renewals and the extends that lengthen a lease a release granted, counted by dlock's
+  Extended hook; "of which found it held" (dlock): its acquire calls answered "held" (a waiter registering). Neither
+  is on the path that gates the next holder, which costs requests/CS minus both.
 - requests/op (client) is what the library's clients sent, counted in the client: a go-redis hook on every client a
   library instance opens (dlock, raw, redsync, redislock), a counting wrapper around the rueidis client
   (rueidislock, via LockerOption.ClientBuilder). A script call (EVALSHA) is one request, each command of a pipeline

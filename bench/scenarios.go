@@ -84,6 +84,12 @@ func setCounts(r *result, rq reqCounts, d stats, ops float64) {
 	}
 	rq = rq.add(pubsubCounts(d.perCmd))
 	r.RequestsPerOp, r.RoundTripsPerOp = rq.perOp(ops)
+	if rq.extends > 0 {
+		r.ExtendsPerOp = f(float64(rq.extends) / ops)
+	}
+	if rq.held > 0 {
+		r.HeldPerOp = f(float64(rq.held) / ops)
+	}
 	r.NotCounted = rq.notCounted()
 	r.RedisCommandsPerOp = f(float64(d.calls) / ops)
 	r.RedisCPUusPerOp = f(d.cpu * 1e6 / ops)
@@ -117,6 +123,8 @@ type seqRunner struct {
 	req      reqCounts
 	sliceOps []float64 // ops/s in each slice
 	sliceP50 []float64 // p50 µs in each slice
+	mallocs  uint64    // heap allocations in its slices
+	bytes    uint64    // and their bytes
 }
 
 func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 time.Duration, err error) {
@@ -160,6 +168,11 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 			before := mustSnapshot(cfg.admin)
 			rq := r.rc.snap()
 			ops0, lat0 := r.ops, len(r.lats)
+			if cap(r.lats)-len(r.lats) < 1<<16 {
+				r.lats = slices.Grow(r.lats, 1<<18) // not inside the measured loop
+			}
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
 			start := time.Now()
 			end := start.Add(cfg.slice)
 			for {
@@ -175,6 +188,9 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 				r.ops++
 			}
 			el := time.Since(start)
+			runtime.ReadMemStats(&m1)
+			r.mallocs += m1.Mallocs - m0.Mallocs
+			r.bytes += m1.TotalAlloc - m0.TotalAlloc
 			r.dur += el
 			r.req = r.req.add(r.rc.since(rq))
 			r.delta.addDelta(mustSnapshot(cfg.admin).sub(before))
@@ -204,6 +220,9 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 			x.OpsVsRaw, x.P50VsRaw = pairRatio(r.sliceOps, raw.sliceOps), pairRatio(r.sliceP50, raw.sliceP50)
 		}
 		setCounts(&x, r.req, r.delta, float64(r.ops))
+		if r.ops > 0 {
+			x.AllocsPerOp, x.BytesPerOp = f(float64(r.mallocs)/float64(r.ops)), f(float64(r.bytes)/float64(r.ops))
+		}
 		res = append(res, x)
 	}
 	return res, pingP50, pingP99, nil
