@@ -87,15 +87,11 @@ func (e *engine) closed() bool {
 	}
 }
 
-// channel is the channel on which this Client is told that k was granted
-// to, or kept for, one of its waiters.
-func (e *engine) channel(k keys) string { return k.channel + ":" + e.id }
-
 // acquirer takes leases on one lock: an immutable description of it.
 type acquirer struct {
 	e       *engine
 	k       keys
-	channel string // where this Client's waiters are told of grants: e.channel(k)
+	channel string // where this Client's waiters are told of grants: k.own
 	ttl     time.Duration
 	renew   bool
 	err     error // an invalid name or option, returned by every call

@@ -131,8 +131,8 @@ func (c *Client) acquirer(k *kind, name string, opts []Option) acquirer {
 	if c == nil || c.e == nil {
 		return acquirer{k: keys{kind: k, name: name}, err: opErr(nil, nil, "%s of a nil or zero Client", k.name)}
 	}
-	a := acquirer{e: c.e, k: newKeys(c.cfg.prefix, k, name)}
-	a.channel = c.e.channel(a.k)
+	a := acquirer{e: c.e, k: newKeys(c.cfg.prefix, k, name, c.e.id)}
+	a.channel = a.k.own
 	cfg, err := c.cfg.with(opts, false)
 	switch {
 	case name == "":

@@ -43,7 +43,7 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	if c == nil || c.e == nil {
 		return &CountDownLatch{k: keys{name: name}, err: errors.New("dlock: CountDownLatch of a nil or zero Client")}
 	}
-	l := &CountDownLatch{e: c.e, k: newKeys(c.cfg.prefix, latchKind, name)}
+	l := &CountDownLatch{e: c.e, k: newKeys(c.cfg.prefix, latchKind, name, "")}
 	if name == "" {
 		l.err = errors.New("dlock: CountDownLatch: empty latch name")
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,22 +172,71 @@ type keys struct {
 	channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
 	// channelArg is channel as a script argument, boxed once.
 	channelArg any
+	// own is the wake-up channel of the Client newKeys was given; "" if none.
+	own string
 
 	acquireKeys, releaseKeys, leaseKeys []string
 }
 
-func newKeys(prefix string, k *kind, name string) keys {
-	tag := prefix + k.space + "{" + nameEscaper.Replace(name) + "}"
-	names := func(list []string) []string {
-		ks := make([]string, len(list))
-		for i, n := range list {
-			ks[i] = tag + keyNames[n]
+// newKeys names the keys of kind k's lock called name, and the wake-up
+// channel of the Client whose id is client ("" for none). Every key and
+// channel is a slice of one string, and the key lists share one array, so
+// that a lock's names cost a few allocations, not one each.
+func newKeys(prefix string, k *kind, name, client string) keys {
+	esc := nameEscaper.Replace(name)
+	lists := [...][]string{k.acquireKeys, k.releaseKeys, k.leaseKeys}
+	var names [8]string // each key's name once, in order of appearance
+	n := 0
+	for _, list := range lists {
+		for _, kn := range list {
+			if !slices.Contains(names[:n], kn) {
+				names[n] = kn
+				n++
+			}
 		}
-		return ks
 	}
-	channel := tag + ":wake"
-	return keys{kind: k, name: name, tag: tag, channel: channel, channelArg: channel,
-		acquireKeys: names(k.acquireKeys), releaseKeys: names(k.releaseKeys), leaseKeys: names(k.leaseKeys)}
+	stem := len(prefix) + len(k.space) + len(esc) + 2
+	size := stem + (stem + len(":wake")) + (stem + len(":wake:") + len(client))
+	for _, kn := range names[:n] {
+		size += stem + len(keyNames[kn])
+	}
+	var b strings.Builder
+	b.Grow(size)
+	var at [len(names) + 2][2]int // where each name and the two channels are in b
+	put := func(i int, suffix ...string) {
+		at[i][0] = b.Len()
+		b.WriteString(prefix)
+		b.WriteString(k.space)
+		b.WriteByte('{')
+		b.WriteString(esc)
+		b.WriteByte('}')
+		for _, s := range suffix {
+			b.WriteString(s)
+		}
+		at[i][1] = b.Len()
+	}
+	for i, kn := range names[:n] {
+		put(i, keyNames[kn])
+	}
+	put(len(names), ":wake")
+	put(len(names)+1, ":wake:", client)
+	all := b.String()
+	cut := func(i int) string { return all[at[i][0]:at[i][1]] }
+	ks := keys{kind: k, name: name, tag: all[:stem], channel: cut(len(names))}
+	if client != "" {
+		ks.own = cut(len(names) + 1)
+	}
+	ks.channelArg = ks.channel
+	arr := make([]string, 0, len(k.acquireKeys)+len(k.releaseKeys)+len(k.leaseKeys))
+	list := func(l []string) []string {
+		from := len(arr)
+		for _, kn := range l {
+			arr = append(arr, cut(slices.Index(names[:n], kn)))
+		}
+		return arr[from:len(arr):len(arr)]
+	}
+	ks.acquireKeys, ks.releaseKeys, ks.leaseKeys = list(k.acquireKeys), list(k.releaseKeys), list(k.leaseKeys)
+	return ks
 }
 
 // nameEscaper makes any byte string safe inside a hash tag: '{' and '}' would

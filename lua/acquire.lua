@@ -46,11 +46,12 @@ if n > 0 then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return fence
   end
+  local t, now = server_time()
   if ARGV[4] ~= '0' then
-    redis.call('ZADD', KEYS[3], now_ms() + tonumber(ARGV[4]), me)
+    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), me)
     at_least(KEYS[3], ARGV[4])
   end
-  return {-redis.call('PTTL', KEYS[1]) - 3, fence_floor(KEYS[2])}
+  return {-redis.call('PTTL', KEYS[1]) - 3, fence_floor(KEYS[2], t)}
 end
 if ARGV[4] ~= '0' then
   redis.call('ZREM', KEYS[3], me)

@@ -67,6 +67,6 @@ if ARGV[4] ~= '0' then
   at_least(KEYS[4], ARGV[4])
 end
 if not free then
-  return {-redis.call('PTTL', KEYS[1]) - 3, fence_floor(KEYS[2])}
+  return {-redis.call('PTTL', KEYS[1]) - 3, fence_floor(KEYS[2], t)}
 end
-return {-(lapse - now) - 3, fence_floor(KEYS[2])}
+return {-(lapse - now) - 3, fence_floor(KEYS[2], t)}

@@ -74,9 +74,8 @@ end
 -- (unless fences ran ahead of the clock and the key has gone since): the last
 -- fence, or the server time in microseconds if that is later. A waiter sent
 -- it with "held" compares it with the fence of a grant it is told of later,
--- to tell a grant made after its request from an older one.
-local function fence_floor(key)
-  local t = redis.call('TIME')
+-- to tell a grant made after its request from an older one. t is from TIME.
+local function fence_floor(key, t)
   local f = t[1] * 1000000 + t[2]
   local last = tonumber(redis.call('GET', key))
   if last and last > f then
