@@ -244,7 +244,7 @@
 // FairMutex (":waiters" is its queue, scored by arrival, and ":alive" holds
 // when each waiter lapses), "dlock:rw:{N}..." for an RWMutex (":readers" is a
 // sorted set of read holds scored by when their lease lapses, ":fences" each
-// holder's fence), "dlock:sem:{N}..." for a Semaphore (":holders", likewise
+// holder's fence, ":writers" the waiting writers alone), "dlock:sem:{N}..." for a Semaphore (":holders", likewise
 // for its holders; ":total" the total set with SetPermits). A CountDownLatch
 // is the string "dlock:latch:{N}", its count while above zero, with no expiry;
 // its opening is published on the channel "dlock:latch:{N}:zero".

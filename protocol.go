@@ -119,7 +119,7 @@ type kind struct {
 var keyNames = map[string]string{
 	"lock": "", "semaphore": "", "count": "",
 	"fence": ":fence", "waiters": ":waiters", "alive": ":alive",
-	"holders": ":holders", "total": ":total", "readers": ":readers", "fences": ":fences",
+	"holders": ":holders", "total": ":total", "readers": ":readers", "fences": ":fences", "writers": ":writers",
 }
 
 var (
@@ -142,8 +142,8 @@ var (
 	// wake-up channel; a read hold's lease is its member of the readers set,
 	// the write hold's is the lock hash.
 	rwReadKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
-		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences"},
-		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences"},
+		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
+		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers"},
 		leaseKeys:   []string{"readers", "fence", "fences"},
 		zlease:      true, reentrant: true}
 	rwWriteKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,

@@ -17,6 +17,10 @@
 --          the last of them would
 -- KEYS[6]  fences: hash of holder owner id (readers and the writer) -> the
 --          fence of its hold, expiring no sooner than any hold
+-- KEYS[7]  writers: the waiting writers alone, scored as in the queue, so
+--          that a reader finds the first writer before it without walking
+--          the readers; an entry whose alive entry is gone is dropped when
+--          met. Expires with the queue.
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
 -- ARGV[3]  mode: "0" to acquire; "1" to re-enter the hold of ARGV[1], read or write,
@@ -74,6 +78,7 @@ redis.call('GET', KEYS[2]) -- type checks, before any write
 redis.call('ZCARD', KEYS[3])
 redis.call('HLEN', KEYS[4])
 redis.call('HLEN', KEYS[6])
+redis.call('ZCARD', KEYS[7])
 local held
 if reading then
   local lapse = tonumber(redis.call('ZSCORE', KEYS[5], me))
@@ -88,14 +93,31 @@ end
 local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 
 -- The live waiters before the caller, as far as they matter: for a writer,
--- the first one; for a reader, the first writer. Lapsed ones are dropped.
+-- the first one; for a reader, the first writer, found among the writers
+-- alone, so that a long queue of readers costs nothing here. Lapsed ones are
+-- dropped.
 local ahead, aheadLapse
-for w, lapse, what in live_waiters(KEYS[3], KEYS[4], now, '[rw]', me) do
-  if w == me then
-    break
+if reading then
+  local mine = tonumber(redis.call('ZSCORE', KEYS[3], me))
+  while true do
+    local first = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
+    if not first[1] or (mine and tonumber(first[2]) >= mine) then
+      break
+    end
+    local lapse = entry(KEYS[4], first[1], 'w')
+    if lapse and lapse > now then
+      ahead, aheadLapse = first[1], lapse
+      break
+    end
+    redis.call('ZREM', KEYS[7], first[1])
+    redis.call('ZREM', KEYS[3], first[1])
+    redis.call('HDEL', KEYS[4], first[1])
   end
-  if not reading or what == 'w' then
-    ahead, aheadLapse = w, lapse
+else
+  for w, lapse in live_waiters(KEYS[3], KEYS[4], now, '[rw]', me) do
+    if w ~= me then
+      ahead, aheadLapse = w, lapse
+    end
     break
   end
 end
@@ -116,6 +138,9 @@ if granted then
   if ARGV[4] ~= '0' then
     redis.call('ZREM', KEYS[3], me)
     redis.call('HDEL', KEYS[4], me)
+    if not reading then
+      redis.call('ZREM', KEYS[7], me)
+    end
   end
   for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)) do
     redis.call('ZREM', KEYS[5], r)
@@ -145,6 +170,10 @@ if ARGV[4] ~= '0' then
   redis.call('HSET', KEYS[4], me, string.format('%d|%s', now + tonumber(ARGV[4]), what))
   at_least(KEYS[3], ARGV[4])
   at_least(KEYS[4], ARGV[4])
+  if not reading then
+    redis.call('ZADD', KEYS[7], 'NX', redis.call('ZSCORE', KEYS[3], me), me)
+    at_least(KEYS[7], ARGV[4])
+  end
 end
 
 -- How long until the situation changes by itself: whichever of the things in

@@ -8,7 +8,8 @@
 -- KEYS[4]  readers: sorted set of read holders' owner ids, scored by when
 --          their lease lapses (server ms)
 -- KEYS[5]  fences: hash of holder owner id -> the fence of its hold
--- KEYS[6]  marker: the release marker of ARGV[1], set when its last hold goes, for
+-- KEYS[6]  writers: the waiting writers' owner ids, scored as in the queue
+-- KEYS[7]  marker: the release marker of ARGV[1], set when its last hold goes, for
 --          ARGV[6] ms, so that a retried release knows it happened
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's); whether it holds a read or the
 --          write is found in Redis
@@ -49,6 +50,7 @@ redis.call('ZCARD', KEYS[2])
 redis.call('HLEN', KEYS[3])
 redis.call('ZCARD', KEYS[4])
 redis.call('HLEN', KEYS[5])
+redis.call('ZCARD', KEYS[6])
 local now = now_ms()
 
 local res, reader
@@ -58,6 +60,7 @@ if mode == '2' then
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   redis.call('ZREM', KEYS[2], me)
   redis.call('HDEL', KEYS[3], me)
+  redis.call('ZREM', KEYS[6], me)
   if kept then
     redis.call('DEL', KEYS[1])
     res = 1
@@ -76,12 +79,12 @@ else
     end
     redis.call('DEL', KEYS[1])
     redis.call('HDEL', KEYS[5], me)
-    redis.call('SET', KEYS[6], 1, 'PX', ARGV[6])
+    redis.call('SET', KEYS[7], 1, 'PX', ARGV[6])
     res = 1
   else
     local lapse = tonumber(redis.call('ZSCORE', KEYS[4], me))
     if not lapse then
-      if redis.call('EXISTS', KEYS[6]) == 1 then
+      if redis.call('EXISTS', KEYS[7]) == 1 then
         return 1
       end
       if redis.call('HLEN', KEYS[1]) > 0 then
@@ -98,7 +101,7 @@ else
     if lapse <= now then
       res = -1
     else
-      redis.call('SET', KEYS[6], 1, 'PX', ARGV[6])
+      redis.call('SET', KEYS[7], 1, 'PX', ARGV[6])
     end
   end
 end

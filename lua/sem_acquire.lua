@@ -65,6 +65,9 @@ end
 local used = sem_used(KEYS[1], KEYS[5], now)
 
 -- What the live waiters before the caller want; lapsed ones are dropped.
+-- The walk stops as soon as those seen leave the caller no room: the ones
+-- behind them matter neither for it nor for when that may change, so a long
+-- queue costs what its head costs.
 local ahead, queued, soonest = 0, false, nil
 for w, lapse, k in live_waiters(KEYS[3], KEYS[4], now, '%d+', me) do
   if w == me then
@@ -76,6 +79,9 @@ for w, lapse, k in live_waiters(KEYS[3], KEYS[4], now, '%d+', me) do
     ahead = ahead + n
     if not soonest or lapse < soonest then
       soonest = lapse
+    end
+    if ahead + want > total - used then
+      break
     end
   end
 end
