@@ -88,6 +88,7 @@ type output struct {
 	Versions map[string]string `json:"versions"`
 	Results  []result          `json:"results"`
 	Cluster  *clusterOut       `json:"cluster,omitempty"`
+	Queues   []queueResult     `json:"queues,omitempty"`
 }
 
 func main() {
@@ -155,6 +156,21 @@ func main() {
 		}
 		res = append(res, r...)
 	}
+	fmt.Fprintln(os.Stderr, "multilock ...")
+	mr, err := runMulti(cfg, 8, 4)
+	if err != nil {
+		exitErr(err)
+	}
+	res = append(res, mr)
+	fmt.Fprintln(os.Stderr, "long queues ...")
+	reps := 9
+	if *quick {
+		reps = 3
+	}
+	queues, err := runQueues(cfg, 10, 10000, reps)
+	if err != nil {
+		exitErr(err)
+	}
 	fmt.Fprintln(os.Stderr, "scale ...")
 	var scales []scaleResult
 	sd, err := runScale(cfg, "dlock", "default", openDlock(dlock.WithTTL(3*time.Second)), time.Second)
@@ -204,6 +220,7 @@ func main() {
 		Versions: versions(),
 		Results:  res,
 		Cluster:  clu,
+		Queues:   queues,
 	}
 	md := report(o, scales)
 	fmt.Print(md)

@@ -14,13 +14,14 @@ import (
 // stats is a snapshot of the server's counters: commands executed (INFO
 // commandstats, INFO itself left out) and CPU used (INFO cpu).
 type stats struct {
-	calls  int64
-	perCmd map[string]int64
-	cpu    float64 // seconds, sys+user
+	calls      int64
+	perCmd     map[string]int64
+	cpu        float64 // seconds, sys+user
+	scriptUsec int64   // time spent running EVAL and EVALSHA, in µs (commandstats)
 }
 
 func (a stats) sub(b stats) stats {
-	d := stats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu, perCmd: map[string]int64{}}
+	d := stats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu, scriptUsec: a.scriptUsec - b.scriptUsec, perCmd: map[string]int64{}}
 	for k, v := range a.perCmd {
 		if v-b.perCmd[k] != 0 {
 			d.perCmd[k] = v - b.perCmd[k]
@@ -53,6 +54,10 @@ func snapshot(ctx context.Context, rdb *redis.Client) (stats, error) {
 					n, _ := strconv.ParseInt(v, 10, 64)
 					st.calls += n
 					st.perCmd[name] = n
+				}
+				if v, ok := strings.CutPrefix(f, "usec="); ok && (name == "evalsha" || name == "eval") {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					st.scriptUsec += n
 				}
 			}
 		}

@@ -179,6 +179,8 @@ func report(o output, scales []scaleResult) string {
 		}
 		w("%s", pubsubNote(rs, "CS"))
 	}
+	w("%s", multiSection(o))
+	w("%s", queuesSection(o))
 	w("\n## 5. Scale: %d locks held at once by one process, TTL 3 s (renewal period 1 s)\n\n", cfgLocks(scales))
 	w("| library | variant | goroutines added | heap added MB | acquire all, s | client requests / period | client round trips / period | round trips per 100 locks / period | Redis commands / period (incl. in scripts) | leases lost |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range scales {
@@ -195,6 +197,45 @@ func report(o output, scales []scaleResult) string {
 	w("\nredsync and redislock have no automatic renewal, so they are not in this table.\n")
 	w("%s", clusterSection(o))
 	w(howToRead)
+	return b.String()
+}
+
+// multiSection renders the MultiLock scenario.
+func multiSection(o output) string {
+	r := find(o.Results, "multilock", "dlock")
+	if r == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## 3b. MultiLock: 8 clients, each a MultiLock over a random 2 of 4 names, 100 µs inside\n\n")
+	if r.MutexOK == nil || !*r.MutexOK {
+		b.WriteString("**NO — MUTUAL EXCLUSION BROKEN, figures withheld**\n")
+		return b.String()
+	}
+	fmt.Fprintf(&b, "| sets/s | mean wait µs | p99 wait µs | max wait µs | max/mean |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
+		num(r.MeanWaitus, "%.0f"), num(r.P99us, "%.0f"), num(r.MaxWaitus, "%.0f"), maxMean(*r))
+	return b.String()
+}
+
+// queuesSection renders the long-queue scenario.
+func queuesSection(o output) string {
+	if len(o.Queues) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	q := o.Queues[0]
+	fmt.Fprintf(&b, "\n## 3c. Long queues: a newcomer's attempt and the holder's release with %d and %d waiters queued\n\n", q.Short, q.Long)
+	fmt.Fprintf(&b, "Medians over %d fresh locks per size; the waiters are live registrations written into Redis. Redis commands include those inside the scripts; script time is Redis's own (commandstats usec of EVALSHA).\n\n", q.Reps)
+	fmt.Fprintf(&b, "| kind | commands, %d | commands, %d | ratio | script µs, %d | script µs, %d | ratio |\n|---|---|---|---|---|---|---|\n", q.Short, q.Long, q.Short, q.Long)
+	for _, q := range o.Queues {
+		note := ""
+		if !q.SameResult {
+			note = " (a newcomer got the lock or a release failed)"
+		}
+		fmt.Fprintf(&b, "| %s%s | %.0f | %.0f | %.2f× | %.0f | %.0f | %.2f× |\n", q.Kind, note, q.CmdsShort, q.CmdsLong, q.CmdsLong/max(q.CmdsShort, 1),
+			q.UsecShort, q.UsecLong, q.UsecLong/max(q.UsecShort, 1))
+	}
 	return b.String()
 }
 
