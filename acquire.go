@@ -74,7 +74,9 @@ func (e *engine) firstUse() {
 
 // newOwner returns an owner id unique across Clients and acquisitions.
 func (e *engine) newOwner() string {
-	return e.id + ":" + strconv.FormatUint(e.seq.Add(1), 10)
+	var buf [64]byte
+	b := append(append(buf[:0], e.id...), ':')
+	return string(strconv.AppendUint(b, e.seq.Add(1), 10))
 }
 
 // closed reports whether Close has started.

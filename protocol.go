@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,8 +28,11 @@ import (
 type node struct {
 	rdb redis.UniversalClient
 	// cmd runs the scripts: rdb itself, or its autopipeliner
-	// (WithAutoPipeline).
-	cmd redis.Scripter
+	// (WithAutoPipeline); proc is the same, for commands built here.
+	cmd  redis.Scripter
+	proc interface {
+		Process(context.Context, redis.Cmder) error
+	}
 	// ctxAware: cmd gives up a request at its context's deadline by itself
 	// (rdb made with ContextTimeoutEnabled, and no autopipeliner).
 	ctxAware bool
@@ -48,7 +52,7 @@ type replicas struct {
 }
 
 func newNode(rdb redis.UniversalClient, autoPipeline bool) (*node, error) {
-	n := &node{rdb: rdb, cmd: rdb}
+	n := &node{rdb: rdb, cmd: rdb, proc: rdb}
 	switch r := rdb.(type) {
 	case *redis.Client:
 		n.ctxAware = r.Options().ContextTimeoutEnabled
@@ -62,7 +66,7 @@ func newNode(rdb redis.UniversalClient, autoPipeline bool) (*node, error) {
 		if err != nil {
 			return nil, err
 		}
-		n.cmd, n.ctxAware = ap, false
+		n.cmd, n.proc, n.ctxAware = ap, ap, false
 	}
 	return n, nil
 }
@@ -334,7 +338,12 @@ type acquireResult struct {
 // extra are the kind's own arguments, after the four every acquire script
 // takes.
 func (n *node) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra ...any) (acquireResult, error) {
-	args := append([]any{owner, ttl.Milliseconds(), string(takeMode), register.Milliseconds()}, extra...)
+	if n.wait.n == 0 && len(extra) == 0 {
+		// The common call, without a slice of arguments of its own.
+		v, err := n.eval(ctx, k.kind.acquire, k.acquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds()).Result()
+		return n.acquired(k, v, err)
+	}
+	args := append([]any{owner, msArg(ttl), string(takeMode), register.Milliseconds()}, extra...)
 	return n.runAcquire(ctx, k, args)
 }
 
@@ -350,7 +359,12 @@ func (n *node) runAcquire(ctx context.Context, k keys, args []any) (acquireResul
 	if n.wait.n > 0 {
 		return n.runAcquireWaited(ctx, k, args)
 	}
-	v, err := k.kind.acquire.Run(ctx, n.cmd, k.acquireKeys, args...).Result()
+	v, err := n.eval(ctx, k.kind.acquire, k.acquireKeys, "", args...).Result()
+	return n.acquired(k, v, err)
+}
+
+// acquired decodes the reply v, or err, of k's acquire script.
+func (n *node) acquired(k keys, v any, err error) (acquireResult, error) {
 	var r acquireResult
 	if err == nil {
 		r, err = decodeAcquire(v)
@@ -360,6 +374,70 @@ func (n *node) runAcquire(ctx context.Context, k keys, args []any) (acquireResul
 		return acquireResult{}, opErr(nil, err, "acquire %q", k.name)
 	}
 	return r, nil
+}
+
+// eval runs script s once with keys, then key if not empty, and args, as
+// Script.Run does (EVALSHA, then EVAL if the server does not know it), but
+// with the command's arguments in one slice built here: the call allocates
+// that slice and what boxing the keys takes, and args can stay on the
+// caller's stack.
+func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, key string, args ...any) *redis.Cmd {
+	nk := len(keys)
+	if key != "" {
+		nk++
+	}
+	a := make([]any, 3, 3+nk+len(args))
+	a[0], a[1], a[2] = "evalsha", shaArg(s), nk
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	if key != "" {
+		a = append(a, key)
+	}
+	a = append(a, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	cmd.SetFirstKeyPos(3)
+	_ = n.proc.Process(ctx, cmd)
+	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || strings.HasPrefix(err.Error(), "NOSCRIPT")) {
+		// The server does not know the script yet: send its body. Rare,
+		// so built the plain way.
+		ks := make([]string, 0, nk)
+		for _, k := range a[3 : 3+nk] {
+			ks = append(ks, k.(string))
+		}
+		return s.Eval(ctx, n.cmd, ks, a[3+nk:]...)
+	}
+	return cmd
+}
+
+// shas holds each script's SHA1 as a script argument, boxed once.
+var shas sync.Map // *redis.Script -> any
+
+func shaArg(s *redis.Script) any {
+	if v, ok := shas.Load(s); ok {
+		return v
+	}
+	v, _ := shas.LoadOrStore(s, any(s.Hash()))
+	return v
+}
+
+// msArgs holds the last TTL's arguments, boxed: an int64 above 255 in an
+// interface is an allocation, and most programs lock with one TTL.
+var msArgs atomic.Pointer[msBox]
+
+type msBox struct {
+	d  time.Duration
+	ms any
+}
+
+// msArg returns d in milliseconds as a script argument.
+func msArg(d time.Duration) any {
+	if b := msArgs.Load(); b != nil && b.d == d {
+		return b.ms
+	}
+	b := &msBox{d, d.Milliseconds()}
+	msArgs.Store(b)
+	return b.ms
 }
 
 // runAcquireWaited runs k's acquire script followed by WAIT, pipelined: one
@@ -488,8 +566,8 @@ func (n *node) serverOf(ctx context.Context, key string) (*redis.Client, error) 
 // TTL, which sets the grant lease of the waiter a freed lock goes to;
 // count, for releaseOne, the holds that remain. It returns a result code.
 func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration, count int) (int64, error) {
-	code, err := k.kind.release.Run(ctx, n.cmd, withMarker(k.releaseKeys, k, owner),
-		owner, k.channelArg, mode.arg(), grantFor(ttl).Milliseconds(), count, markerTTLArg).Int64()
+	code, err := n.eval(ctx, k.kind.release, k.releaseKeys, k.marker(owner),
+		owner, k.channelArg, mode.arg(), grantArg(ttl), count, markerTTLArg).Int64()
 	if err != nil {
 		n.failed(err)
 		return 0, opErr(nil, err, "release %q", k.name)
@@ -862,6 +940,19 @@ func parseWake(msg string) (owner string, fence int64, lease time.Duration) {
 		return msg, 0, 0
 	}
 	return owner, fence, time.Duration(n) * time.Millisecond
+}
+
+// grantArgs is msArgs for grant leases.
+var grantArgs atomic.Pointer[msBox]
+
+// grantArg returns grantFor(ttl) in milliseconds as a script argument.
+func grantArg(ttl time.Duration) any {
+	if b := grantArgs.Load(); b != nil && b.d == ttl {
+		return b.ms
+	}
+	b := &msBox{ttl, grantFor(ttl).Milliseconds()}
+	grantArgs.Store(b)
+	return b.ms
 }
 
 // grantFor is the grant lease: how long a release grants a freed lock to

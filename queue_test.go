@@ -49,8 +49,8 @@ var queueKinds = []struct {
 	// writer), so its cost is counted per waiter let in.
 	wakesAll bool
 	hold     func(c *dlock.Client) (*dlock.Lease, error)
-	try   func(c *dlock.Client) error
-	queue func(rdb *redis.Client, n int, now time.Time) error
+	try      func(c *dlock.Client) error
+	queue    func(rdb *redis.Client, n int, now time.Time) error
 }{
 	{"Mutex", false,
 		func(c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("q").Lock(context.Background()) },
@@ -69,8 +69,13 @@ var queueKinds = []struct {
 			return queueOf(rdb, "dlock:fair:{q}", n, now, "")
 		}},
 	{"Semaphore", false,
-		func(c *dlock.Client) (*dlock.Lease, error) { return c.Semaphore("q", 1).Acquire(context.Background(), 1) },
-		func(c *dlock.Client) error { _, err := c.Semaphore("q", 1).TryAcquire(context.Background(), 1); return err },
+		func(c *dlock.Client) (*dlock.Lease, error) {
+			return c.Semaphore("q", 1).Acquire(context.Background(), 1)
+		},
+		func(c *dlock.Client) error {
+			_, err := c.Semaphore("q", 1).TryAcquire(context.Background(), 1)
+			return err
+		},
 		func(rdb *redis.Client, n int, now time.Time) error {
 			return queueOf(rdb, "dlock:sem:{q}", n, now, "|1")
 		}},
