@@ -915,3 +915,41 @@ func TestSlowHookDelaysNoRenewal(t *testing.T) {
 		l.Unlock(ctx)
 	}
 }
+
+// TestRenewalStalledCall: a renewal call that never gets its reply (its
+// connection stops answering) costs only the leases it carries: the other
+// pipelines of the same pass are renewed on time.
+func TestRenewalStalledCall(t *testing.T) {
+	ctx := context.Background()
+	const ttl = time.Second
+	c, p, rdb := proxied(t, dlock.WithTTL(ttl))
+	const n = 150 // two pipelines of renewals: 100 and 50 leases
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		l, err := c.Mutex("s" + strconv.Itoa(i)).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = l
+	}
+	in := p.Inject(faultproxy.Rule{Match: script("extend"), Fault: faultproxy.SwallowReply, Times: 1})
+	time.Sleep(2 * ttl)
+	checkHit(t, in)
+	lost := 0
+	for i, l := range leases {
+		if l.Err() != nil {
+			lost++
+			continue
+		}
+		if rdb.Exists(ctx, "dlock:{s"+strconv.Itoa(i)+"}").Val() != 1 {
+			t.Errorf("lease s%d held by the Client but gone from Redis", i)
+		}
+	}
+	t.Logf("%d of %d leases lost behind one stalled renewal call", lost, n)
+	if lost > 100 {
+		t.Errorf("%d leases lost: more than the stalled call carried (at most 100)", lost)
+	}
+	for _, l := range leases {
+		_ = l.Unlock(ctx)
+	}
+}

@@ -353,10 +353,10 @@ func (r *renewer) deadlineErr(t *term) error {
 }
 
 // renew renews due terms: those on one server (a node, or a Cluster's
-// primary) on a goroutine of their own, one script call per maxBatch leases
-// of one hash slot (on a Cluster; of any slot elsewhere), the calls in
-// pipelines of up to maxBatch leases: one round trip per maxBatch leases per
-// server.
+// primary) one script call per maxBatch leases of one hash slot (on a
+// Cluster; of any slot elsewhere), the calls in pipelines of up to maxBatch
+// leases, each pipeline on a goroutine of its own: one round trip per
+// maxBatch leases per server.
 func (r *renewer) renew(due []*term) {
 	type server struct {
 		n    *node
@@ -387,11 +387,12 @@ func (r *renewer) renew(due []*term) {
 			}
 		}
 		pipes = append(pipes, pipe)
-		r.wg.Go(func() {
-			for _, calls := range pipes {
-				r.renewCalls(sv.n, calls)
-			}
-		})
+		// Each pipeline on a goroutine of its own, bounded by its leases'
+		// deadlines: a call that stalls (a connection that stopped
+		// answering) holds up no other lease's renewal.
+		for _, calls := range pipes {
+			r.wg.Go(func() { r.renewCalls(sv.n, calls) })
+		}
 	}
 }
 
