@@ -117,17 +117,19 @@ func (p *svgPanel) broken(i int, r result) bool {
 // second (median and min–max over rounds) with max/mean wait.
 func chart(o output) string {
 	unc, _ := pick(o.Results, "uncontended")
+	par, _ := pick(o.Results, "parallel")
 	con, _ := pick(o.Results, "contended")
 	var b strings.Builder
 	p1 := &svgPanel{b: &b, top: 26, rows: unc}
-	p2 := &svgPanel{b: &b, top: p1.top + p1.height() + svgGap, rows: con}
+	pp := &svgPanel{b: &b, top: p1.top + p1.height() + svgGap, rows: par}
+	p2 := &svgPanel{b: &b, top: pp.top + pp.height() + svgGap, rows: con}
 	p3 := &svgPanel{b: &b, top: p2.top + p2.height() + svgGap, rows: con}
 	H := p3.top + p3.height() + 14
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="DejaVu Sans, Verdana, sans-serif" font-size="13">`+"\n", svgW, H, svgW, H)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
 
 	// 1: uncontended p50
-	ping, _ := o.Machine["ping_p50_us"].(float64)
+	ping := rttOf(o)
 	for _, r := range unc {
 		if r.P50usMax != nil {
 			p1.hi = max(p1.hi, *r.P50usMax)
@@ -137,7 +139,7 @@ func chart(o output) string {
 	}
 	p1.hi = max(p1.hi*1.05, 1)
 	p1.title("Uncontended acquire + release: p50 latency, µs (lower is better)",
-		fmt.Sprintf("bar: median over %d slices; whisker: min–max; gridlines: multiples of the PING p50 (1 RTT = %.0f µs)", samples(unc), ping))
+		fmt.Sprintf("bar: median over %d slices; whisker: min–max; gridlines: multiples of 1 RTT = raw's p50 / 2 = %.0f µs", samples(unc), ping))
 	p1.grid(0, "0", "#e4e4e4", false)
 	if ping > 0 {
 		step := 1
@@ -159,6 +161,34 @@ func chart(o output) string {
 			s += fmt.Sprintf("  (%.2f× raw)", *r.P50VsRaw)
 		}
 		p1.value(i, end, s)
+	}
+
+	// 1b: parallel ops/s
+	for _, r := range par {
+		if r.OpsPerSMax != nil {
+			pp.hi = max(pp.hi, *r.OpsPerSMax)
+		} else if r.OpsPerS != nil {
+			pp.hi = max(pp.hi, *r.OpsPerS)
+		}
+	}
+	pstep := niceStep(max(pp.hi, 1), 6)
+	pp.hi = math.Ceil(max(pp.hi, 1)/pstep) * pstep
+	pp.title("Parallel, 64 goroutines on their own keys: acquire + release per second (higher is better)",
+		fmt.Sprintf("bar: median over %d slices; whisker: min–max; one client per library", samples(par)))
+	for t := 0.0; t <= pp.hi+1e-9; t += pstep {
+		pp.grid(t, rateN(t, "%gk"), "#e4e4e4", false)
+	}
+	for i, r := range par {
+		pp.label(i, r)
+		if r.OpsPerS == nil {
+			continue
+		}
+		end := pp.bar(i, r, *r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax)
+		s := rate(r.OpsPerS) + " ops/s"
+		if r.OpsVsRaw != nil && r.Library != "raw" {
+			s += fmt.Sprintf("  (%.2f× raw)", *r.OpsVsRaw)
+		}
+		pp.value(i, end, s)
 	}
 
 	// 2: contended share. The axis stops at shareCap so that the region
