@@ -32,8 +32,9 @@ type result struct {
 	OpsPerS    *float64 `json:"ops_per_s,omitempty"`
 	OpsPerSMin *float64 `json:"ops_per_s_min,omitempty"`
 	OpsPerSMax *float64 `json:"ops_per_s_max,omitempty"`
-	// OpsVsRaw, P50VsRaw: median over slices of the ratio to raw's figure in
-	// the same pass; OpsVsSingle (cluster-parallel) likewise to the single
+	// OpsVsRaw: median over slices of the ratio to raw's figure in the same
+	// pass; P50VsRaw: median over slices of the ratio of p50s with this
+	// library's operations alternating one by one with raw's; OpsVsSingle (cluster-parallel) likewise to the single
 	// redis-server's.
 	OpsVsRaw    *float64 `json:"ops_vs_raw,omitempty"`
 	OpsVsSingle *float64 `json:"ops_vs_single,omitempty"`

@@ -120,7 +120,7 @@ func report(o output, scales []scaleResult) string {
 
 	rs, _ := pick(o.Results, "uncontended")
 	w("## 1. Uncontended: 1 goroutine, acquire + release\n\n")
-	w("ops/s and p50: median over %d slices (min–max); p99 over all slices; ratios: median of per-slice ratios to raw.\n\n", samples(rs))
+	w("ops/s and p50: median over %d slices (min–max); p99 over all slices; ops/s vs raw: median of per-slice ratios; p50 vs raw: median over as many slices of the ratio of p50s with the library's operations alternating one by one with raw's.\n\n", samples(rs))
 	w("| library | variant | ops/s | p50 µs | p99 µs | p50 vs raw | p50 in RTT | requests/op (client) | round trips/op (client) | Redis commands/op (incl. in scripts) | redis CPU µs/op | allocs/op | bytes/op |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	rtt := rttOf(o)
 	for _, r := range rs {

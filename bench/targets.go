@@ -31,7 +31,7 @@ func targets(o output, scales []scaleResult) string {
 	if d != nil && raw != nil && d.P50VsRaw != nil {
 		line("uncontended p50 ≤ 1.10× raw's p50",
 			fmt.Sprintf("p50 %s µs", numSpread(d.P50us, d.P50usMin, d.P50usMax, "%.0f")),
-			fmt.Sprintf("raw p50 %s µs; dlock/raw %.2f× (median of %d per-slice ratios)", numSpread(raw.P50us, raw.P50usMin, raw.P50usMax, "%.0f"), *d.P50VsRaw, d.Samples),
+			fmt.Sprintf("raw p50 %s µs; dlock/raw %.2f× (median of %d slices, operations alternating with raw's)", numSpread(raw.P50us, raw.P50usMin, raw.P50usMax, "%.0f"), *d.P50VsRaw, d.Samples),
 			verdict(*d.P50VsRaw <= 1.10))
 	} else {
 		line("uncontended p50 ≤ 1.10× raw's p50", none, none, none)
