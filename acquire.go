@@ -202,13 +202,9 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			}
 		}
 	}
-	// The send time and fence floor of the last attempt that found the lock
-	// held: a grant told of later with a fence above that floor was made
-	// after that attempt reached Redis.
-	var (
-		heldSent  time.Time
-		heldFloor int64
-	)
+	// The last attempt that found the lock held: a grant told of later with
+	// a fence above its floor was made after it reached Redis.
+	var held heldAt
 	for tries := 0; ; tries++ {
 		var register time.Duration
 		if w != nil {
@@ -216,10 +212,10 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			w.drain()                                       // a grant made before this attempt is found by it
 		}
 		sent := time.Now()
-		l, pttl, floor, err := a.attempt(ctx, owner, start, sent, register, extra)
+		l, pttl, r, err := a.attempt(ctx, owner, start, sent, register, extra)
 		if err == nil {
 			out = outage{}
-			heldSent, heldFloor = sent, floor
+			held = heldAt{sent: sent, floor: r.floor, at: r.at}
 		}
 		switch {
 		case l != nil:
@@ -276,7 +272,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		}
 		select {
 		case msg := <-w.wake:
-			if l := a.granted(ctx, owner, msg, heldSent, heldFloor, start); l != nil {
+			if l := a.granted(ctx, owner, msg, held, start); l != nil {
 				registered = false // the grant took the registration out of the queue
 				return l, nil
 			}
@@ -299,30 +295,49 @@ func (a *acquirer) contended(ctx context.Context) {
 // answers that more permits were asked for than its total.
 var errTooMany = errors.New("more permits than the semaphore's total")
 
+// heldAt is what an attempt that found the lock held tells of the moment it
+// reached Redis: when it was sent, the fence floor and the server time (µs)
+// its script answered with.
+type heldAt struct {
+	sent      time.Time
+	floor, at int64
+}
+
 // granted returns the Lease of a grant that msg tells owner of, or nil if it
-// tells none or the Lease cannot start from it. sent and floor are of the last
-// attempt that found the lock held: a grant with a fence above floor was made
-// after that attempt reached Redis, so it lapses later than sent plus the
-// grant lease the message tells (the releaser's, from its own TTL), which
-// leaves the renewer time to lengthen it if sent is recent. Otherwise (an older attempt, a message that is no grant or an
-// older one, WithWaitReplicas, whose acquire waits for the replicas to
-// acknowledge the grant) the caller tries again, which finds the lock held by
-// owner if it was granted and lengthens it.
-func (a *acquirer) granted(ctx context.Context, owner, msg string, sent time.Time, floor int64, start time.Time) *Lease {
+// tells none or the Lease cannot start from it. h is the last attempt that
+// found the lock held. A grant whose fence is above h's floor was made after
+// that attempt reached Redis, so, by the server's clock, the grant's time less
+// h's later; counted on the local clock from h's send time, less 1% for the
+// two clocks' rates (as drift allows), that is the earliest the grant can
+// have been made here, and its grant lease (the releaser's, from its own
+// TTL) runs from then. If at least half of it is left, the Lease starts and
+// the renewer lengthens it at once. Otherwise (a message that is no grant, an
+// older grant, too little left, WithWaitReplicas, whose acquire waits for the
+// replicas to acknowledge the grant) the caller tries again, which finds the
+// lock held by owner if it was granted and lengthens it.
+func (a *acquirer) granted(ctx context.Context, owner, msg string, h heldAt, start time.Time) *Lease {
 	e := a.e
-	if !a.k.kind.grants || e.node.wait.n > 0 || sent.IsZero() {
+	if !a.k.kind.grants || e.node.wait.n > 0 || h.sent.IsZero() {
 		return nil
 	}
-	to, fence, grant := parseWake(msg)
-	if to != owner || fence <= floor || time.Since(sent) >= grant/2 {
+	m := parseWake(msg)
+	if m.owner != owner || m.fence <= h.floor {
 		return nil
 	}
-	t, err := e.ren.begin(e.node, a.k, owner, fence, a.ttl, a.renew, sent, grant)
+	from := h.sent
+	if h.at > 0 && m.at > h.at {
+		later := time.Duration(m.at-h.at) * time.Microsecond
+		from = from.Add(later - later/100)
+	}
+	if time.Since(from) >= m.lease/2 {
+		return nil
+	}
+	t, err := e.ren.begin(e.node, a.k, owner, m.fence, a.ttl, a.renew, from, m.lease)
 	if err != nil {
 		return nil // closing: the caller's next attempt fails with ErrClosed, and gives the grant back
 	}
 	if e.log.Enabled(ctx, slog.LevelDebug) {
-		e.log.Debug("dlock: acquired by a grant", "lock", a.k.name, "fence", fence, "waited", time.Since(start))
+		e.log.Debug("dlock: acquired by a grant", "lock", a.k.name, "fence", m.fence, "waited", time.Since(start))
 	}
 	return &Lease{h: &hold{e: e, t: t, holds: 1}}
 }
@@ -330,9 +345,9 @@ func (a *acquirer) granted(ctx context.Context, owner, msg string, sent time.Tim
 // attempt runs the acquire script once, sent at sent, registering owner as a
 // waiter for register if the lock is held (0: not at all). It returns the
 // Lease if the lock was taken, else how long the holder's lease has left
-// (never less than 1ms; the lock's own TTL if that is unknown) and the fence
-// floor the script told (0 if none).
-func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.Time, register time.Duration, extra []any) (*Lease, time.Duration, int64, error) {
+// (never less than 1ms; the lock's own TTL if that is unknown) and the
+// script's answer (its fence floor and server time, if it tells them).
+func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.Time, register time.Duration, extra []any) (*Lease, time.Duration, acquireResult, error) {
 	e := a.e
 	var r acquireResult
 	var err error
@@ -357,31 +372,31 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 	}
 	switch {
 	case errors.Is(err, errLeftBehind):
-		return nil, 0, 0, opErr(nil, err, "acquire %q", a.k.name)
+		return nil, 0, acquireResult{}, opErr(nil, err, "acquire %q", a.k.name)
 	case err != nil:
 		// The script may have run: the caller tries again with the same
 		// owner, which gives the same outcome, or abandons.
-		return nil, 0, 0, err
+		return nil, 0, acquireResult{}, err
 	case r.gone:
-		return nil, 0, 0, errTooMany
+		return nil, 0, acquireResult{}, errTooMany
 	case r.fence == 0 && r.pttl < 0:
-		return nil, a.ttl, r.floor, nil
+		return nil, a.ttl, r, nil
 	case r.fence == 0:
-		return nil, max(r.pttl, time.Millisecond), r.floor, nil
+		return nil, max(r.pttl, time.Millisecond), r, nil
 	case r.notReplicated != nil:
 		// Taken on the primary only: a failover could grant it again. The
 		// caller abandons it.
-		return nil, 0, 0, opErr(ErrNotAcquired, r.notReplicated, "acquire %q", a.k.name)
+		return nil, 0, acquireResult{}, opErr(ErrNotAcquired, r.notReplicated, "acquire %q", a.k.name)
 	}
 	t, err := e.ren.begin(e.node, a.k, owner, r.fence, a.ttl, a.renew, sent, 0)
 	if err != nil {
 		a.abandon(ctx, owner)
-		return nil, 0, 0, err
+		return nil, 0, acquireResult{}, err
 	}
 	if e.log.Enabled(ctx, slog.LevelDebug) { // the arguments would escape even if discarded
 		e.log.Debug("dlock: acquired", "lock", a.k.name, "fence", r.fence, "waited", time.Since(start))
 	}
-	return &Lease{h: &hold{e: e, t: t, holds: 1}}, 0, 0, nil
+	return &Lease{h: &hold{e: e, t: t, holds: 1}}, 0, acquireResult{}, nil
 }
 
 // abandon releases whatever owner may hold after an acquire whose outcome is

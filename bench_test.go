@@ -96,6 +96,16 @@ func (rc *requestCounter) count(cmd redis.Cmder, err error) {
 // takeScripts returns the calls of each script counted so far, by the name
 // ScriptHash knows it by, and starts counting again.
 func (rc *requestCounter) takeScripts(names ...string) map[string]int {
+	m := rc.scripts(names...)
+	rc.mu.Lock()
+	rc.bySHA = nil
+	rc.mu.Unlock()
+	return m
+}
+
+// scripts is takeScripts without starting again. A call is counted once its
+// reply is in, which can be a moment after Redis ran it.
+func (rc *requestCounter) scripts(names ...string) map[string]int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	m := make(map[string]int)
@@ -104,7 +114,6 @@ func (rc *requestCounter) takeScripts(names ...string) map[string]int {
 			m[n] = c
 		}
 	}
-	rc.bySHA = nil
 	return m
 }
 

@@ -123,13 +123,19 @@
 // they arrived; a Mutex's order is not strict, because a waiter that renews
 // its registration moves back.
 //
-// The waiter counts the grant lease from the send time of its last request
-// that found the lock held, which reached Redis before the grant was made,
-// and it uses the message only if that request is younger than half the grant
-// lease and the message's fence is above every fence handed out before that
-// request (the request's reply says so): an older message, or one from before
-// that request, makes it try again instead, which finds the lock granted to it
-// and lengthens it, or finds the grant lapsed. With WithWaitReplicas the
+// The waiter uses the message only if its fence is above every fence handed
+// out before the waiter's last request that found the lock held (that
+// request's reply says so): the grant was made after that request reached
+// Redis. The message and the reply carry the server's time, so the waiter
+// dates the grant from that request's send time plus the server time between
+// the two, less 1% for the two clocks' rates (the allowance every lease
+// makes), and counts the grant lease from then; if less than half of it is
+// left, or the message is older, the waiter tries again instead, which finds
+// the lock granted to it and lengthens it, or finds the grant lapsed. This
+// dating relies on the Redis host's clock as its key expiries do: a clock
+// that steps backwards only makes the waiter count from the request's send
+// time; one that steps forward cuts every lease short in Redis anyway (see
+// Guarantees). With WithWaitReplicas the
 // waiter always confirms the grant with that request, which waits for the
 // replicas too. A RWMutex's and a Semaphore's release keep the lock or the
 // permits for the waiter told, which then takes them with one request.

@@ -562,8 +562,8 @@ func (n *notifier) deliver(channel, msg string) {
 		}
 		w = g.waiters[msg]
 		if w == nil {
-			if owner, fence, _ := parseWake(msg); fence > 0 {
-				if w = g.waiters[owner]; w == nil {
+			if m := parseWake(msg); m.fence > 0 {
+				if w = g.waiters[m.owner]; w == nil {
 					n.mu.Unlock()
 					return
 				}

@@ -326,8 +326,9 @@ type acquireResult struct {
 	gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
 	pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
 	// floor, when held by another, if the script tells it: every fence a
-	// release grants the caller from then on is above it (fence_floor).
-	floor int64
+	// release grants the caller from then on is above it (fence_floor); at is
+	// the server's time then, in µs.
+	floor, at int64
 	// notReplicated: the hold was granted or re-entered, but fewer replicas
 	// than WithWaitReplicas asks for acknowledged it (an ErrNotReplicated).
 	notReplicated error
@@ -464,7 +465,7 @@ func (n *node) runAcquireWaited(ctx context.Context, k keys, args []any) (acquir
 }
 
 // decodeAcquire decodes an acquire script's reply: an integer, or for
-// "held" a pair of the time to wait and the fence floor.
+// "held" the time to wait, the fence floor and the server time (held_reply).
 func decodeAcquire(v any) (acquireResult, error) {
 	switch v := v.(type) {
 	case int64:
@@ -478,11 +479,12 @@ func decodeAcquire(v any) (acquireResult, error) {
 		}
 		return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}, nil
 	case []any:
-		if len(v) == 2 {
+		if len(v) == 3 {
 			c, ok1 := v[0].(int64)
 			f, ok2 := v[1].(int64)
-			if ok1 && ok2 && c <= -2 {
-				return acquireResult{pttl: time.Duration(-c-3) * time.Millisecond, floor: f}, nil
+			at, ok3 := v[2].(int64)
+			if ok1 && ok2 && ok3 && c <= -2 {
+				return acquireResult{pttl: time.Duration(-c-3) * time.Millisecond, floor: f, at: at}, nil
 			}
 		}
 	}
@@ -922,24 +924,30 @@ func slot(key string) int {
 func renewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
 func renewSlack(ttl time.Duration) time.Duration { return ttl / 6 }
 
-// parseWake splits a wake-up message: a waiter's owner id, and, if a release
-// granted it the lock (grant in lua/lib.lua), the fence and the grant lease
-// that follow it, separated by spaces; 0 and 0 otherwise.
-func parseWake(msg string) (owner string, fence int64, lease time.Duration) {
-	owner, rest, ok := strings.Cut(msg, " ")
-	if !ok {
-		return msg, 0, 0
+// wake is a wake-up message, parsed: the owner id of the waiter it is for,
+// and for a grant (grant in lua/lib.lua) its fence, grant lease and the
+// server time it was made at, in µs; fence is 0 for any other message.
+type wake struct {
+	owner string
+	fence int64
+	lease time.Duration
+	at    int64
+}
+
+// parseWake parses a wake-up message: an owner id, or an owner id, a fence,
+// a grant lease in ms and a server time in µs, separated by spaces.
+func parseWake(msg string) wake {
+	f := strings.Fields(msg)
+	if len(f) != 4 {
+		return wake{owner: msg}
 	}
-	f, ms, ok := strings.Cut(rest, " ")
-	if !ok {
-		return msg, 0, 0
+	fence, err1 := strconv.ParseInt(f[1], 10, 64)
+	ms, err2 := strconv.ParseInt(f[2], 10, 64)
+	at, err3 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || fence <= 0 || ms <= 0 {
+		return wake{owner: msg}
 	}
-	fence, err1 := strconv.ParseInt(f, 10, 64)
-	n, err2 := strconv.ParseInt(ms, 10, 64)
-	if err1 != nil || err2 != nil || fence <= 0 || n <= 0 {
-		return msg, 0, 0
-	}
-	return owner, fence, time.Duration(n) * time.Millisecond
+	return wake{owner: f[0], fence: fence, lease: time.Duration(ms) * time.Millisecond, at: at}
 }
 
 // grantArgs is msArgs for grant leases.

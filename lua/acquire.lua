@@ -19,9 +19,10 @@
 --         release, release.lua), its lease now lapses TTL from now.
 --      0  re-entered: hold count set, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
---   {c, f} held by another owner, whose remaining TTL in ms is -c - 3 (-2: the
---         key has no expiry); f is the fence floor (fence_floor): a grant
---         made to the caller after this call has a fence above f
+--   {c, f, t} held by another owner, whose remaining TTL in ms is -c - 3 (-2:
+--         the key has no expiry); f is the fence floor (fence_floor): a grant
+--         made to the caller after this call has a fence above f; t is the
+--         server time in µs
 --
 -- Run twice (a retry after a lost reply): a take that succeeded finds the
 -- caller holding and answers the same fence, its lease starting again from
@@ -51,7 +52,7 @@ if n > 0 then
     redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), me)
     at_least(KEYS[3], ARGV[4])
   end
-  return {-redis.call('PTTL', KEYS[1]) - 3, fence_floor(KEYS[2], t)}
+  return held_reply(redis.call('PTTL', KEYS[1]), KEYS[2], t)
 end
 if ARGV[4] ~= '0' then
   redis.call('ZREM', KEYS[3], me)

@@ -22,10 +22,10 @@
 --         TTL from now)
 --      0  re-entered: hold count set, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
---   {c, f} not acquired; -c - 3 is how long (ms) the caller may sleep before
+--   {c, f, t} not acquired; -c - 3 is how long (ms) the caller may sleep before
 --         the situation changes by itself: the holder's remaining TTL, or the
 --         time until the waiter ahead lapses (-2: no expiry known); f is the
---         fence floor, as in acquire.lua
+--         fence floor and t the server time, as in acquire.lua
 --
 -- Run twice: a take that succeeded answers the same fence; a queued caller
 -- keeps its place (its arrival is not renewed).
@@ -67,6 +67,6 @@ if ARGV[4] ~= '0' then
   at_least(KEYS[4], ARGV[4])
 end
 if not free then
-  return {-redis.call('PTTL', KEYS[1]) - 3, fence_floor(KEYS[2], t)}
+  return held_reply(redis.call('PTTL', KEYS[1]), KEYS[2], t)
 end
-return {-(lapse - now) - 3, fence_floor(KEYS[2], t)}
+return held_reply(lapse - now, KEYS[2], t)

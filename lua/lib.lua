@@ -75,6 +75,7 @@ end
 -- fence, or the server time in microseconds if that is later. A waiter sent
 -- it with "held" compares it with the fence of a grant it is told of later,
 -- to tell a grant made after its request from an older one. t is from TIME.
+-- The reply "held" is {wait, fence_floor, server time in µs}: held_reply.
 local function fence_floor(key, t)
   local f = t[1] * 1000000 + t[2]
   local last = tonumber(redis.call('GET', key))
@@ -82,6 +83,14 @@ local function fence_floor(key, t)
     return last
   end
   return f
+end
+
+-- held_reply is an acquire script's answer "not acquired": the wait (ms,
+-- -1 if unknown), the fence floor of the string key fence (fence_floor) and
+-- the server time t (from TIME) in microseconds, by which the waiter dates a
+-- grant it is told of later (grant).
+local function held_reply(wait, fence, t)
+  return {-wait - 3, fence_floor(fence, t), t[1] * 1000000 + t[2]}
 end
 
 -- tell publishes owner on the channel of owner's Client: stem, ':' and the
@@ -96,14 +105,15 @@ end
 -- grant gives the free lock hash lock to the waiter w, which the caller has
 -- taken out of its queue: one hold, lapsing ms from now, and a new fence (the
 -- string key fence, living as long; t is from TIME). Only w's Client is told,
--- on the stem's channel, as tell does: the message is w, the fence and ms,
--- separated by spaces, so that w's Lock can return on it without another
--- request.
+-- on the stem's channel, as tell does: the message is w, the fence, ms and
+-- the server time in microseconds, separated by spaces, so that w's Lock can
+-- return on it without another request.
 local function grant(lock, fence, w, ms, t, stem)
   local f = next_fence(fence, t, ms, true)
   redis.call('HSET', lock, w, 1)
   redis.call('PEXPIRE', lock, ms)
-  redis.call('SPUBLISH', stem .. ':' .. string.match(w, '^[^:]*'), w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms)
+  redis.call('SPUBLISH', stem .. ':' .. string.match(w, '^[^:]*'),
+    w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms .. ' ' .. string.format('%.0f', t[1] * 1000000 + t[2]))
 end
 
 -- reenter sets owner's hold count on the lock hash lock to count, the
