@@ -137,8 +137,9 @@
 // time; one that steps forward cuts every lease short in Redis anyway (see
 // Guarantees). With WithWaitReplicas the
 // waiter always confirms the grant with that request, which waits for the
-// replicas too. A RWMutex's and a Semaphore's release keep the lock or the
-// permits for the waiter told, which then takes them with one request.
+// replicas too. An RWMutex's release grants the lock so to the writer first
+// in line; readers it lets in, and the waiters a Semaphore's release finds
+// room for, are told, and take their holds with one request each.
 //
 // A waiter also wakes when the holder's lease would have run out, and at its
 // keep-alive, when it tries again and renews its registration. So a lost
@@ -214,7 +215,7 @@
 //
 //	renewal                   every TTL/3; up to TTL/6 early, to share a request with others
 //	local deadline            acquire or renewal sent + TTL - (TTL/100 + 2ms): past it, unrenewed, the lease is lost
-//	grant lease               TTL/10, between 50ms and 1s: a lock granted, or kept, for a waiter by a release
+//	grant lease               TTL/10, between 50ms and 1s: a lock a release granted to a waiter, until its Client lengthens it
 //	waiter keep-alive         TTL/6, between 50ms and 5s; a registration lapses after three
 //	failed renewal, release   tried again every TTL/10, between 10ms and 1s
 //	release after a cancel    bounded by TTL, between 1s and 5s

@@ -27,6 +27,7 @@ var grantKinds = []struct {
 }{
 	{"Mutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.Mutex(name, opts...) }, "dlock:"},
 	{"FairMutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.FairMutex(name, opts...) }, "dlock:fair:"},
+	{"RWMutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.RWMutex(name, opts...) }, "dlock:rw:"},
 }
 
 // TestGrant: the waiter's Lock returns on the release's message, with the
@@ -73,12 +74,7 @@ func TestGrant(t *testing.T) {
 				return
 			}
 			defer l2.Unlock(ctx)
-			acq := strings.ToLower(strings.TrimSuffix(kind.name, "Mutex"))
-			if acq == "" {
-				acq = "acquire"
-			} else {
-				acq += "_acquire"
-			}
+			acq := map[string]string{"Mutex": "acquire", "FairMutex": "fair_acquire", "RWMutex": "rw_acquire"}[kind.name]
 			if f, _ := rdb.Get(ctx, key+":fence").Int64(); l2.Fence() != f || l2.Fence() <= l.Fence() {
 				t.Errorf("granted fence %d, fence key %d, the releaser's %d: want the key's, above the releaser's", l2.Fence(), f, l.Fence())
 			}

@@ -17,12 +17,12 @@ import (
 // stays on the shard that holds the lock. The notifier keeps one pub/sub
 // connection per shard (one in all on a single server) and fans the messages
 // out to per-lock gates. When a lock is freed while others wait, its release
-// script grants it to the waiter next in line (a Mutex, a FairMutex), or keeps
-// it for that waiter (the other kinds), and publishes that waiter's owner id
-// on its Client's channel, with the fence of a grant: exactly one waiter, in
-// one process, is woken, and it holds the lock, or finds it kept for it. A
-// message "*" on a channel wakes every waiter of its gate (a latch that
-// opened).
+// script grants it to the waiter next in line and publishes that waiter's
+// owner id on its Client's channel, with the grant's fence: exactly one
+// waiter, in one process, is woken, and it holds the lock. The releases of
+// the kinds that let several waiters in (an RWMutex's readers, a Semaphore's
+// permits) tell each of them, by owner id, to try again. A message "*" on a
+// channel wakes every waiter of its gate (a latch that opened).
 //
 // Pub/sub delivers at most once: a message sent while a connection is down is
 // lost, and one sent to a process that died is lost with it. Waiters never
@@ -63,7 +63,7 @@ type shard struct {
 // gate is where this process's waiters for one lock wait.
 type gate struct {
 	k       keys
-	ttl     time.Duration // of the primitive that made the gate; sets how long a passed-on lock is kept
+	ttl     time.Duration // of the primitive that made the gate; sets the grant lease of a lock passed on
 	channel string
 	sh      *shard        // where the channel is subscribed; guarded by notifier.mu
 	ready   chan struct{} // closed when Redis confirmed the subscription, or it failed
@@ -306,7 +306,7 @@ func (n *notifier) enter(g *gate, owner string) *waiter {
 
 // exit ends w's wait. If w gives up (registered is true and it did not take
 // the lock), its registration is removed from Redis, and the lock passed on if
-// it was granted to, or kept for, w.
+// it was granted to w.
 func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 	n.mu.Lock()
 	delete(g.waiters, w.owner)
@@ -317,7 +317,7 @@ func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 }
 
 // unregister removes owner's registration as a waiter of lock k (whose TTL
-// is ttl), and if the lock was granted to, or is kept for, owner, passes it
+// is ttl), and if the lock was granted to owner, passes it
 // to the next waiter or frees it. It runs in the background, which Close waits for, since the
 // caller may be a Lock that is returning or the receive loop; once Close
 // waits, it runs on the caller's goroutine (a waiting Lock, which Close waits
@@ -544,48 +544,29 @@ func (n *notifier) isClosed() bool {
 }
 
 // deliver wakes the waiter a message names: one a lock was granted to, or
-// kept for; "*" wakes every waiter of the gate. A lock kept for a waiter that
-// has gone is passed on. A grant to a waiter that has gone needs nothing: a
-// waiter leaves either with the lock, or after removing its registration,
-// which gives back a grant made to it (releaseLeave).
+// one told to try again; "*" wakes every waiter of the gate. A message for a
+// waiter that has gone needs nothing: a waiter leaves either with the lock,
+// or after removing its registration, which gives back a grant made to it
+// (releaseLeave).
 func (n *notifier) deliver(channel, msg string) {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	g := n.gates[channel]
-	var w *waiter
-	if g != nil {
-		if msg == "*" {
-			for _, w := range g.waiters {
-				w.signal(msg)
-			}
-			n.mu.Unlock()
-			return
-		}
-		w = g.waiters[msg]
-		if w == nil {
-			if m := parseWake(msg); m.fence > 0 {
-				if w = g.waiters[m.owner]; w == nil {
-					n.mu.Unlock()
-					return
-				}
-			}
-		}
+	if g == nil {
+		return
 	}
-	n.mu.Unlock()
-	switch {
-	case w != nil:
+	if msg == "*" {
+		for _, w := range g.waiters {
+			w.signal(msg)
+		}
+		return
+	}
+	w := g.waiters[msg]
+	if w == nil {
+		w = g.waiters[parseWake(msg).owner]
+	}
+	if w != nil {
 		w.signal(msg)
-	case g != nil && g.k.kind != nil && g.k.kind.release != nil && !g.k.kind.grants:
-		// A lock may be kept for a waiter that has gone: pass it on. Gates of
-		// primitives that keep nothing for anyone ignore stray messages.
-		// Once Close waits, the reservation is left to lapse.
-		owner := msg
-		n.bg.goDo(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if _, err := n.node.release(ctx, g.k, owner, releaseLeave, g.ttl, 0); err != nil {
-				n.log.Warn("dlock: passing on a lock kept for a waiter that left failed", "lock", g.k.name, "err", err)
-			}
-		})
 	}
 }
 

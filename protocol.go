@@ -147,14 +147,14 @@ var (
 	// the write hold's is the lock hash.
 	rwReadKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
-		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers"},
+		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
 		leaseKeys:   []string{"readers", "fence", "fences"},
 		zlease:      true, reentrant: true}
 	rwWriteKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
 		acquireKeys: rwReadKind.acquireKeys,
 		releaseKeys: rwReadKind.releaseKeys,
 		leaseKeys:   []string{"lock", "fence", "fences"},
-		reentrant:   true}
+		grants:      true, reentrant: true}
 	latchKind = &kind{name: "CountDownLatch", space: "latch:"}
 )
 
@@ -286,7 +286,7 @@ const (
 
 	releaseOne   releaseMode = "0" // one of several holds goes: the count that remains is given
 	releaseLast  releaseMode = "1" // the last hold goes: the lock is freed
-	releaseLeave releaseMode = "2" // a waiter gives up: unregister it, pass the lock on if kept for it
+	releaseLeave releaseMode = "2" // a waiter gives up: unregister it, pass the lock on if it was granted to it
 
 	semSetTotal    semMode = "3"
 	semAvailable   semMode = "4"

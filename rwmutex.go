@@ -34,14 +34,15 @@ import (
 //
 // Waiters are served in order of arrival, and writers are not starved: a
 // writer takes the lock when no reader or writer holds it and no live waiter
-// arrived before it; a reader takes it when no writer holds it (nor is it
-// kept for one) and no live writer arrived before it. So once a writer waits,
+// arrived before it; a reader takes it when no writer holds it and no live
+// writer arrived before it. So once a writer waits,
 // readers that come after it wait behind it, and it gets the lock as soon as
 // the readers already inside leave. TryLock and TryRLock follow the same rules
 // without queueing. When the lock is freed, only the waiters that can now
-// proceed are woken: a writer first in line (the lock is then kept for it a
-// short while, as for a FairMutex), or every reader queued before the first
-// waiting writer. A reader leaving while other readers hold wakes nobody. A
+// proceed are woken: a writer first in line (the lock is granted to it, as a
+// FairMutex's is, and its Lock returns on the message), or every reader
+// queued before the first waiting writer (each then takes its read hold with
+// one request). A reader leaving while other readers hold wakes nobody. A
 // waiter keeps its place by renewing it while it waits; one whose process
 // died lapses, and one whose context ends leaves the queue at once. The
 // package documentation (Times) gives every such time.

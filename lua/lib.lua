@@ -104,16 +104,18 @@ end
 
 -- grant gives the free lock hash lock to the waiter w, which the caller has
 -- taken out of its queue: one hold, lapsing ms from now, and a new fence (the
--- string key fence, living as long; t is from TIME). Only w's Client is told,
+-- string key fence, living as long, or at least as long if shared is true;
+-- t is from TIME), which it returns. Only w's Client is told,
 -- on the stem's channel, as tell does: the message is w, the fence, ms and
 -- the server time in microseconds, separated by spaces, so that w's Lock can
 -- return on it without another request.
-local function grant(lock, fence, w, ms, t, stem)
-  local f = next_fence(fence, t, ms, true)
+local function grant(lock, fence, w, ms, t, stem, shared)
+  local f = next_fence(fence, t, ms, not shared)
   redis.call('HSET', lock, w, 1)
   redis.call('PEXPIRE', lock, ms)
   redis.call('SPUBLISH', stem .. ':' .. string.match(w, '^[^:]*'),
     w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms .. ' ' .. string.format('%.0f', t[1] * 1000000 + t[2]))
+  return f
 end
 
 -- reenter sets owner's hold count on the lock hash lock to count, the
@@ -125,11 +127,6 @@ local function reenter(lock, owner, count)
   end
   redis.call('HSET', lock, owner, count)
   return 0
-end
-
--- kept_for reports whether the lock hash lock is free but kept for owner.
-local function kept_for(lock, owner)
-  return redis.call('HGET', lock, 'reserved') == owner and redis.call('HLEN', lock) == 1
 end
 
 -- give_back gives back holds of owner on the lock hash lock: mode "0" sets

@@ -2,9 +2,7 @@
 -- arrival, so that a waiting writer is not starved by readers; or re-enter a
 -- hold the caller has.
 --
--- KEYS[1]  lock: hash of the writer's owner id -> hold count, with a PX expiry;
---          or, while a freed lock is kept for the writer at the head of the
---          queue, "reserved" -> that writer's owner id
+-- KEYS[1]  lock: hash of the writer's owner id -> hold count, with a PX expiry
 -- KEYS[2]  fence: the last fence handed out, shared by reads and writes,
 --          expiring no sooner than any hold
 -- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival (server
@@ -34,25 +32,27 @@
 --          writer that reads gets the read at once, whoever waits, since all
 --          of them wait for it.
 --
--- A writer takes the lock when nobody holds it (no writer, no live reader, not
--- kept for another writer) and no live waiter is queued before it. A reader
--- takes it when no writer holds it, it is not kept for a writer, and no live
--- writer is queued before it: once a writer waits, the readers that come
--- after it wait behind it.
+-- A writer takes the lock when nobody holds it (no writer, no live reader)
+-- and no live waiter is queued before it; a release may also grant it to the
+-- writer first in line (rw_release.lua). A reader takes it when no writer
+-- holds it and no live writer is queued before it: once a writer waits, the
+-- readers that come after it wait behind it.
 --
 -- Returns, as acquire.lua does:
---    > 0  acquired; the value is the fence
+--    > 0  acquired; the value is the fence (a write hold the caller had
+--         already, granted or taken by a first run, now lapses TTL from now)
 --      0  re-entered
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
---  <= -2  not acquired; -value - 3 is how long (ms) the caller may sleep
+--   {c, f, t} not acquired; -c - 3 is how long (ms) the caller may sleep
 --         before the situation changes by itself: the writer's remaining TTL,
 --         or the time until the first reader's lease or the waiter in the
---         way lapses (-2: none known)
+--         way lapses (-2: none known); f is the fence floor and t the server
+--         time, as in acquire.lua
 --
 -- Run twice: an acquisition that succeeded finds the caller holding and
--- answers the same fence, changing nothing but writing its hold's key's
--- expiry again as it is (touch, for WAIT); a re-entry sets the same count; a
--- queued caller keeps its place.
+-- answers the same fence, changing nothing for a read but writing its hold's
+-- key's expiry again as it is (touch, for WAIT); a re-entry sets the same
+-- count; a queued caller keeps its place.
 --
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
@@ -87,7 +87,13 @@ else
   held = n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1
 end
 if held then
-  touch(reading and KEYS[5] or KEYS[1])
+  if reading then
+    touch(KEYS[5])
+  else
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    at_least(KEYS[2], ttl)
+    at_least(KEYS[6], ttl)
+  end
   return tonumber(redis.call('HGET', KEYS[6], me)) or tonumber(redis.call('GET', KEYS[2]))
 end
 local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
@@ -130,7 +136,7 @@ if reading then
   end
 else
   granted = readers == 0 and not ahead and
-    (n == 0 or (n == 1 and redis.call('HGET', KEYS[1], 'reserved') == me))
+    n == 0
 end
 
 if granted then
@@ -194,7 +200,4 @@ end
 if ahead and (not sleep or aheadLapse - now < sleep) then
   sleep = aheadLapse - now
 end
-if not sleep then
-  return -2
-end
-return -sleep - 3
+return held_reply(sleep or -1, KEYS[2], t)

@@ -1,43 +1,46 @@
 -- rw_release.lua: give back a hold of an RWMutex, read or write, or take a
 -- waiter out of the queue; then wake only the waiters that can now proceed.
 --
--- KEYS[1]  lock: hash of the writer's owner id -> hold count, or "reserved" ->
---          the owner id of the writer the lock is kept for
+-- KEYS[1]  lock: hash of the writer's owner id -> hold count
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|r" or "<lapse ms>|w"
 -- KEYS[4]  readers: sorted set of read holders' owner ids, scored by when
 --          their lease lapses (server ms)
 -- KEYS[5]  fences: hash of holder owner id -> the fence of its hold
 -- KEYS[6]  writers: the waiting writers' owner ids, scored as in the queue
--- KEYS[7]  marker: the release marker of ARGV[1], set when its last hold goes, for
+-- KEYS[7]  fence: the last fence handed out, shared by reads and writes
+-- KEYS[8]  marker: the release marker of ARGV[1], set when its last hold goes, for
 --          ARGV[6] ms, so that a retried release knows it happened
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's); whether it holds a read or the
 --          write is found in Redis
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
---          its owner id
+--          its owner id, and for a writer granted the lock, as grant (lib.lua)
+--          writes it
 -- ARGV[3]  mode: "1", the owner's last hold goes
 --          "0": one of several holds goes: a write hold's count is set to
 --          ARGV[5]; a read hold has no count in Redis (the client keeps the
 --          authoritative count)
---          "2": the waiter ARGV[1] gives up: unregister it, and if the lock is
---          kept for it, or it stood in others' way, wake who can now proceed
--- ARGV[4]  reserve: how long (ms) a freed lock is kept for the writer that is told
+--          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
+--          was granted to it, or it stood in others' way, wake who can now
+--          proceed
+-- ARGV[4]  grant: the grant lease (ms) of a writer the lock is granted to
 -- ARGV[5]  count: for mode "0", the hold count that remains
 -- ARGV[6]  marker_ttl: how long (ms) the release marker lives
 --
--- Who is woken, when the lock has no writer and is kept for nobody: if the
--- first live waiter is a writer and no live reader holds, the lock is kept for
--- that writer and only it is told; if it is a reader, every reader queued
--- before the first writer is told (nothing is kept for readers: nobody can
--- take the lock from them, since they are ahead of every writer that waits).
+-- Who is woken, when the lock has no writer: if the first live waiter is a
+-- writer and no live reader holds, the lock is granted to that writer, as
+-- release.lua grants a Mutex, and only it is told; if it is a reader, every
+-- reader queued before the first writer is told (nothing is kept for readers:
+-- nobody can take the lock from them, since they are ahead of every writer
+-- that waits), and each takes its read hold with one request.
 -- A reader that leaves while other readers hold wakes nobody.
 --
 -- Returns, as release.lua does:
---    1  released (mode 2: the lock was kept for ARGV[1] and is passed on)
+--    1  released (mode 2: the lock was granted to ARGV[1] and is passed on)
 --    2  still held: one of several holds was given back
---    0  nothing done: another owner holds the lock (mode 2: it was not kept
---       for ARGV[1]; only its registration went)
+--    0  nothing done: another owner holds the lock (mode 2: it was not
+--       granted to ARGV[1]; only its registration went)
 --   -1  nothing done: ARGV[1] holds nothing (its lease lapsed, or it was never
 --       taken)
 --
@@ -51,18 +54,20 @@ redis.call('HLEN', KEYS[3])
 redis.call('ZCARD', KEYS[4])
 redis.call('HLEN', KEYS[5])
 redis.call('ZCARD', KEYS[6])
-local now = now_ms()
+redis.call('STRLEN', KEYS[7])
+local t, now = server_time()
 
 local res, reader
 if mode == '2' then
   local v = redis.call('HGET', KEYS[3], me)
-  local kept = kept_for(KEYS[1], me)
+  local granted = redis.call('HEXISTS', KEYS[1], me) == 1
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   redis.call('ZREM', KEYS[2], me)
   redis.call('HDEL', KEYS[3], me)
   redis.call('ZREM', KEYS[6], me)
-  if kept then
+  if granted then
     redis.call('DEL', KEYS[1])
+    redis.call('HDEL', KEYS[5], me)
     res = 1
   elseif v and (head == me or string.sub(v, -1) == 'w') then
     -- A writer held up the readers behind it; the head held up everyone.
@@ -79,12 +84,12 @@ else
     end
     redis.call('DEL', KEYS[1])
     redis.call('HDEL', KEYS[5], me)
-    redis.call('SET', KEYS[7], 1, 'PX', ARGV[6])
+    redis.call('SET', KEYS[8], 1, 'PX', ARGV[6])
     res = 1
   else
     local lapse = tonumber(redis.call('ZSCORE', KEYS[4], me))
     if not lapse then
-      if redis.call('EXISTS', KEYS[7]) == 1 then
+      if redis.call('EXISTS', KEYS[8]) == 1 then
         return 1
       end
       if redis.call('HLEN', KEYS[1]) > 0 then
@@ -101,13 +106,13 @@ else
     if lapse <= now then
       res = -1
     else
-      redis.call('SET', KEYS[7], 1, 'PX', ARGV[6])
+      redis.call('SET', KEYS[8], 1, 'PX', ARGV[6])
     end
   end
 end
 
--- The lock's state now: a writer, or a lock kept for one, wakes nobody; nor
--- does a reader leaving while others read.
+-- The lock's state now: a writer wakes nobody; nor does a reader leaving
+-- while others read.
 if redis.call('HLEN', KEYS[1]) > 0 then
   return res
 end
@@ -123,9 +128,11 @@ local told = 0
 for w, _, what in live_waiters(KEYS[2], KEYS[3], now, '[rw]') do
   if what == 'w' then
     if told == 0 and readers == 0 then
-      redis.call('HSET', KEYS[1], 'reserved', w)
-      redis.call('PEXPIRE', KEYS[1], ARGV[4])
-      tell(ARGV[2], w)
+      redis.call('ZREM', KEYS[2], w)
+      redis.call('HDEL', KEYS[3], w)
+      redis.call('ZREM', KEYS[6], w)
+      redis.call('HSET', KEYS[5], w, grant(KEYS[1], KEYS[7], w, ARGV[4], t, ARGV[2], true))
+      at_least(KEYS[5], ARGV[4])
     end
     break
   end
