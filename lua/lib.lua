@@ -36,9 +36,8 @@ end
 -- expiry gets one, a key that would expire sooner is given more, and a
 -- missing key stays missing.
 local function at_least(key, ms)
-  local p = redis.call('PTTL', key)
-  if p == -1 or (p >= 0 and p < tonumber(ms)) then
-    redis.call('PEXPIRE', key, ms)
+  if redis.call('PEXPIRE', key, ms, 'GT') == 0 then
+    redis.call('PEXPIRE', key, ms, 'NX') -- GT takes a key without expiry for one that never expires
   end
 end
 
