@@ -106,7 +106,8 @@ func (c *reqCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // classify counts cmd, which has run, in held if it is a dlock acquire
-// script call answered "held": a pair of a wait (<= -2) and a fence floor.
+// script call answered "held": a wait (<= -2), a fence floor and the server
+// time.
 func (c *reqCounter) classify(cmd redis.Cmder) {
 	if n := cmd.Name(); n != "evalsha" && n != "eval" {
 		return
@@ -115,7 +116,7 @@ func (c *reqCounter) classify(cmd redis.Cmder) {
 	if !ok {
 		return
 	}
-	if v, ok := sc.Val().([]any); ok && len(v) == 2 {
+	if v, ok := sc.Val().([]any); ok && len(v) == 3 {
 		if w, ok := v[0].(int64); ok && w <= -2 {
 			c.held.Add(1)
 		}
