@@ -38,14 +38,7 @@ end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 then
   if redis.call('HEXISTS', KEYS[1], me) == 1 then
-    local fence = tonumber(redis.call('GET', KEYS[2]))
-    if fence then
-      at_least(KEYS[2], ARGV[2])
-    else
-      fence = next_fence(KEYS[2], (server_time()), ARGV[2], true)
-    end
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return fence
+    return held_again(KEYS[1], KEYS[2], ARGV[2])
   end
   local t, now = server_time()
   if ARGV[4] ~= '0' then

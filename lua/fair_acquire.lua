@@ -35,14 +35,7 @@ if ARGV[3] == '1' then
 end
 local n = redis.call('HLEN', KEYS[1])
 if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
-  local fence = tonumber(redis.call('GET', KEYS[2]))
-  if fence then
-    at_least(KEYS[2], ARGV[2])
-  else
-    fence = next_fence(KEYS[2], (server_time()), ARGV[2], true)
-  end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return fence
+  return held_again(KEYS[1], KEYS[2], ARGV[2])
 end
 local free = n == 0
 redis.call('ZCARD', KEYS[3]) -- type checks, before any write
@@ -61,7 +54,7 @@ if free and (not head or head == me) then
   return fence
 end
 if ARGV[4] ~= '0' then
-  redis.call('ZADD', KEYS[3], 'NX', t[1] * 1000000 + t[2], me)
+  redis.call('ZADD', KEYS[3], 'NX', micros(t), me)
   redis.call('HSET', KEYS[4], me, now + tonumber(ARGV[4]))
   at_least(KEYS[3], ARGV[4])
   at_least(KEYS[4], ARGV[4])

@@ -13,6 +13,11 @@ local function server_time()
   return t, t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
+-- micros is t, a reply of TIME, in microseconds.
+local function micros(t)
+  return t[1] * 1000000 + t[2]
+end
+
 -- now_ms returns the server's clock in milliseconds.
 local function now_ms()
   local _, now = server_time()
@@ -48,7 +53,7 @@ end
 -- fence key lives as long as its lock), else at least ms. Raises before
 -- writing if key holds anything but an integer.
 local function next_fence(key, t, ms, exact)
-  local f = t[1] * 1000000 + t[2]
+  local f = micros(t)
   local v = redis.call('GET', key)
   if v then
     local last = tonumber(v)
@@ -76,7 +81,7 @@ end
 -- to tell a grant made after its request from an older one. t is from TIME.
 -- The reply "held" is {wait, fence_floor, server time in µs}: held_reply.
 local function fence_floor(key, t)
-  local f = t[1] * 1000000 + t[2]
+  local f = micros(t)
   local last = tonumber(redis.call('GET', key))
   if last and last > f then
     return last
@@ -89,16 +94,31 @@ end
 -- the server time t (from TIME) in microseconds, by which the waiter dates a
 -- grant it is told of later (grant).
 local function held_reply(wait, fence, t)
-  return {-wait - 3, fence_floor(fence, t), t[1] * 1000000 + t[2]}
+  return {-wait - 3, fence_floor(fence, t), micros(t)}
 end
 
--- tell publishes owner on the channel of owner's Client: stem, ':' and the
--- part of owner before its first ':' (the Client's id). The channel is a
--- shard channel (SPUBLISH), in the lock's slot: on a Cluster the message
--- stays on the shard that holds the lock instead of crossing the bus to
--- every node.
-local function tell(stem, owner)
-  redis.call('SPUBLISH', stem .. ':' .. string.match(owner, '^[^:]*'), owner)
+-- held_again answers a take by an owner that holds the lock hash lock
+-- already (a retry of a take that succeeded, or a lock a release granted it):
+-- its lease, and the string key fence with it, now lapse ms from now, and its
+-- fence is returned (a new one if the key has gone).
+local function held_again(lock, fence, ms)
+  local f = tonumber(redis.call('GET', fence))
+  if f then
+    at_least(fence, ms)
+  else
+    f = next_fence(fence, (server_time()), ms, true)
+  end
+  redis.call('PEXPIRE', lock, ms)
+  return f
+end
+
+-- tell publishes msg, or owner if msg is nil, on the channel of owner's
+-- Client: stem, ':' and the part of owner before its first ':' (the Client's
+-- id). The channel is a shard channel (SPUBLISH), in the lock's slot: on a
+-- Cluster the message stays on the shard that holds the lock instead of
+-- crossing the bus to every node.
+local function tell(stem, owner, msg)
+  redis.call('SPUBLISH', stem .. ':' .. string.match(owner, '^[^:]*'), msg or owner)
 end
 
 -- grant gives the free lock hash lock to the waiter w, which the caller has
@@ -112,8 +132,7 @@ local function grant(lock, fence, w, ms, t, stem, shared)
   local f = next_fence(fence, t, ms, not shared)
   redis.call('HSET', lock, w, 1)
   redis.call('PEXPIRE', lock, ms)
-  redis.call('SPUBLISH', stem .. ':' .. string.match(w, '^[^:]*'),
-    w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms .. ' ' .. string.format('%.0f', t[1] * 1000000 + t[2]))
+  tell(stem, w, w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms .. ' ' .. string.format('%.0f', micros(t)))
   return f
 end
 

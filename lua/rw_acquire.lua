@@ -172,7 +172,7 @@ if ARGV[4] ~= '0' then
   if reading then
     what = 'r'
   end
-  redis.call('ZADD', KEYS[3], 'NX', t[1] * 1000000 + t[2], me)
+  redis.call('ZADD', KEYS[3], 'NX', micros(t), me)
   redis.call('HSET', KEYS[4], me, string.format('%d|%s', now + tonumber(ARGV[4]), what))
   at_least(KEYS[3], ARGV[4])
   at_least(KEYS[4], ARGV[4])

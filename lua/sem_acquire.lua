@@ -104,7 +104,7 @@ if want > total and ARGV[4] == '0' then
   return -1
 end
 if ARGV[4] ~= '0' then
-  redis.call('ZADD', KEYS[3], 'NX', t[1] * 1000000 + t[2], me)
+  redis.call('ZADD', KEYS[3], 'NX', micros(t), me)
   redis.call('HSET', KEYS[4], me, string.format('%d|%d', now + tonumber(ARGV[4]), want))
   at_least(KEYS[3], ARGV[4])
   at_least(KEYS[4], ARGV[4])
