@@ -271,8 +271,8 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			timer.Reset(sleep)
 		}
 		select {
-		case msg := <-w.wake:
-			if l := a.granted(ctx, owner, msg, held, start); l != nil {
+		case m := <-w.wake:
+			if l := a.granted(ctx, owner, m, held, start); l != nil {
 				registered = false // the grant took the registration out of the queue
 				return l, nil
 			}
@@ -303,7 +303,7 @@ type heldAt struct {
 	floor, at int64
 }
 
-// granted returns the Lease of a grant that msg tells owner of, or nil if it
+// granted returns the Lease of a grant that m tells owner of, or nil if it
 // tells none or the Lease cannot start from it. h is the last attempt that
 // found the lock held. A grant whose fence is above h's floor was made after
 // that attempt reached Redis, so, by the server's clock, the grant's time less
@@ -315,12 +315,11 @@ type heldAt struct {
 // older grant, too little left, WithWaitReplicas, whose acquire waits for the
 // replicas to acknowledge the grant) the caller tries again, which finds the
 // lock held by owner if it was granted and lengthens it.
-func (a *acquirer) granted(ctx context.Context, owner, msg string, h heldAt, start time.Time) *Lease {
+func (a *acquirer) granted(ctx context.Context, owner string, m wake, h heldAt, start time.Time) *Lease {
 	e := a.e
 	if !a.k.kind.grants || e.node.wait.n > 0 || h.sent.IsZero() {
 		return nil
 	}
-	m := parseWake(msg)
 	if m.owner != owner || m.fence <= h.floor {
 		return nil
 	}

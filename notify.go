@@ -80,10 +80,11 @@ type gate struct {
 // waiter is one waiting Lock call, known by its owner id.
 type waiter struct {
 	owner string
-	// wake gets the message that woke the waiter ("" after a broken
-	// connection); capacity 1, so that it never blocks the notifier: a
-	// message that finds it full is dropped, the waiter being awake.
-	wake chan string
+	// wake gets the message that woke the waiter, parsed (the zero wake
+	// after a broken connection); capacity 1, so that it never blocks the
+	// notifier: a message that finds it full is dropped, the waiter being
+	// awake.
+	wake chan wake
 }
 
 // drain empties w.wake: a message that came before a request is answered
@@ -95,7 +96,7 @@ func (w *waiter) drain() {
 	}
 }
 
-func (w *waiter) signal(msg string) {
+func (w *waiter) signal(msg wake) {
 	select {
 	case w.wake <- msg:
 	default:
@@ -297,7 +298,7 @@ var testHookUnsubscribe = func() {}
 
 // enter makes owner a waiter of g, to be woken by messages naming it.
 func (n *notifier) enter(g *gate, owner string) *waiter {
-	w := &waiter{owner: owner, wake: make(chan string, 1)}
+	w := &waiter{owner: owner, wake: make(chan wake, 1)}
 	n.mu.Lock()
 	g.waiters[owner] = w
 	n.mu.Unlock()
@@ -434,7 +435,7 @@ func (n *notifier) dropped(sh *shard, channel string) {
 	moved := g != nil && g.sh == sh
 	if moved {
 		for _, w := range g.waiters {
-			w.signal("")
+			w.signal(wake{})
 		}
 	}
 	n.mu.Unlock()
@@ -555,18 +556,15 @@ func (n *notifier) deliver(channel, msg string) {
 	if g == nil {
 		return
 	}
-	if msg == "*" {
+	m := parseWake(msg)
+	if m.owner == "*" {
 		for _, w := range g.waiters {
-			w.signal(msg)
+			w.signal(m)
 		}
 		return
 	}
-	w := g.waiters[msg]
-	if w == nil {
-		w = g.waiters[parseWake(msg).owner]
-	}
-	if w != nil {
-		w.signal(msg)
+	if w := g.waiters[m.owner]; w != nil {
+		w.signal(m)
 	}
 }
 
@@ -577,7 +575,7 @@ func (n *notifier) wakeAll(sh *shard) {
 	for _, g := range n.gates {
 		if g.sh == sh {
 			for _, w := range g.waiters {
-				w.signal("")
+				w.signal(wake{})
 			}
 		}
 	}

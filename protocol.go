@@ -399,7 +399,7 @@ func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, key str
 	cmd := redis.NewCmd(ctx, a...)
 	cmd.SetFirstKeyPos(3)
 	_ = n.proc.Process(ctx, cmd)
-	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || strings.HasPrefix(err.Error(), "NOSCRIPT")) {
+	if noScript(cmd.Err()) {
 		// The server does not know the script yet: send its body. Rare,
 		// so built the plain way.
 		ks := make([]string, 0, nk)
@@ -409,6 +409,12 @@ func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, key str
 		return s.Eval(ctx, n.cmd, ks, a[3+nk:]...)
 	}
 	return cmd
+}
+
+// noScript reports whether err is the server's answer to an EVALSHA of a
+// script it does not know, also wrapped.
+func noScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || strings.Contains(err.Error(), "NOSCRIPT"))
 }
 
 // shas holds each script's SHA1 as a script argument, boxed once.
@@ -422,24 +428,38 @@ func shaArg(s *redis.Script) any {
 	return v
 }
 
-// msArgs holds the last TTL's arguments, boxed: an int64 above 255 in an
-// interface is an allocation, and most programs lock with one TTL.
-var msArgs atomic.Pointer[msBox]
+// boxed is a script argument in milliseconds computed from a duration,
+// boxed once for the last duration it was asked for: an int64 above 255 in
+// an interface is an allocation, and most programs lock with one TTL.
+type boxed struct {
+	of   func(time.Duration) time.Duration
+	last atomic.Pointer[boxedArg]
+}
 
-type msBox struct {
+type boxedArg struct {
 	d  time.Duration
 	ms any
 }
 
-// msArg returns d in milliseconds as a script argument.
-func msArg(d time.Duration) any {
-	if b := msArgs.Load(); b != nil && b.d == d {
-		return b.ms
+func (b *boxed) arg(d time.Duration) any {
+	if a := b.last.Load(); a != nil && a.d == d {
+		return a.ms
 	}
-	b := &msBox{d, d.Milliseconds()}
-	msArgs.Store(b)
-	return b.ms
+	a := &boxedArg{d, b.of(d).Milliseconds()}
+	b.last.Store(a)
+	return a.ms
 }
+
+var (
+	ttlArgs   = boxed{of: func(d time.Duration) time.Duration { return d }}
+	grantArgs = boxed{of: grantFor}
+)
+
+// msArg returns d in milliseconds as a script argument.
+func msArg(d time.Duration) any { return ttlArgs.arg(d) }
+
+// grantArg returns grantFor(ttl) in milliseconds as a script argument.
+func grantArg(ttl time.Duration) any { return grantArgs.arg(ttl) }
 
 // runAcquireWaited runs k's acquire script followed by WAIT, pipelined: one
 // round trip. A hold it granted or re-entered that too few replicas
@@ -519,7 +539,7 @@ func (n *node) waited(ctx context.Context, key string, script *redis.Script, key
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 	}
 	run(false)
-	if err := replies[0].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	if noScript(replies[0].Err()) {
 		run(true) // every call is the same script on the same server
 	}
 	for _, r := range replies {
@@ -652,7 +672,7 @@ func (n *node) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, 
 	// failover or SCRIPT FLUSH) is sent its body.
 	var again []int
 	for i, err := range errs {
-		if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
+		if noScript(err) {
 			again = append(again, i)
 		}
 	}
@@ -934,33 +954,23 @@ type wake struct {
 	at    int64
 }
 
-// parseWake parses a wake-up message: an owner id, or an owner id, a fence,
-// a grant lease in ms and a server time in µs, separated by spaces.
+// parseWake parses a wake-up message: an owner id ("*" for every waiter), or
+// an owner id, a fence, a grant lease in ms and a server time in µs,
+// separated by spaces.
 func parseWake(msg string) wake {
-	f := strings.Fields(msg)
-	if len(f) != 4 {
+	owner, rest, ok := strings.Cut(msg, " ")
+	if !ok {
 		return wake{owner: msg}
 	}
-	fence, err1 := strconv.ParseInt(f[1], 10, 64)
-	ms, err2 := strconv.ParseInt(f[2], 10, 64)
-	at, err3 := strconv.ParseInt(f[3], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil || fence <= 0 || ms <= 0 {
+	f, rest, ok1 := strings.Cut(rest, " ")
+	ms, at, ok2 := strings.Cut(rest, " ")
+	fence, err1 := strconv.ParseInt(f, 10, 64)
+	n, err2 := strconv.ParseInt(ms, 10, 64)
+	t, err3 := strconv.ParseInt(at, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || err3 != nil || fence <= 0 || n <= 0 {
 		return wake{owner: msg}
 	}
-	return wake{owner: f[0], fence: fence, lease: time.Duration(ms) * time.Millisecond, at: at}
-}
-
-// grantArgs is msArgs for grant leases.
-var grantArgs atomic.Pointer[msBox]
-
-// grantArg returns grantFor(ttl) in milliseconds as a script argument.
-func grantArg(ttl time.Duration) any {
-	if b := grantArgs.Load(); b != nil && b.d == ttl {
-		return b.ms
-	}
-	b := &msBox{ttl, grantFor(ttl).Milliseconds()}
-	grantArgs.Store(b)
-	return b.ms
+	return wake{owner: owner, fence: fence, lease: time.Duration(n) * time.Millisecond, at: t}
 }
 
 // grantFor is the grant lease: how long a release grants a freed lock to
