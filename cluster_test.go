@@ -177,26 +177,24 @@ func commandCalls(t *testing.T, cl *redistest.Cluster, cmd string) map[string]in
 }
 
 // waitInLine starts a Lock of name on c that waits for the lock, which its
-// holder keeps, and returns once the waiter is registered in Redis. The
-// channel gets the time the waiter got the lock.
+// holder keeps, and returns once the waiter is registered in Redis (inLine).
+// The channel gets the time the waiter got the lock; the waiter unlocks it
+// then.
 func waitInLine(t *testing.T, c *dlock.Client, rdb redis.UniversalClient, name string) <-chan time.Time {
 	t.Helper()
-	ctx := context.Background()
+	o := inLine(t, rdb, c.Mutex(name).Lock, "dlock:{"+name+"}:waiters", 1)
 	got := make(chan time.Time, 1)
 	go func() {
-		l, err := c.Mutex(name).Lock(ctx)
-		if err != nil {
-			t.Errorf("waiter: %v", err)
+		r := <-o
+		if r.err != nil {
+			t.Errorf("waiter: %v", r.err)
 			close(got)
 			return
 		}
 		at := time.Now()
-		l.Unlock(ctx)
+		r.l.Unlock(context.Background())
 		got <- at
 	}()
-	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{"+name+"}:waiters").Val() == 1 }) {
-		t.Fatal("waiter not registered")
-	}
 	return got
 }
 

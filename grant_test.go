@@ -16,6 +16,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // grantKinds are the lock kinds whose release grants: how to make one on a
@@ -28,6 +29,27 @@ var grantKinds = []struct {
 	{"Mutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.Mutex(name, opts...) }, "dlock:"},
 	{"FairMutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.FairMutex(name, opts...) }, "dlock:fair:"},
 	{"RWMutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.RWMutex(name, opts...) }, "dlock:rw:"},
+}
+
+// inLine starts lock on a goroutine of its own, as waitFor does, and
+// returns once the sorted set queue holds n waiters, its own included.
+func inLine(t *testing.T, rdb redis.UniversalClient, lock func(context.Context) (*dlock.Lease, error), queue string, n int64) <-chan lockOutcome {
+	t.Helper()
+	out := waitFor(lock, 30*time.Second)
+	if !within(5*time.Second, func() bool { return rdb.ZCard(context.Background(), queue).Val() == n }) {
+		t.Fatalf("waiter not registered in %s", queue)
+	}
+	return out
+}
+
+// outcomeLease returns the Lease of a Lock that waitFor or inLine started,
+// failing the test if it returned an error.
+func outcomeLease(t *testing.T, o lockOutcome) *dlock.Lease {
+	t.Helper()
+	if o.err != nil {
+		t.Fatalf("waiting Lock: %v", o.err)
+	}
+	return o.l
 }
 
 // TestGrant: the waiter's Lock returns on the release's message, with the
@@ -48,30 +70,18 @@ func TestGrant(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan *dlock.Lease, 1)
-			go func() {
-				l, err := kind.lock(waiter, "g", dlock.WithTTL(ttl)).Lock(ctx)
-				if err != nil {
-					t.Errorf("waiter: %v", err)
-				}
-				got <- l
-			}()
 			key := kind.tag + "{g}"
-			if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, key+":waiters").Val() == 1 }) {
-				t.Fatal("waiter not registered")
-			}
+			got := inLine(t, rdb, kind.lock(waiter, "g", dlock.WithTTL(ttl)).Lock, key+":waiters", 1)
 			cmds.takeScripts()
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
 			var l2 *dlock.Lease
 			select {
-			case l2 = <-got:
+			case o := <-got:
+				l2 = outcomeLease(t, o)
 			case <-time.After(2 * time.Second):
 				t.Fatal("waiter not granted the lock")
-			}
-			if l2 == nil {
-				return
 			}
 			defer l2.Unlock(ctx)
 			acq := map[string]string{"Mutex": "acquire", "FairMutex": "fair_acquire", "RWMutex": "rw_acquire"}[kind.name]
@@ -114,26 +124,13 @@ func TestGrantAfterLongWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		l, err := waiter.Mutex("long").Lock(ctx)
-		if err != nil {
-			t.Errorf("waiter: %v", err)
-		}
-		got <- l
-	}()
-	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{long}:waiters").Val() == 1 }) {
-		t.Fatal("waiter not registered")
-	}
+	got := inLine(t, rdb, waiter.Mutex("long").Lock, "dlock:{long}:waiters", 1)
 	time.Sleep(1500 * time.Millisecond) // the keep-alive is 5s at the default TTL: no request meanwhile
 	cmds.takeScripts()
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l2 := <-got
-	if l2 == nil {
-		t.FailNow()
-	}
+	l2 := outcomeLease(t, <-got)
 	defer l2.Unlock(ctx)
 	if n := cmds.takeScripts("acquire")["acquire"]; n != 0 {
 		t.Errorf("the waiter ran its acquire script %d times after the release, want 0", n)
@@ -157,25 +154,12 @@ func TestGrantNotLengthened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		l, err := c.Mutex("n", dlock.WithTTL(ttl)).Lock(ctx)
-		if err != nil {
-			t.Errorf("waiter: %v", err)
-		}
-		got <- l
-	}()
-	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{n}:waiters").Val() == 1 }) {
-		t.Fatal("waiter not registered")
-	}
+	got := inLine(t, rdb, c.Mutex("n", dlock.WithTTL(ttl)).Lock, "dlock:{n}:waiters", 1)
 	in := p.Inject(faultproxy.Rule{Match: script("extend"), Fault: faultproxy.DelayRequest, Delay: 500 * time.Millisecond, Times: 1})
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l2 := <-got
-	if l2 == nil {
-		t.FailNow()
-	}
+	l2 := outcomeLease(t, <-got)
 	defer l2.Unlock(ctx)
 	if !closedWithin(l2.Done(), time.Second) {
 		t.Fatal("a grant lease that was never lengthened still counts as held")
@@ -203,17 +187,7 @@ func TestGrantMessageLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		l, err := c.Mutex("lost", dlock.WithTTL(ttl)).Lock(ctx)
-		if err != nil {
-			t.Errorf("waiter: %v", err)
-		}
-		got <- l
-	}()
-	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{lost}:waiters").Val() == 1 }) {
-		t.Fatal("waiter not registered")
-	}
+	got := inLine(t, rdb, c.Mutex("lost", dlock.WithTTL(ttl)).Lock, "dlock:{lost}:waiters", 1)
 	if n := p.BlackholePubSub(); n != 1 {
 		t.Fatalf("%d pub/sub connections, want 1", n)
 	}
@@ -222,10 +196,8 @@ func TestGrantMessageLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case l2 := <-got:
-		if l2 == nil {
-			t.FailNow()
-		}
+	case o := <-got:
+		l2 := outcomeLease(t, o)
 		took := time.Since(released)
 		t.Logf("got the lock %v after the release, its message lost", took)
 		if took > 2*ttl/6+100*time.Millisecond {
@@ -369,29 +341,66 @@ func TestGrantWaitReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Mutex("w").Lock(ctx)
-		if err == nil {
-			l.Unlock(ctx)
-		}
-		got <- err
-	}()
-	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{w}:waiters").Val() == 1 }) {
-		t.Fatal("waiter not registered")
-	}
+	got := inLine(t, rdb, waiter.Mutex("w").Lock, "dlock:{w}:waiters", 1)
 	caughtUp(t, primary)
 	pause(t, rs[0]) // connected, acknowledging nothing
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-got:
-		notReplicated(t, "a grantee's Lock", err)
+	case o := <-got:
+		if o.l != nil {
+			o.l.Unlock(ctx)
+		}
+		notReplicated(t, "a grantee's Lock", o.err)
 	case <-time.After(5 * time.Second):
 		t.Fatal("grantee never answered")
 	}
 	if !within(time.Second, func() bool { return rdb.Exists(ctx, "dlock:{w}").Val() == 0 }) {
 		t.Errorf("the unreplicated grant was not given back: %v", rdb.HGetAll(ctx, "dlock:{w}").Val())
 	}
+}
+
+// TestGrantRetriedRelease: a release that grants the lock and whose reply is
+// lost runs again (go-redis retries it). The retry finds the release's marker
+// and answers "released": the lock is granted once, to the first waiter, and
+// the second waits on until that one unlocks.
+func TestGrantRetriedRelease(t *testing.T) {
+	ctx := context.Background()
+	c, p, rdb := proxied(t)
+	waiters := clientOn(t, rdb)
+	l, err := c.Mutex("r").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := inLine(t, rdb, waiters.Mutex("r").Lock, "dlock:{r}:waiters", 1)
+	second := inLine(t, rdb, waiters.Mutex("r").Lock, "dlock:{r}:waiters", 2)
+	in := dropOnce(t, p, "release")
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock whose reply was lost: %v", err)
+	}
+	checkHit(t, in)
+	o := <-first
+	if o.err != nil {
+		t.Fatalf("first waiter: %v", o.err)
+	}
+	if o.l.Fence() <= l.Fence() {
+		t.Errorf("granted fence %d after %d", o.l.Fence(), l.Fence())
+	}
+	if h := rdb.HGetAll(ctx, "dlock:{r}").Val(); len(h) != 1 {
+		t.Errorf("lock hash %v after a retried release, want the first waiter alone", h)
+	}
+	select {
+	case o2 := <-second:
+		t.Fatalf("the retried release granted the lock twice: second waiter got %v, %v", o2.l, o2.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := o.l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o2 := <-second
+	if o2.err != nil || o2.l.Fence() <= o.l.Fence() {
+		t.Fatalf("second waiter after the first unlocked: %v (fence %d after %d)", o2.err, o2.l.Fence(), o.l.Fence())
+	}
+	_ = o2.l.Unlock(ctx)
 }
