@@ -5,11 +5,9 @@ package dlock_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -40,9 +38,8 @@ func redisCommands(t *testing.T, rdb *redis.Client) int64 {
 	return n
 }
 
-// queueKinds are the waiting kinds, each with how to hold it, how a
-// newcomer tries it, and how to queue n live waiters directly in Redis, as
-// the acquire scripts would (owner ids of Clients that do not exist).
+// queueKinds are the waiting kinds, each with how to hold it and how a
+// newcomer tries it; its name is the kind redistest.Queue fills a queue of.
 var queueKinds = []struct {
 	name string
 	// wakesAll: the release lets every waiter in (readers behind a
@@ -50,24 +47,13 @@ var queueKinds = []struct {
 	wakesAll bool
 	hold     func(c *dlock.Client) (*dlock.Lease, error)
 	try      func(c *dlock.Client) error
-	queue    func(rdb *redis.Client, n int, now time.Time) error
 }{
 	{"Mutex", false,
 		func(c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("q").Lock(context.Background()) },
-		func(c *dlock.Client) error { _, err := c.Mutex("q").TryLock(context.Background()); return err },
-		func(rdb *redis.Client, n int, now time.Time) error {
-			zs := make([]redis.Z, n)
-			for i := range zs {
-				zs[i] = redis.Z{Score: float64(now.Add(time.Hour).UnixMilli() + int64(i)), Member: fmt.Sprintf("w%d:1", i)}
-			}
-			return rdb.ZAdd(context.Background(), "dlock:{q}:waiters", zs...).Err()
-		}},
+		func(c *dlock.Client) error { _, err := c.Mutex("q").TryLock(context.Background()); return err }},
 	{"FairMutex", false,
 		func(c *dlock.Client) (*dlock.Lease, error) { return c.FairMutex("q").Lock(context.Background()) },
-		func(c *dlock.Client) error { _, err := c.FairMutex("q").TryLock(context.Background()); return err },
-		func(rdb *redis.Client, n int, now time.Time) error {
-			return queueOf(rdb, "dlock:fair:{q}", n, now, "")
-		}},
+		func(c *dlock.Client) error { _, err := c.FairMutex("q").TryLock(context.Background()); return err }},
 	{"Semaphore", false,
 		func(c *dlock.Client) (*dlock.Lease, error) {
 			return c.Semaphore("q", 1).Acquire(context.Background(), 1)
@@ -75,39 +61,13 @@ var queueKinds = []struct {
 		func(c *dlock.Client) error {
 			_, err := c.Semaphore("q", 1).TryAcquire(context.Background(), 1)
 			return err
-		},
-		func(rdb *redis.Client, n int, now time.Time) error {
-			return queueOf(rdb, "dlock:sem:{q}", n, now, "|1")
 		}},
 	{"RWMutex writers", false,
 		func(c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("q").Lock(context.Background()) },
-		func(c *dlock.Client) error { _, err := c.RWMutex("q").TryLock(context.Background()); return err },
-		func(rdb *redis.Client, n int, now time.Time) error {
-			return queueOf(rdb, "dlock:rw:{q}", n, now, "|w")
-		}},
+		func(c *dlock.Client) error { _, err := c.RWMutex("q").TryLock(context.Background()); return err }},
 	{"RWMutex readers", true,
 		func(c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("q").Lock(context.Background()) },
-		func(c *dlock.Client) error { _, err := c.RWMutex("q").TryRLock(context.Background()); return err },
-		func(rdb *redis.Client, n int, now time.Time) error {
-			return queueOf(rdb, "dlock:rw:{q}", n, now, "|r")
-		}},
-}
-
-// queueOf queues n live waiters in the queue and alive keys of the lock at
-// tag, each alive entry the lapse time followed by rest.
-func queueOf(rdb *redis.Client, tag string, n int, now time.Time, rest string) error {
-	ctx := context.Background()
-	zs := make([]redis.Z, n)
-	alive := make(map[string]any, n)
-	for i := range zs {
-		w := fmt.Sprintf("w%d:1", i)
-		zs[i] = redis.Z{Score: float64(now.UnixMicro() + int64(i)), Member: w}
-		alive[w] = strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10) + rest
-	}
-	if err := rdb.ZAdd(ctx, tag+":waiters", zs...).Err(); err != nil {
-		return err
-	}
-	return rdb.HSet(ctx, tag+":alive", alive).Err()
+		func(c *dlock.Client) error { _, err := c.RWMutex("q").TryRLock(context.Background()); return err }},
 }
 
 // TestLongQueues: with 10,000 waiters queued, a newcomer's attempt and the
@@ -129,7 +89,7 @@ func TestLongQueues(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := kind.queue(rdb, n, now); err != nil {
+				if err := redistest.Queue(context.Background(), rdb, kind.name, "q", n, now); err != nil {
 					t.Fatal(err)
 				}
 				before := redisCommands(t, rdb)

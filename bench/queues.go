@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,14 +33,13 @@ type queueResult struct {
 	SameResult bool    `json:"same_result"` // the newcomer was refused and the release succeeded every time
 }
 
-// queueKind is a dlock kind that queues: how to hold it, how a newcomer
-// tries it, and the layout of its queue, which runQueues fills directly with
-// live waiters of Clients that do not exist (their grants go unanswered).
+// queueKind is a dlock kind that queues: how to hold it and how a newcomer
+// tries it; its name is the kind redistest.Queue fills a queue of, with live
+// waiters of Clients that do not exist (their grants go unanswered).
 type queueKind struct {
-	name  string
-	hold  func(c *dlock.Client, key string) (*dlock.Lease, error)
-	try   func(c *dlock.Client, key string) error
-	queue func(ctx context.Context, rdb *redis.Client, key string, n int, now time.Time) error
+	name string
+	hold func(c *dlock.Client, key string) (*dlock.Lease, error)
+	try  func(c *dlock.Client, key string) error
 }
 
 var queueKinds = []queueKind{
@@ -50,13 +50,6 @@ var queueKinds = []queueKind{
 		func(c *dlock.Client, key string) error {
 			_, err := c.Mutex(key).TryLock(context.Background())
 			return err
-		},
-		func(ctx context.Context, rdb *redis.Client, key string, n int, now time.Time) error {
-			zs := make([]redis.Z, n)
-			for i := range zs {
-				zs[i] = redis.Z{Score: float64(now.Add(time.Hour).UnixMilli() + int64(i)), Member: "w" + strconv.Itoa(i) + ":1"}
-			}
-			return rdb.ZAdd(ctx, "dlock:{"+key+"}:waiters", zs...).Err()
 		}},
 	{"FairMutex",
 		func(c *dlock.Client, key string) (*dlock.Lease, error) {
@@ -65,9 +58,6 @@ var queueKinds = []queueKind{
 		func(c *dlock.Client, key string) error {
 			_, err := c.FairMutex(key).TryLock(context.Background())
 			return err
-		},
-		func(ctx context.Context, rdb *redis.Client, key string, n int, now time.Time) error {
-			return fillQueue(ctx, rdb, "dlock:fair:{"+key+"}", n, now, "")
 		}},
 	{"Semaphore",
 		func(c *dlock.Client, key string) (*dlock.Lease, error) {
@@ -76,44 +66,15 @@ var queueKinds = []queueKind{
 		func(c *dlock.Client, key string) error {
 			_, err := c.Semaphore(key, 1).TryAcquire(context.Background(), 1)
 			return err
-		},
-		func(ctx context.Context, rdb *redis.Client, key string, n int, now time.Time) error {
-			return fillQueue(ctx, rdb, "dlock:sem:{"+key+"}", n, now, "|1")
 		}},
-	{"RWMutex (writers waiting)",
+	{"RWMutex writers",
 		func(c *dlock.Client, key string) (*dlock.Lease, error) {
 			return c.RWMutex(key).Lock(context.Background())
 		},
 		func(c *dlock.Client, key string) error {
 			_, err := c.RWMutex(key).TryLock(context.Background())
 			return err
-		},
-		func(ctx context.Context, rdb *redis.Client, key string, n int, now time.Time) error {
-			if err := fillQueue(ctx, rdb, "dlock:rw:{"+key+"}", n, now, "|w"); err != nil {
-				return err
-			}
-			zs := make([]redis.Z, n)
-			for i := range zs {
-				zs[i] = redis.Z{Score: float64(now.UnixMicro() + int64(i)), Member: "w" + strconv.Itoa(i) + ":1"}
-			}
-			return rdb.ZAdd(ctx, "dlock:rw:{"+key+"}:writers", zs...).Err()
 		}},
-}
-
-// fillQueue queues n live waiters in the queue and alive keys of the lock at
-// tag, each alive entry the lapse time followed by rest.
-func fillQueue(ctx context.Context, rdb *redis.Client, tag string, n int, now time.Time, rest string) error {
-	zs := make([]redis.Z, n)
-	alive := make(map[string]any, n)
-	for i := range zs {
-		w := "w" + strconv.Itoa(i) + ":1"
-		zs[i] = redis.Z{Score: float64(now.UnixMicro() + int64(i)), Member: w}
-		alive[w] = strconv.FormatInt(now.Add(time.Hour).UnixMilli(), 10) + rest
-	}
-	if err := rdb.ZAdd(ctx, tag+":waiters", zs...).Err(); err != nil {
-		return err
-	}
-	return rdb.HSet(ctx, tag+":alive", alive).Err()
 }
 
 // runQueues measures, for every kind that queues, a newcomer's attempt and
@@ -142,7 +103,7 @@ func runQueues(cfg config, short, long, reps int) ([]queueResult, error) {
 			if err != nil {
 				return 0, 0, err
 			}
-			if err := kind.queue(ctx, rdb, key, n, now); err != nil {
+			if err := redistest.Queue(ctx, rdb, kind.name, key, n, now); err != nil {
 				return 0, 0, err
 			}
 			before := mustSnapshot(cfg.admin)
