@@ -47,9 +47,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	var id [8]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return nil, opErr(nil, err, "New: make client id")
+	if cfg.nodeTimeout > 0 {
+		return nil, errors.New("dlock: New: WithNodeTimeout applies to NewRedLock only")
 	}
 	n, err := newNode(rdb, cfg.autoPipeline)
 	if err != nil {
@@ -57,6 +56,15 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	if err := n.setWait(cfg.wait); err != nil {
 		return nil, opErr(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.n, cfg.wait.timeout)
+	}
+	return newClient(n, cfg, "New")
+}
+
+// newClient returns a Client on n.
+func newClient(n *node, cfg config, op string) (*Client, error) {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, opErr(nil, err, "%s: make client id", op)
 	}
 	events := &dispatcher{}
 	closing := make(chan struct{})
@@ -100,6 +108,9 @@ func (c *Client) Close() error {
 		e.bg.close()
 		c.events.close()
 		e.note.close()
+		if q := e.node.q; q != nil {
+			q.wg.Wait()
+		}
 		err = errors.Join(errs...)
 	})
 	return err
@@ -131,10 +142,20 @@ func (c *Client) acquirer(k *kind, name string, opts []Option) acquirer {
 	if c == nil || c.e == nil {
 		return acquirer{k: keys{kind: k, name: name}, err: opErr(nil, nil, "%s of a nil or zero Client", k.name)}
 	}
+	unsupported := false
+	if c.e.node.q != nil {
+		if k == mutexKind {
+			k = redMutexKind
+		} else {
+			unsupported = true
+		}
+	}
 	a := acquirer{e: c.e, k: newKeys(c.cfg.prefix, k, name, c.e.id)}
 	a.channel = a.k.own
 	cfg, err := c.cfg.with(opts, false)
 	switch {
+	case unsupported:
+		a.err = opErr(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.name, name)
 	case name == "":
 		a.err = opErr(nil, nil, "%s: empty lock name", k.name)
 	case err != nil:

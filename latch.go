@@ -44,7 +44,10 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 		return &CountDownLatch{k: keys{name: name}, err: errors.New("dlock: CountDownLatch of a nil or zero Client")}
 	}
 	l := &CountDownLatch{e: c.e, k: newKeys(c.cfg.prefix, latchKind, name, "")}
-	if name == "" {
+	switch {
+	case c.e.node.q != nil:
+		l.err = opErr(errors.ErrUnsupported, nil, "CountDownLatch %q on a RedLock Client: only Mutex and MultiLock are", name)
+	case name == "":
 		l.err = errors.New("dlock: CountDownLatch: empty latch name")
 	}
 	return l

@@ -4,7 +4,9 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,6 +56,7 @@ type notifier struct {
 // shard is one pub/sub connection and the channels subscribed on it.
 type shard struct {
 	addr string
+	rdb  redis.UniversalClient // the Redis client whose connection ps is
 	ps   *redis.PubSub
 	// pending counts, per channel, the SSUBSCRIBEs sent and not yet
 	// confirmed; a gate is ready when its channel's last one is confirmed.
@@ -65,7 +68,12 @@ type gate struct {
 	k       keys
 	ttl     time.Duration // of the primitive that made the gate; sets the grant lease of a lock passed on
 	channel string
-	sh      *shard        // where the channel is subscribed; guarded by notifier.mu
+	// shs are where the channel is subscribed: one shard, or on a RedLock
+	// one per member; got tells which of them confirmed it, need how many
+	// must for the gate to be ready. Guarded by notifier.mu.
+	shs     []*shard
+	got     []bool
+	need    int
 	ready   chan struct{} // closed when Redis confirmed the subscription, or it failed
 	readyOK bool
 	subErr  error // why the subscription failed; set before ready is closed
@@ -161,12 +169,13 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 	}
 }
 
-// subscribe sends SSUBSCRIBE for g's channel on the connection of the shard
-// that serves it now.
+// subscribe sends SSUBSCRIBE for g's channel on the connection of each
+// shard that serves it now: one, or on a RedLock one per member, of which a
+// majority must take it.
 func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
-	addr, err := n.node.shardOf(ctx, g.channel)
+	places, need, err := n.node.places(ctx, g.channel)
 	if err != nil {
 		return err
 	}
@@ -175,35 +184,83 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 		n.mu.Unlock()
 		return ErrClosed
 	}
-	sh := n.shards[addr]
-	fresh := sh == nil
-	if fresh {
-		sh = &shard{addr: addr, pending: make(map[string]int)}
-		n.shards[addr] = sh
+	type send struct {
+		sh    *shard
+		fresh bool
 	}
-	g.sh = sh
-	sh.pending[g.channel]++
+	sends := make([]send, 0, len(places))
+	g.shs, g.got, g.need = g.shs[:0], g.got[:0], need
+	quorum := n.node.q != nil
+	for _, p := range places {
+		sh := n.shards[p.addr]
+		fresh := sh == nil
+		if fresh {
+			sh = &shard{addr: p.addr, rdb: p.rdb, pending: make(map[string]int)}
+			n.shards[p.addr] = sh
+			if quorum {
+				// A RedLock member's connection is made now, with no channel
+				// (which sends nothing), so that the subscriptions below can
+				// go out without waiting for it.
+				sh.ps = p.rdb.SSubscribe(context.Background())
+				n.wg.Add(1)
+				go n.receive(sh)
+				fresh = false
+			}
+		}
+		g.shs, g.got = append(g.shs, sh), append(g.got, false)
+		sh.pending[g.channel]++
+		sends = append(sends, send{sh, fresh})
+	}
 	n.mu.Unlock()
+	if quorum {
+		// Each member on its own: one that is paused or unreachable must
+		// not hold up the others, and join waits for a majority to confirm.
+		for _, s := range sends {
+			ps := s.sh.ps
+			n.wg.Go(func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := ps.SSubscribe(sctx, g.channel); err != nil {
+					n.mu.Lock()
+					if s.sh.pending[g.channel]--; s.sh.pending[g.channel] <= 0 {
+						delete(s.sh.pending, g.channel)
+					}
+					n.mu.Unlock()
+					n.log.Debug("dlock: subscribing on a RedLock node failed", "node", s.sh.addr, "channel", g.channel, "err", err)
+				}
+			})
+		}
+		if len(sends) < need {
+			return fmt.Errorf("%d of %d nodes reachable, a majority is %d", len(sends), len(n.node.q.members), need)
+		}
+		return nil
+	}
 	// The connection is shared: a caller's deadline cutting the write short
 	// would break it for every waiter of this Client. The write is local and
 	// quick; the wait for the confirmation is what ctx bounds.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if fresh {
-		// A Cluster's pub/sub connection goes to the node of its first
-		// channel.
-		sh.ps = n.node.rdb.SSubscribe(sctx, g.channel)
-		n.wg.Add(1)
-		go n.receive(sh)
-		return nil
-	}
-	if err := sh.ps.SSubscribe(sctx, g.channel); err != nil {
-		n.mu.Lock()
-		if sh.pending[g.channel]--; sh.pending[g.channel] <= 0 {
-			delete(sh.pending, g.channel)
+	var errs []error
+	for _, s := range sends {
+		if s.fresh {
+			// A Cluster's pub/sub connection goes to the node of its first
+			// channel.
+			s.sh.ps = s.sh.rdb.SSubscribe(sctx, g.channel)
+			n.wg.Add(1)
+			go n.receive(s.sh)
+			continue
 		}
-		n.mu.Unlock()
-		return err
+		if err := s.sh.ps.SSubscribe(sctx, g.channel); err != nil {
+			n.mu.Lock()
+			if s.sh.pending[g.channel]--; s.sh.pending[g.channel] <= 0 {
+				delete(s.sh.pending, g.channel)
+			}
+			n.mu.Unlock()
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errs[0]
 	}
 	return nil
 }
@@ -277,8 +334,10 @@ func (n *notifier) unsubscribe(gates []*gate) {
 	byShard := make(map[*shard][]string)
 	n.mu.Lock()
 	for _, g := range gates {
-		if n.gates[g.channel] == nil && g.sh != nil {
-			byShard[g.sh] = append(byShard[g.sh], g.channel)
+		if n.gates[g.channel] == nil {
+			for _, sh := range g.shs {
+				byShard[sh] = append(byShard[sh], g.channel)
+			}
 		}
 	}
 	closed := n.closed
@@ -339,6 +398,7 @@ func (n *notifier) receive(sh *shard) {
 	ctx := context.Background()
 	ps := sh.ps
 	pinged := false // a PING went out, and nothing has come back since
+	down := 0       // receives failed in a row, up to 4
 	for {
 		wait := healthCheck
 		if pinged {
@@ -373,17 +433,23 @@ func (n *notifier) receive(sh *shard) {
 			}
 			// The connection broke; go-redis reconnects and subscribes again
 			// on the next receive. Messages sent meanwhile were lost: wake
-			// every waiter so that it looks for itself.
+			// every waiter so that it looks for itself, once; while the
+			// server stays unreachable, try again less and less often (on a
+			// RedLock, a member can stay down while the others serve).
 			pinged = false
-			n.log.Warn("dlock: wake-up messages interrupted", "node", sh.addr, "err", err)
 			n.node.failed(err)
-			n.wakeAll(sh)
+			if down == 0 {
+				n.log.Warn("dlock: wake-up messages interrupted", "node", sh.addr, "err", err)
+				n.wakeAll(sh)
+			}
 			select {
 			case <-n.closing:
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(min(100*time.Millisecond<<down, time.Second)):
 			}
+			down = min(down+1, 4)
 			continue
 		}
+		down = 0
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
@@ -412,10 +478,15 @@ func (n *notifier) confirmed(sh *shard, channel string) {
 	}
 	delete(sh.pending, channel)
 	g := n.gates[channel]
-	if g == nil || g.sh != sh {
+	if g == nil {
 		return
 	}
-	if !g.readyOK {
+	i := slices.Index(g.shs, sh)
+	if i < 0 {
+		return
+	}
+	g.got[i] = true
+	if !g.readyOK && confirmedBy(g) >= g.need {
 		g.readyOK = true
 		close(g.ready)
 	}
@@ -432,7 +503,7 @@ func (n *notifier) confirmed(sh *shard, channel string) {
 func (n *notifier) dropped(sh *shard, channel string) {
 	n.mu.Lock()
 	g := n.gates[channel]
-	moved := g != nil && g.sh == sh
+	moved := g != nil && slices.Contains(g.shs, sh)
 	if moved {
 		for _, w := range g.waiters {
 			w.signal(wake{})
@@ -521,7 +592,7 @@ func (n *notifier) reconnect(sh *shard) *redis.PubSub {
 	var channels []string
 	clear(sh.pending)
 	for ch, g := range n.gates {
-		if g.sh == sh {
+		if slices.Contains(g.shs, sh) {
 			channels = append(channels, ch)
 			sh.pending[ch] = 1
 		}
@@ -531,7 +602,7 @@ func (n *notifier) reconnect(sh *shard) *redis.PubSub {
 	defer cancel()
 	// A failure here surfaces on the next receive, which connects and
 	// subscribes again: go-redis keeps the channels.
-	sh.ps = n.node.rdb.SSubscribe(ctx, channels...)
+	sh.ps = sh.rdb.SSubscribe(ctx, channels...)
 	ps := sh.ps
 	n.mu.Unlock()
 	_ = old.Close()
@@ -573,7 +644,7 @@ func (n *notifier) wakeAll(sh *shard) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, g := range n.gates {
-		if g.sh == sh {
+		if slices.Contains(g.shs, sh) {
 			for _, w := range g.waiters {
 				w.signal(wake{})
 			}
@@ -596,6 +667,18 @@ func (n *notifier) close() {
 		_ = ps.Close()
 	}
 	n.wg.Wait()
+}
+
+// confirmedBy counts the shards that confirmed g's subscription.
+// notifier.mu must be held.
+func confirmedBy(g *gate) int {
+	c := 0
+	for _, ok := range g.got {
+		if ok {
+			c++
+		}
+	}
+	return c
 }
 
 func isTimeout(err error) bool {

@@ -16,6 +16,9 @@ const (
 	// reliably: the time between renewals leaves too little room for one round
 	// trip, a scheduling delay and the clock drift allowance.
 	MinTTL = 100 * time.Millisecond
+	// DefaultNodeTimeout bounds each request to one node of a RedLock
+	// (NewRedLock) when WithNodeTimeout is not given.
+	DefaultNodeTimeout = 100 * time.Millisecond
 	// DefaultPrefix starts every key and channel name unless WithPrefix says otherwise.
 	DefaultPrefix = "dlock:"
 )
@@ -42,6 +45,8 @@ type config struct {
 	autoPipeline bool
 	// wait: WithWaitReplicas. Default: no WAIT.
 	wait replicas
+	// nodeTimeout: WithNodeTimeout; 0 if not given.
+	nodeTimeout time.Duration
 }
 
 func defaultConfig() config {
@@ -184,6 +189,22 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 			return fmt.Errorf("dlock: WithWaitReplicas(%d, %v): the timeout must be positive (WAIT 0 would block forever)", n, timeout)
 		}
 		c.wait = replicas{n: n, timeout: timeout}
+		return nil
+	}}
+}
+
+// WithNodeTimeout bounds each request to one node of a RedLock (NewRedLock):
+// a node that has not answered within d counts as not having granted,
+// extended or released, so a slow or dead node costs a call at most d, and
+// none when a majority answers sooner. Keep d well below the TTL: an acquire
+// whose majority took longer than the TTL less the drift allowance is
+// undone. Client only, NewRedLock only. Default: DefaultNodeTimeout (100ms).
+func WithNodeTimeout(d time.Duration) Option {
+	return Option{name: "WithNodeTimeout", clientOnly: true, apply: func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("dlock: WithNodeTimeout(%v): the timeout must be positive", d)
+		}
+		c.nodeTimeout = d
 		return nil
 	}}
 }

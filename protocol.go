@@ -42,6 +42,9 @@ type node struct {
 	// wait: the acknowledgements every write that grants or lengthens a
 	// hold waits for (WithWaitReplicas); none if wait.n is 0.
 	wait replicas
+	// q, on a RedLock, is its members; rdb, cmd and proc are then nil, and
+	// every request goes to the members (quorum.go).
+	q *quorum
 }
 
 // replicas is WithWaitReplicas's setting: n replicas must acknowledge, within
@@ -156,6 +159,13 @@ var (
 		leaseKeys:   []string{"lock", "fence", "fences"},
 		grants:      true, reentrant: true}
 	latchKind = &kind{name: "CountDownLatch", space: "latch:"}
+	// redMutexKind is a Mutex on a RedLock: its keys and scripts, but no
+	// grant, for each member keeps a queue of its own.
+	redMutexKind = &kind{name: "Mutex", acquire: scripts.acquire, release: scripts.release,
+		acquireKeys: mutexKind.acquireKeys,
+		releaseKeys: mutexKind.releaseKeys,
+		leaseKeys:   mutexKind.leaseKeys,
+		reentrant:   true}
 )
 
 // leaseType names, for extend.lua and ttl.lua, what carries a holder's lease.
@@ -339,6 +349,9 @@ type acquireResult struct {
 // extra are the kind's own arguments, after the four every acquire script
 // takes.
 func (n *node) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra ...any) (acquireResult, error) {
+	if n.q != nil {
+		return n.q.acquire(ctx, k, owner, ttl, register, extra)
+	}
 	if n.wait.n == 0 && len(extra) == 0 {
 		// The common call, without a slice of arguments of its own.
 		v, err := n.eval(ctx, k.kind.acquire, k.acquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds()).Result()
@@ -352,6 +365,9 @@ func (n *node) acquire(ctx context.Context, k keys, owner string, ttl, register 
 // count holds: one round trip. extra are the kind's own arguments, as for
 // acquire.
 func (n *node) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int, extra ...any) (acquireResult, error) {
+	if n.q != nil {
+		return n.q.reenter(ctx, k, owner, ttl, count, extra)
+	}
 	args := append([]any{owner, ttl.Milliseconds(), string(reenterMode), count}, extra...)
 	return n.runAcquire(ctx, k, args)
 }
@@ -588,11 +604,29 @@ func (n *node) serverOf(ctx context.Context, key string) (*redis.Client, error) 
 // TTL, which sets the grant lease of the waiter a freed lock goes to;
 // count, for releaseOne, the holds that remain. It returns a result code.
 func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration, count int) (int64, error) {
+	if n.q != nil {
+		return n.q.release(ctx, k, owner, mode, ttl, count)
+	}
+	grant := any("0") // a kind that does not grant tells the next waiter to try
+	if k.kind.grants {
+		grant = grantArg(ttl)
+	}
 	code, err := n.eval(ctx, k.kind.release, k.releaseKeys, k.marker(owner),
-		owner, k.channelArg, mode.arg(), grantArg(ttl), count, markerTTLArg).Int64()
+		owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()
 	if err != nil {
 		n.failed(err)
 		return 0, opErr(nil, err, "release %q", k.name)
+	}
+	return code, nil
+}
+
+// raiseFence runs raise_fence.lua on a RedLock's member: owner's fence on k
+// there becomes at least fence. It returns a result code.
+func (n *node) raiseFence(ctx context.Context, k keys, owner string, fence int64, ttl time.Duration) (int64, error) {
+	code, err := n.eval(ctx, scripts.raiseFence, k.leaseKeys, "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
+	if err != nil {
+		n.failed(err)
+		return 0, opErr(nil, err, "raise the fence of %q", k.name)
 	}
 	return code, nil
 }
@@ -626,6 +660,10 @@ const maxBatch = 100
 // hash slot if the node is a Cluster: one round trip. It returns a result
 // code per item.
 func (n *node) extend(ctx context.Context, items []extendItem) ([]int64, error) {
+	if n.q != nil {
+		codes, errs := n.q.extendAll(ctx, [][]extendItem{items})
+		return codes[0], errs[0]
+	}
 	if n.wait.n > 0 {
 		codes, errs := n.extendWaited(ctx, [][]extendItem{items})
 		return codes[0], errs[0]
@@ -638,6 +676,9 @@ func (n *node) extend(ctx context.Context, items []extendItem) ([]int64, error) 
 // extendAll runs extend.lua once per call, all in one pipeline: one round
 // trip per server. It returns the result codes and the error of each call.
 func (n *node) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+	if n.q != nil {
+		return n.q.extendAll(ctx, calls)
+	}
 	if n.wait.n > 0 {
 		return n.extendWaited(ctx, calls)
 	}
@@ -757,6 +798,34 @@ func (n *node) shardOf(ctx context.Context, channel string) (string, error) {
 	return c.Options().Addr, nil
 }
 
+// place is where a shard channel is subscribed: the address of its server
+// ("" on a single server), and the Redis client that reaches it.
+type place struct {
+	addr string
+	rdb  redis.UniversalClient
+}
+
+// places returns where channel is to be subscribed, and how many of them must
+// confirm it: one, or on a RedLock each member, a majority of them.
+func (n *node) places(ctx context.Context, channel string) ([]place, int, error) {
+	if n.q == nil {
+		addr, err := n.shardOf(ctx, channel)
+		if err != nil {
+			return nil, 0, err
+		}
+		return []place{{addr, n.rdb}}, 1, nil
+	}
+	ps := make([]place, 0, len(n.q.members))
+	for i, m := range n.q.members {
+		addr, err := m.shardOf(ctx, channel)
+		if err != nil {
+			continue // the member is down: the others are enough, or not
+		}
+		ps = append(ps, place{strconv.Itoa(i) + "/" + addr, m.rdb})
+	}
+	return ps, n.q.need, nil
+}
+
 // failed notes a request to the node that failed. On a Cluster, a failure
 // that a changed topology explains (a server unreachable or gone, the cluster
 // down, a slot moved) makes go-redis load the slot map again, in the
@@ -782,9 +851,12 @@ func (n *node) reload() {
 // that is an ordinary error, a closed client and an ended context are not.
 func transient(err error) bool {
 	var rerr redis.Error
+	var nq *noQuorum
 	switch {
 	case err == nil, errors.Is(err, redis.ErrClosed):
 		return false
+	case errors.As(err, &nq):
+		return true // the members that did not answer may be back shortly
 	case errors.As(err, &rerr):
 		msg := rerr.Error()
 		for _, p := range transientReplies {
@@ -825,6 +897,9 @@ func (n *node) group(key string) int {
 // or codeGone if not) and, if it does, how long the lease has left (-1ms: no
 // expiry).
 func (n *node) ttl(ctx context.Context, k keys, owner string) (left time.Duration, code int64, err error) {
+	if n.q != nil {
+		return n.q.ttl(ctx, k, owner)
+	}
 	ms, err := scripts.ttl.Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.kind.leaseType()).Int64()
 	switch {
 	case err != nil:
@@ -870,6 +945,9 @@ func (n *node) latchCount(ctx context.Context, k keys) (int64, error) {
 // evictionPolicy reads Redis's maxmemory-policy; known is false if Redis
 // will not tell (CONFIG refused).
 func (n *node) evictionPolicy(ctx context.Context) (policy string, known bool, err error) {
+	if n.q != nil {
+		return n.q.evictionPolicy(ctx)
+	}
 	v, err := n.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
 	var rerr redis.Error
 	switch {

@@ -38,6 +38,8 @@ var (
 	rwAcquireLua string
 	//go:embed lua/rw_release.lua
 	rwReleaseLua string
+	//go:embed lua/raise_fence.lua
+	raiseFenceLua string
 
 	scripts = scriptSet{
 		acquire: script(acquireLua),
@@ -55,6 +57,8 @@ var (
 
 		rwAcquire: script(rwAcquireLua),
 		rwRelease: script(rwReleaseLua),
+
+		raiseFence: script(raiseFenceLua),
 	}
 )
 
@@ -104,4 +108,5 @@ type scriptSet struct {
 	semAcquire, semRelease        *redis.Script
 	latch                         *redis.Script
 	rwAcquire, rwRelease          *redis.Script
+	raiseFence                    *redis.Script
 }

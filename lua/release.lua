@@ -17,7 +17,9 @@
 --          ARGV[5] (the client keeps the authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          was granted to it, grant it to the next waiter instead, or free it
--- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to
+-- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to;
+--          "0" grants nothing: the waiter is told to try again (a RedLock
+--          node, whose queue is one of several)
 -- ARGV[5]  count: for mode "0", the hold count that remains
 -- ARGV[6]  marker_ttl: how long (ms) the release marker lives
 --
@@ -59,7 +61,11 @@ if waiting > 0 then
       break
     end
     if tonumber(head[2]) > now then
-      grant(KEYS[1], KEYS[2], head[1], ARGV[4], t, ARGV[2])
+      if ARGV[4] == '0' then
+        tell(ARGV[2], head[1])
+      else
+        grant(KEYS[1], KEYS[2], head[1], ARGV[4], t, ARGV[2])
+      end
       break
     end
   end

@@ -1,0 +1,570 @@
+package dlock
+
+// The protocol floor of a RedLock: a node made of N independent nodes, each
+// a Redis deployment of its own, on which a lock is held when a majority of
+// them hold it. Each request of node (acquire, release, extend, ttl) goes to
+// every member at once, each member bounded by the per-node timeout, and the
+// members' answers are combined here; the floors above see one node.
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// quorum is the member set of a RedLock node.
+type quorum struct {
+	members []*node
+	need    int           // a majority of members
+	timeout time.Duration // per member and request
+
+	// busy counts, per owner and member, requests of an acquisition still
+	// in flight after the attempt that sent them returned, and the undo
+	// that follows them. A later attempt of the same owner skips such a
+	// member: the undo could otherwise remove a hold that attempt counts.
+	mu   sync.Mutex
+	busy map[busyKey]int
+
+	wg sync.WaitGroup // every request to a member; Close waits for them
+}
+
+type busyKey struct {
+	owner  string
+	member int
+}
+
+// noQuorum is the error of a request that fewer than a majority of the
+// members answered in time: it may succeed if made again, once the members
+// are back.
+type noQuorum struct {
+	op              string
+	answered, n, of int
+	errs            []error // of the members that did not answer
+}
+
+func (e *noQuorum) Error() string {
+	msg := fmt.Sprintf("%s: %d of %d nodes answered in time, a majority is %d", e.op, e.answered, e.of, e.n)
+	if len(e.errs) > 0 {
+		msg += ": " + e.errs[0].Error()
+		if len(e.errs) > 1 {
+			msg += fmt.Sprintf(" (and %d more)", len(e.errs)-1)
+		}
+	}
+	return msg
+}
+
+func (e *noQuorum) Unwrap() []error { return e.errs }
+
+// errNodeTimeout is a member's error when it did not answer within the
+// per-node timeout.
+var errNodeTimeout = errors.New("no answer within the per-node timeout")
+
+// memberReply is one member's answer to a request.
+type memberReply[T any] struct {
+	i   int
+	v   T
+	err error
+}
+
+// fan is one request to every member: call is what each member is sent
+// (skip, if not nil, names members not to send it to); decide gets each
+// answer as it comes, on the caller's goroutine, and returns true once the
+// outcome is known. An answer that comes after fanOut returned goes to late,
+// if not nil, on a goroutine Close waits for; leftBehind, if not nil, is
+// called before fanOut returns for each member whose answer will go there.
+type fan[T any] struct {
+	skip       func(i int) bool
+	call       func(ctx context.Context, m *node) (T, error)
+	decide     func(r memberReply[T]) bool
+	late       func(r memberReply[T])
+	leftBehind func(i int)
+}
+
+// fanOut sends f's request to every member at once and passes the answers
+// to f.decide until it returns true, every member sent it has answered, the
+// per-node timeout has passed or ctx has ended. It returns the answers
+// decide saw, by member; a member not sent the request, or not heard from,
+// has errNodeTimeout, or ctx's error if ctx ended. The requests are bounded
+// by the per-node timeout, not by ctx or fanOut's return: one that is still
+// running when the outcome is known completes (a release or renewal reaches
+// the slower members too) and its answer goes to f.late.
+func fanOut[T any](ctx context.Context, q *quorum, f fan[T]) []memberReply[T] {
+	out := make([]memberReply[T], len(q.members))
+	base := context.WithoutCancel(ctx)
+	ch := make(chan memberReply[T], len(q.members))
+	var mu sync.Mutex
+	returned := false
+	called := make([]bool, len(q.members))
+	seen := make([]bool, len(q.members))
+	pending := 0
+	for i := range q.members {
+		out[i] = memberReply[T]{i: i, err: errNodeTimeout}
+		if called[i] = f.skip == nil || !f.skip(i); called[i] {
+			pending++
+		}
+	}
+	for i, m := range q.members {
+		if !called[i] {
+			continue
+		}
+		q.wg.Go(func() {
+			mctx, cancel := context.WithTimeout(base, q.timeout)
+			v, err := f.call(mctx, m)
+			cancel()
+			r := memberReply[T]{i: i, v: v, err: err}
+			mu.Lock()
+			if !returned {
+				ch <- r
+				mu.Unlock()
+				return
+			}
+			mu.Unlock()
+			if f.late != nil {
+				f.late(r)
+			}
+		})
+	}
+	defer func() {
+		mu.Lock()
+		returned = true
+		if f.leftBehind != nil {
+			for i := range called {
+				if called[i] && !seen[i] {
+					f.leftBehind(i)
+				}
+			}
+		}
+		mu.Unlock()
+		// Answers sent before returned was set, and not read, are late too.
+		for more := true; more; {
+			select {
+			case r := <-ch:
+				if f.late != nil {
+					q.wg.Go(func() { f.late(r) })
+				}
+			default:
+				more = false
+			}
+		}
+	}()
+	timer := time.NewTimer(q.timeout)
+	defer timer.Stop()
+	for ; pending > 0; pending-- {
+		select {
+		case r := <-ch:
+			out[r.i] = r
+			seen[r.i] = true
+			if f.decide(r) {
+				return out
+			}
+		case <-timer.C:
+			return out
+		case <-ctx.Done():
+			for i := range out {
+				if !seen[i] {
+					out[i].err = ctx.Err()
+				}
+			}
+			return out
+		}
+	}
+	return out
+}
+
+// errsOf returns the errors of replies.
+func errsOf[T any](replies []memberReply[T]) []error {
+	var errs []error
+	for _, r := range replies {
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	return errs
+}
+
+// short is the error of a request op that fewer than a majority answered.
+func (q *quorum) short(op string, answered int, errs []error) error {
+	return &noQuorum{op: op, answered: answered, n: q.need, of: len(q.members), errs: errs}
+}
+
+// markBusy counts a request of owner's acquisition to member i that
+// outlived its attempt; unbusy ends it.
+func (q *quorum) markBusy(owner string, i int) {
+	q.mu.Lock()
+	q.busy[busyKey{owner, i}]++
+	q.mu.Unlock()
+}
+
+func (q *quorum) unbusy(owner string, i int) {
+	q.mu.Lock()
+	k := busyKey{owner, i}
+	if q.busy[k]--; q.busy[k] <= 0 {
+		delete(q.busy, k)
+	}
+	q.mu.Unlock()
+}
+
+func (q *quorum) isBusy(owner string, i int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.busy[busyKey{owner, i}] > 0
+}
+
+// undoTimeout bounds the undo of a member's part of an acquisition that did
+// not reach a majority.
+func (q *quorum) undoTimeout() time.Duration { return max(q.timeout, time.Second) }
+
+// undo gives back what owner may hold on member i: its registration and, if
+// it holds the lock there, the lock (passed on to that member's next waiter),
+// without a release marker.
+func (q *quorum) undo(k keys, owner string, i int, ttl time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), q.undoTimeout())
+	defer cancel()
+	_, _ = q.members[i].release(ctx, k, owner, releaseLeave, ttl, 0)
+}
+
+// acquire takes k's lock on a majority of the members, or registers owner as
+// a waiter on the members where it is held. The fence is the largest of the
+// majority's, written back to each of them before acquire returns, so that
+// every later majority, which shares a member with this one, hands out a
+// larger one. The lock counts as taken only if a majority took it and
+// raised its fence before the lease's validity (TTL less elapsed time and
+// drift) ran out; otherwise every member's part is undone.
+func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra []any) (acquireResult, error) {
+	sent := time.Now()
+	n := len(q.members)
+	var won, held, failed int
+	replies := fanOut(ctx, q, fan[acquireResult]{
+		skip: func(i int) bool { return q.isBusy(owner, i) },
+		call: func(ctx context.Context, m *node) (acquireResult, error) {
+			return m.acquire(ctx, k, owner, ttl, register, extra...)
+		},
+		decide: func(r memberReply[acquireResult]) bool {
+			switch {
+			case r.err != nil:
+				failed++
+			case r.v.fence > 0:
+				won++
+			default:
+				held++
+			}
+			return won >= q.need || held+failed > n-q.need
+		},
+		// Whatever the attempt decided, a part that comes late is not
+		// counted: it is undone, and the owner's later attempts keep off
+		// that member until that is done.
+		leftBehind: func(i int) { q.markBusy(owner, i) },
+		late: func(r memberReply[acquireResult]) {
+			if r.err != nil || r.v.fence > 0 {
+				q.undo(k, owner, r.i, ttl)
+			}
+			q.unbusy(owner, r.i)
+		},
+	})
+	if won >= q.need {
+		fence, err := q.raiseFence(ctx, k, owner, ttl, replies)
+		if err == nil && time.Since(sent) < ttl-drift(ttl) {
+			return acquireResult{fence: fence}, nil
+		}
+		q.undoAll(k, owner, ttl, replies)
+		if err == nil {
+			err = fmt.Errorf("a majority took %v to grant it, past the lease's validity", time.Since(sent).Round(time.Millisecond))
+		}
+		return acquireResult{}, opErr(ErrNotAcquired, err, "acquire %q", k.name)
+	}
+	q.undoAll(k, owner, ttl, replies)
+	if won+held < q.need {
+		return acquireResult{}, opErr(ErrNotAcquired, q.short("acquire "+strconv.Quote(k.name), won+held, errsOf(replies)), "acquire %q", k.name)
+	}
+	// Held: by another owner on a majority, or split between owners, none
+	// with a majority. The wait is the shortest the holders told; after a
+	// split, a short random one, so that the owners that split it do not
+	// meet again.
+	if won > 0 || held < q.need {
+		return acquireResult{pttl: time.Millisecond + rand.N(10*time.Millisecond)}, nil
+	}
+	r := acquireResult{pttl: -time.Millisecond}
+	for _, rep := range replies {
+		if rep.err == nil && rep.v.fence == 0 && rep.v.pttl >= 0 && (r.pttl < 0 || rep.v.pttl < r.pttl) {
+			r.pttl = rep.v.pttl
+		}
+	}
+	return r, nil
+}
+
+// undoAll undoes owner's parts of an acquisition on the members that
+// granted it, at once, and waits for them.
+func (q *quorum) undoAll(k keys, owner string, ttl time.Duration, replies []memberReply[acquireResult]) {
+	var wg sync.WaitGroup
+	for _, r := range replies {
+		if r.err == nil && r.v.fence > 0 {
+			q.wg.Add(1)
+			wg.Go(func() {
+				defer q.wg.Done()
+				q.undo(k, owner, r.i, ttl)
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// raiseFence returns the largest fence of the members that granted the
+// lock, after writing it to every member that may have less (raise_fence.lua
+// says why every one): it fails unless a majority has it.
+func (q *quorum) raiseFence(ctx context.Context, k keys, owner string, ttl time.Duration, replies []memberReply[acquireResult]) (int64, error) {
+	var fence int64
+	for _, r := range replies {
+		if r.err == nil {
+			fence = max(fence, r.v.fence)
+		}
+	}
+	have, has := 0, make([]bool, len(q.members))
+	for _, r := range replies {
+		if r.err == nil && r.v.fence == fence {
+			have++
+			has[r.i] = true
+		}
+	}
+	if have >= q.need && !slices.Contains(has, false) {
+		return fence, nil
+	}
+	raised := fanOut(ctx, q, fan[int64]{
+		skip: func(i int) bool { return has[i] },
+		call: func(ctx context.Context, m *node) (int64, error) {
+			return m.raiseFence(ctx, k, owner, fence, ttl)
+		},
+		decide: func(r memberReply[int64]) bool {
+			if r.err == nil {
+				have++
+			}
+			return have >= q.need
+		},
+	})
+	if have >= q.need {
+		return fence, nil
+	}
+	return 0, q.short(fmt.Sprintf("raise the fence of %q to %d", k.name, fence), have, errsOf(raised))
+}
+
+// reenter adds a hold of owner on every member; it counts when a majority
+// added it.
+func (q *quorum) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int, extra []any) (acquireResult, error) {
+	var done, gone int
+	n := len(q.members)
+	replies := fanOut(ctx, q, fan[acquireResult]{
+		call: func(ctx context.Context, m *node) (acquireResult, error) {
+			return m.reenter(ctx, k, owner, ttl, count, extra...)
+		},
+		decide: func(r memberReply[acquireResult]) bool {
+			switch {
+			case r.err != nil:
+			case r.v.reentered:
+				done++
+			default:
+				gone++
+			}
+			return done >= q.need || gone > n-q.need
+		},
+	})
+	switch {
+	case done >= q.need:
+		return acquireResult{reentered: true}, nil
+	case gone > n-q.need:
+		return acquireResult{gone: true}, nil
+	}
+	return acquireResult{}, opErr(nil, q.short("re-enter "+strconv.Quote(k.name), done+gone, errsOf(replies)), "re-enter %q", k.name)
+}
+
+// release gives back owner's hold on every member. The result is the code a
+// majority answered (codeDone, or codeHeld for releaseOne); else, if the
+// members that answered otherwise leave no majority that could have,
+// codeOther if one of them has another owner, codeGone if not; else an
+// error: too few answered to tell.
+func (q *quorum) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration, count int) (int64, error) {
+	n := len(q.members)
+	var ok, not int
+	replies := fanOut(ctx, q, fan[int64]{
+		call: func(ctx context.Context, m *node) (int64, error) {
+			return m.release(ctx, k, owner, mode, ttl, count)
+		},
+		decide: func(r memberReply[int64]) bool {
+			switch {
+			case r.err != nil:
+			case r.v == codeDone || r.v == codeHeld:
+				ok++
+			default:
+				not++
+			}
+			return ok >= q.need || not > n-q.need
+		},
+	})
+	if mode == releaseLeave {
+		if ok+not == 0 {
+			return 0, opErr(nil, q.short("unregister from "+strconv.Quote(k.name), 0, errsOf(replies)), "release %q", k.name)
+		}
+		return codeDone, nil
+	}
+	want := int64(codeDone)
+	if mode == releaseOne {
+		want = codeHeld
+	}
+	switch {
+	case ok >= q.need:
+		return want, nil
+	case not > n-q.need:
+		for _, r := range replies {
+			if r.err == nil && r.v == codeOther {
+				return codeOther, nil
+			}
+		}
+		return codeGone, nil
+	}
+	return 0, opErr(nil, q.short("release "+strconv.Quote(k.name), ok+not, errsOf(replies)), "release %q", k.name)
+}
+
+// extendAll runs every call on every member, each member in one pipeline.
+// A lease is extended when a majority extended it; it is lost (with the code
+// of a member that refused it) when the refusals leave no majority that
+// could have; otherwise its call fails, to be tried again.
+func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+	n := len(q.members)
+	ok := make([][]int, len(calls))
+	not := make([][]int, len(calls))
+	for i, items := range calls {
+		ok[i], not[i] = make([]int, len(items)), make([]int, len(items))
+	}
+	settled := func() bool {
+		for i := range calls {
+			for j := range calls[i] {
+				if ok[i][j] < q.need && not[i][j] <= n-q.need {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	type answer struct {
+		codes [][]int64
+		errs  []error
+	}
+	replies := fanOut(ctx, q, fan[answer]{
+		call: func(ctx context.Context, m *node) (answer, error) {
+			codes, errs := m.extendAll(ctx, calls)
+			return answer{codes, errs}, nil
+		},
+		decide: func(r memberReply[answer]) bool {
+			for i := range calls {
+				if r.v.errs[i] != nil {
+					continue
+				}
+				for j, c := range r.v.codes[i] {
+					if c == codeDone {
+						ok[i][j]++
+					} else {
+						not[i][j]++
+					}
+				}
+			}
+			return settled()
+		},
+	})
+	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
+	for i, items := range calls {
+		codes[i] = make([]int64, len(items))
+		for j := range items {
+			switch {
+			case ok[i][j] >= q.need:
+				codes[i][j] = codeDone
+			case not[i][j] > n-q.need:
+				codes[i][j] = codeGone
+				for _, r := range replies {
+					if r.err == nil && r.v.errs[i] == nil && r.v.codes[i][j] == codeOther {
+						codes[i][j] = codeOther
+					}
+				}
+			case errs[i] == nil:
+				var merrs []error
+				for _, r := range replies {
+					switch {
+					case r.err != nil:
+						merrs = append(merrs, r.err)
+					case r.v.errs[i] != nil:
+						merrs = append(merrs, r.v.errs[i])
+					}
+				}
+				errs[i] = opErr(nil, q.short("extend", ok[i][j]+not[i][j], merrs), "extend %d leases", len(items))
+			}
+		}
+	}
+	return codes, errs
+}
+
+// ttl returns how long a majority of the members still hold owner's lease:
+// the need-th longest time left among those that hold it.
+func (q *quorum) ttl(ctx context.Context, k keys, owner string) (time.Duration, int64, error) {
+	type left struct {
+		d    time.Duration
+		code int64
+	}
+	replies := fanOut(ctx, q, fan[left]{
+		call: func(ctx context.Context, m *node) (left, error) {
+			d, code, err := m.ttl(ctx, k, owner)
+			return left{d, code}, err
+		},
+		decide: func(memberReply[left]) bool { return false },
+	})
+	var lefts []time.Duration
+	not, other := 0, false
+	for _, r := range replies {
+		switch {
+		case r.err != nil:
+		case r.v.code == codeDone:
+			lefts = append(lefts, r.v.d)
+		default:
+			not++
+			other = other || r.v.code == codeOther
+		}
+	}
+	switch {
+	case len(lefts) >= q.need:
+		// Longest first; no expiry (-1ms) is the longest.
+		key := func(d time.Duration) time.Duration {
+			if d < 0 {
+				return math.MaxInt64
+			}
+			return d
+		}
+		slices.SortFunc(lefts, func(a, b time.Duration) int { return cmp.Compare(key(b), key(a)) })
+		return lefts[q.need-1], codeDone, nil
+	case not > len(q.members)-q.need && other:
+		return 0, codeOther, nil
+	case not > len(q.members)-q.need:
+		return 0, codeGone, nil
+	}
+	return 0, 0, opErr(nil, q.short("ttl "+strconv.Quote(k.name), len(lefts)+not, errsOf(replies)), "ttl %q", k.name)
+}
+
+// evictionPolicy returns the first member's policy that is not noeviction,
+// or noeviction; known is false if a member would not tell.
+func (q *quorum) evictionPolicy(ctx context.Context) (string, bool, error) {
+	policy, known := "noeviction", true
+	for i, m := range q.members {
+		p, ok, err := m.evictionPolicy(ctx)
+		switch {
+		case err != nil:
+			return "", false, opErr(nil, err, "node %d", i)
+		case !ok:
+			known = false
+		case p != "noeviction":
+			return p, true, nil
+		}
+	}
+	return policy, known, nil
+}
