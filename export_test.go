@@ -95,6 +95,7 @@ func UseMutant(name string) bool {
 	}
 	if src, ok := mutants[name]; ok {
 		mutexKind.acquire = redis.NewScript(src)
+		redMutexKind.acquire = mutexKind.acquire
 		return true
 	}
 	if src, ok := semMutants[name]; ok {
@@ -164,3 +165,12 @@ func ReadyChannels(c *Client) []string {
 // GroupBySlot makes c's node group renewals by hash slot, as on a Cluster,
 // so that tests on one server can see the per-slot script calls.
 func GroupBySlot(c *Client) { c.e.node.cluster = true }
+
+// SkipFenceRaise makes RedLock acquisitions skip writing their fence back to
+// the nodes, as a broken RedLock would: the raise script only reports
+// whether the owner holds the lock. It returns the function that undoes it.
+func SkipFenceRaise() (restore func()) {
+	old := scripts.raiseFence
+	scripts.raiseFence = redis.NewScript(`return redis.call('HEXISTS', KEYS[1], ARGV[1])`)
+	return func() { scripts.raiseFence = old }
+}

@@ -14,7 +14,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -44,18 +43,26 @@ type busyKey struct {
 // members answered in time: it may succeed if made again, once the members
 // are back.
 type noQuorum struct {
-	op              string
 	answered, n, of int
 	errs            []error // of the members that did not answer
 }
 
 func (e *noQuorum) Error() string {
-	msg := fmt.Sprintf("%s: %d of %d nodes answered in time, a majority is %d", e.op, e.answered, e.of, e.n)
-	if len(e.errs) > 0 {
-		msg += ": " + e.errs[0].Error()
-		if len(e.errs) > 1 {
-			msg += fmt.Sprintf(" (and %d more)", len(e.errs)-1)
+	msg := fmt.Sprintf("%d of %d nodes answered in time, a majority is %d", e.answered, e.of, e.n)
+	if len(e.errs) == 0 {
+		return msg
+	}
+	// The most telling error first: one a node sent, not a timeout.
+	first := e.errs[0]
+	for _, err := range e.errs {
+		if !errors.Is(err, errNodeTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			first = err
+			break
 		}
+	}
+	msg += ": " + first.Error()
+	if len(e.errs) > 1 {
+		msg += fmt.Sprintf(" (and %d more)", len(e.errs)-1)
 	}
 	return msg
 }
@@ -189,9 +196,9 @@ func errsOf[T any](replies []memberReply[T]) []error {
 	return errs
 }
 
-// short is the error of a request op that fewer than a majority answered.
-func (q *quorum) short(op string, answered int, errs []error) error {
-	return &noQuorum{op: op, answered: answered, n: q.need, of: len(q.members), errs: errs}
+// short is the error of a request that fewer than a majority answered.
+func (q *quorum) short(answered int, errs []error) error {
+	return &noQuorum{answered: answered, n: q.need, of: len(q.members), errs: errs}
 }
 
 // markBusy counts a request of owner's acquisition to member i that
@@ -281,7 +288,7 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 	}
 	q.undoAll(k, owner, ttl, replies)
 	if won+held < q.need {
-		return acquireResult{}, opErr(ErrNotAcquired, q.short("acquire "+strconv.Quote(k.name), won+held, errsOf(replies)), "acquire %q", k.name)
+		return acquireResult{}, opErr(ErrNotAcquired, q.short(won+held, errsOf(replies)), "acquire %q", k.name)
 	}
 	// Held: by another owner on a majority, or split between owners, none
 	// with a majority. The wait is the shortest the holders told; after a
@@ -350,7 +357,13 @@ func (q *quorum) raiseFence(ctx context.Context, k keys, owner string, ttl time.
 	if have >= q.need {
 		return fence, nil
 	}
-	return 0, q.short(fmt.Sprintf("raise the fence of %q to %d", k.name, fence), have, errsOf(raised))
+	var errs []error
+	for i, r := range raised {
+		if !has[i] && r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	return 0, opErr(nil, q.short(have, errs), "raise the fence of %q to %d", k.name, fence)
 }
 
 // reenter adds a hold of owner on every member; it counts when a majority
@@ -379,7 +392,7 @@ func (q *quorum) reenter(ctx context.Context, k keys, owner string, ttl time.Dur
 	case gone > n-q.need:
 		return acquireResult{gone: true}, nil
 	}
-	return acquireResult{}, opErr(nil, q.short("re-enter "+strconv.Quote(k.name), done+gone, errsOf(replies)), "re-enter %q", k.name)
+	return acquireResult{}, opErr(nil, q.short(done+gone, errsOf(replies)), "re-enter %q", k.name)
 }
 
 // release gives back owner's hold on every member. The result is the code a
@@ -407,7 +420,7 @@ func (q *quorum) release(ctx context.Context, k keys, owner string, mode release
 	})
 	if mode == releaseLeave {
 		if ok+not == 0 {
-			return 0, opErr(nil, q.short("unregister from "+strconv.Quote(k.name), 0, errsOf(replies)), "release %q", k.name)
+			return 0, opErr(nil, q.short(0, errsOf(replies)), "release %q", k.name)
 		}
 		return codeDone, nil
 	}
@@ -426,7 +439,7 @@ func (q *quorum) release(ctx context.Context, k keys, owner string, mode release
 		}
 		return codeGone, nil
 	}
-	return 0, opErr(nil, q.short("release "+strconv.Quote(k.name), ok+not, errsOf(replies)), "release %q", k.name)
+	return 0, opErr(nil, q.short(ok+not, errsOf(replies)), "release %q", k.name)
 }
 
 // extendAll runs every call on every member, each member in one pipeline.
@@ -499,7 +512,7 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 						merrs = append(merrs, r.v.errs[i])
 					}
 				}
-				errs[i] = opErr(nil, q.short("extend", ok[i][j]+not[i][j], merrs), "extend %d leases", len(items))
+				errs[i] = opErr(nil, q.short(ok[i][j]+not[i][j], merrs), "extend %d leases", len(items))
 			}
 		}
 	}
@@ -548,7 +561,7 @@ func (q *quorum) ttl(ctx context.Context, k keys, owner string) (time.Duration, 
 	case not > len(q.members)-q.need:
 		return 0, codeGone, nil
 	}
-	return 0, 0, opErr(nil, q.short("ttl "+strconv.Quote(k.name), len(lefts)+not, errsOf(replies)), "ttl %q", k.name)
+	return 0, 0, opErr(nil, q.short(len(lefts)+not, errsOf(replies)), "ttl %q", k.name)
 }
 
 // evictionPolicy returns the first member's policy that is not noeviction,

@@ -272,3 +272,286 @@ func TestRedLockWaiters(t *testing.T) {
 
 var _ = fmt.Sprint
 var _ = strconv.Itoa
+
+// TestRedLockNodesDown: with 2 of 5 nodes dead, Lock, renewal and Unlock
+// work; with 3 dead, a holder learns its lease is lost, and Lock and TryLock
+// fail with ErrNotAcquired within their context.
+func TestRedLockNodesDown(t *testing.T) {
+	srvs, rdbs := redLockNodes(t, 5)
+	const ttl = time.Second
+	c := redLockOn(t, rdbs, dlock.WithTTL(ttl))
+	other := redLockOn(t, rdbs, dlock.WithTTL(ttl))
+	ctx := context.Background()
+	for _, s := range srvs[:2] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := c.Mutex("m").Lock(ctx)
+	if err != nil {
+		t.Fatalf("Lock with 2 of 5 nodes down: %v", err)
+	}
+	if closedWithin(l.Done(), 3*ttl) {
+		t.Fatalf("lease lost with 2 of 5 nodes down: %v", l.Err())
+	}
+	if _, err := other.Mutex("m").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryLock of a held lock with 2 of 5 nodes down: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with 2 of 5 nodes down: %v", err)
+	}
+	if err := other.Mutex("m").Do(ctx, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("Do after the Unlock: %v", err)
+	}
+
+	l, err = c.Mutex("m").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if !closedWithin(l.Done(), ttl+500*time.Millisecond) {
+		t.Fatalf("holder did not learn of the loss of a majority within %v", ttl+500*time.Millisecond)
+	}
+	t.Logf("holder saw the loss %v after the third node died: %v", time.Since(killed).Round(time.Millisecond), l.Err())
+	if !errors.Is(l.Err(), dlock.ErrLockLost) {
+		t.Errorf("Err = %v, want ErrLockLost", l.Err())
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock of the lost lease: %v, want ErrNotHeld", err)
+	}
+	if _, err := other.Mutex("n").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryLock with 3 of 5 nodes down: %v, want ErrNotAcquired", err)
+	}
+	const wait = 500 * time.Millisecond
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	start := time.Now()
+	_, err = other.Mutex("n").Lock(wctx)
+	took := time.Since(start)
+	if !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("Lock with 3 of 5 nodes down: %v, want ErrNotAcquired", err)
+	}
+	if took > wait+300*time.Millisecond {
+		t.Errorf("Lock with 3 of 5 nodes down returned after %v, its context ended after %v", took, wait)
+	}
+	t.Logf("Lock with 3 of 5 nodes down: %v after %v", err, took.Round(time.Millisecond))
+}
+
+// TestRedLockPausedNodes: with one node, then two, stopped by SIGSTOP (they
+// accept connections and answer nothing), Lock, Unlock and a waiter's wake-up
+// take far less than the Redis clients' 3s read timeout: a node that does not
+// answer costs at most the per-node timeout.
+func TestRedLockPausedNodes(t *testing.T) {
+	srvs := redistest.StartN(t, 5)
+	rdbs := make([]*redis.Client, len(srvs))
+	for i, s := range srvs {
+		rdbs[i] = s.Client(t) // go-redis's default timeouts: 3s to read
+	}
+	const nodeTimeout = 50 * time.Millisecond
+	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(nodeTimeout), dlock.WithTTL(2*time.Second))
+	waiter := redLockOn(t, rdbs, dlock.WithNodeTimeout(nodeTimeout), dlock.WithTTL(2*time.Second))
+	ctx := context.Background()
+	const bound = nodeTimeout + 250*time.Millisecond
+	for paused := 1; paused <= 2; paused++ {
+		if err := srvs[paused-1].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srvs[paused-1].Resume() }) // before the Clients close
+		var worst time.Duration
+		for range 20 {
+			start := time.Now()
+			l, err := c.Mutex("p").Lock(ctx)
+			if err != nil {
+				t.Fatalf("%d paused: Lock: %v", paused, err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("%d paused: Unlock: %v", paused, err)
+			}
+			worst = max(worst, time.Since(start))
+		}
+		if worst > bound {
+			t.Errorf("%d of 5 nodes paused: slowest Lock+Unlock %v, want under %v", paused, worst, bound)
+		}
+		l, err := c.Mutex("p").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			wl, err := waiter.Mutex("p").Lock(ctx)
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+				close(got)
+				return
+			}
+			got <- time.Now()
+			_ = wl.Unlock(ctx)
+		}()
+		time.Sleep(300 * time.Millisecond) // the waiter subscribes and registers
+		released := time.Now()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		woke, ok := <-got
+		if !ok {
+			t.FailNow()
+		}
+		if d := woke.Sub(released); d > bound {
+			t.Errorf("%d of 5 nodes paused: the waiter took the lock %v after the release, want under %v", paused, d, bound)
+		}
+		t.Logf("%d of 5 nodes paused: slowest Lock+Unlock %v; waiter in %v after the release", paused, worst.Round(time.Millisecond), woke.Sub(released).Round(time.Millisecond))
+	}
+}
+
+// plant makes another owner hold lock name on rdbs, for ttl.
+func plant(t *testing.T, rdbs []*redis.Client, name string, ttl time.Duration) {
+	t.Helper()
+	for _, r := range rdbs {
+		if err := r.HSet(context.Background(), "dlock:{"+name+"}", "someone:1", 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r.PExpire(context.Background(), "dlock:{"+name+"}", ttl)
+	}
+}
+
+// unplant removes what plant made.
+func unplant(t *testing.T, rdbs []*redis.Client, name string) {
+	t.Helper()
+	for _, r := range rdbs {
+		r.Del(context.Background(), "dlock:{"+name+"}")
+	}
+}
+
+// TestRedLockFenceAfterRestart: a fence handed out by a majority that
+// includes a node whose clock runs ahead (its fence key is set an hour
+// ahead, since clocks cannot be stepped here) is written back to the other
+// nodes, so that once that node restarts empty, the next fence is still
+// above it. Without the write-back, the same run hands out a lower fence.
+func TestRedLockFenceAfterRestart(t *testing.T) {
+	run := func(t *testing.T) (f1, f2 int64) {
+		srvs, rdbs := redLockNodes(t, 5)
+		c := redLockOn(t, rdbs, dlock.WithTTL(5*time.Second))
+		ctx := context.Background()
+		ahead := time.Now().Add(time.Hour).UnixMicro()
+		rdbs[0].Set(ctx, "dlock:{f}:fence", ahead, 0)
+		plant(t, rdbs[3:], "f", 5*time.Second) // the majority is nodes 0, 1 and 2
+		l, err := c.Mutex("f").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() != ahead+1 {
+			t.Fatalf("fence %d, want node 0's %d: the set-up failed", l.Fence(), ahead+1)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		unplant(t, rdbs[3:], "f")
+		if err := srvs[0].Restart(); err != nil { // a minority, without persistence
+			t.Fatal(err)
+		}
+		l2, err := c.Mutex("f").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l2.Unlock(ctx)
+		return l.Fence(), l2.Fence()
+	}
+	f1, f2 := run(t)
+	if f2 <= f1 {
+		t.Errorf("fence after node 0 restarted empty: %d, not above the one before, %d", f2, f1)
+	}
+	t.Run("without-write-back-the-check-fails", func(t *testing.T) {
+		defer dlock.SkipFenceRaise()()
+		f1, f2 := run(t)
+		if f2 > f1 {
+			t.Fatalf("without the write-back the fence still rose (%d after %d): the check above proves nothing", f2, f1)
+		}
+		t.Logf("caught, as it must be: fence %d after %d", f2, f1)
+	})
+}
+
+// TestRedLockRestartWhileHeld: a node that restarts empty while a lock is
+// held by exactly a majority lets a second owner take a majority at once (the
+// Redlock algorithm's known gap), and the fence lets the resource reject the
+// stale holder's write. With the node kept out for one TTL after it died (the
+// delayed restart), the first holder's lease has ended before the second
+// one's begins.
+func TestRedLockRestartWhileHeld(t *testing.T) {
+	ctx := context.Background()
+	t.Run("immediate-restart", func(t *testing.T) {
+		srvs, rdbs := redLockNodes(t, 5)
+		const ttl = 10 * time.Second
+		a := redLockOn(t, rdbs, dlock.WithTTL(ttl))
+		b := redLockOn(t, rdbs, dlock.WithTTL(ttl))
+		res := redistest.Start(t).Client(t)
+		plant(t, rdbs[3:], "d", ttl) // a's majority is nodes 0, 1 and 2
+		la, err := a.Mutex("d").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unplant(t, rdbs[3:], "d")
+		if err := srvs[0].Restart(); err != nil {
+			t.Fatal(err)
+		}
+		lb, err := b.Mutex("d").TryLock(ctx)
+		if err != nil {
+			t.Fatalf("no double grant after the immediate restart (%v): the set-up failed", err)
+		}
+		if la.Err() != nil {
+			t.Fatalf("a's lease ended before b's began: %v", la.Err())
+		}
+		t.Logf("double grant: a holds fence %d and still thinks it holds; b took fence %d", la.Fence(), lb.Fence())
+		if lb.Fence() <= la.Fence() {
+			t.Fatalf("b's fence %d is not above a's %d", lb.Fence(), la.Fence())
+		}
+		if ok, err := fencedWrite.Run(ctx, res, []string{"resource"}, lb.Fence()).Int(); err != nil || ok != 1 {
+			t.Fatalf("b's fenced write: %d, %v", ok, err)
+		}
+		if ok, err := fencedWrite.Run(ctx, res, []string{"resource"}, la.Fence()).Int(); err != nil || ok != 0 {
+			t.Errorf("a's stale fenced write: %d, %v; want it rejected", ok, err)
+		}
+		if !closedWithin(la.Done(), ttl/3+time.Second) {
+			t.Error("a did not learn of its loss at its next renewal")
+		}
+		_ = lb.Unlock(ctx)
+	})
+	t.Run("delayed-restart", func(t *testing.T) {
+		srvs, rdbs := redLockNodes(t, 5)
+		const ttl = time.Second
+		a := redLockOn(t, rdbs, dlock.WithTTL(ttl))
+		b := redLockOn(t, rdbs, dlock.WithTTL(ttl))
+		plant(t, rdbs[3:], "d", ttl)
+		la, err := a.Mutex("d").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unplant(t, rdbs[3:], "d")
+		if err := srvs[0].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		ended := make(chan time.Time, 1)
+		go func() { <-la.Done(); ended <- time.Now() }()
+		time.Sleep(ttl) // the node stays out for one TTL
+		if err := srvs[0].Restart(); err != nil {
+			t.Fatal(err)
+		}
+		lb, err := b.Mutex("d").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Now()
+		select {
+		case at := <-ended:
+			if !at.Before(took) {
+				t.Errorf("a's lease ended %v after b's began", at.Sub(took))
+			}
+			t.Logf("a's lease ended %v before b took the lock: %v", took.Sub(at).Round(time.Millisecond), la.Err())
+		default:
+			t.Errorf("a still holds (Err %v) while b holds fence %d: a double grant despite the delayed restart", la.Err(), lb.Fence())
+		}
+		_ = lb.Unlock(ctx)
+	})
+}

@@ -66,6 +66,7 @@ const (
 	single     deployment = ""         // one redis-server
 	onCluster  deployment = "cluster"  // a Redis Cluster of three primaries with a replica each
 	onSentinel deployment = "sentinel" // a primary with two replicas and three sentinels
+	onRedLock  deployment = "redlock"  // five independent servers, locks held by a majority (NewRedLock)
 )
 
 // deployments are those the multi-process hammers run on.
@@ -89,6 +90,13 @@ func (d deployment) start(t *testing.T) (addr string, rdb redis.UniversalClient)
 	case onSentinel:
 		s := redistest.StartSentinel(t, 2, 3)
 		return sentinelScheme + strings.Join(s.SentinelAddrs(), ","), s.Client(t)
+	case onRedLock:
+		srvs := redistest.StartN(t, 5)
+		addrs := make([]string, len(srvs))
+		for i, s := range srvs {
+			addrs[i] = s.Addr
+		}
+		return redLockScheme + strings.Join(addrs, ","), srvs[0].Client(t)
 	}
 	srv := redistest.Start(t)
 	return srv.Addr, srv.Client(t)
@@ -97,6 +105,11 @@ func (d deployment) start(t *testing.T) (addr string, rdb redis.UniversalClient)
 // sentinelScheme starts the address of a Sentinel deployment given to a
 // worker: the sentinels' addresses follow, joined by commas.
 const sentinelScheme = "sentinel:"
+
+// redLockScheme starts the address of a RedLock's nodes given to a worker:
+// their addresses follow, joined by commas. The first node also holds the
+// hammer's counter.
+const redLockScheme = "redlock:"
 
 // locker is what the workers need of a Mutex or a FairMutex.
 type locker interface {
@@ -135,8 +148,21 @@ func runWorker(role string) int {
 		fmt.Fprintf(os.Stderr, "worker: params: %v\n", err)
 		return 2
 	}
-	lockRDB := lockRedis()
-	defer lockRDB.Close()
+	var members []redis.UniversalClient
+	if addrs, ok := strings.CutPrefix(os.Getenv(envRedis), redLockScheme); ok {
+		for a := range strings.SplitSeq(addrs, ",") {
+			m := redis.NewClient(&redis.Options{Addr: a})
+			defer m.Close()
+			members = append(members, m)
+		}
+	}
+	var lockRDB redis.UniversalClient
+	if members != nil {
+		lockRDB = members[0]
+	} else {
+		lockRDB = lockRedis()
+		defer lockRDB.Close()
+	}
 	resRDB := redis.NewClient(&redis.Options{Addr: os.Getenv(envResource)})
 	defer resRDB.Close()
 	opts := []dlock.Option{dlock.WithTTL(p.TTL)}
@@ -146,7 +172,13 @@ func runWorker(role string) int {
 	if p.WaitReplicas {
 		opts = append(opts, dlock.WithWaitReplicas(1, time.Second))
 	}
-	c, err := dlock.New(lockRDB, opts...)
+	var c *dlock.Client
+	var err error
+	if members != nil {
+		c, err = dlock.NewRedLock(members, opts...)
+	} else {
+		c, err = dlock.New(lockRDB, opts...)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
 		return 2
@@ -466,6 +498,21 @@ func TestProcessesHammer(t *testing.T) {
 		p := p
 		p.Deploy, p.WaitReplicas = onSentinel, true
 		exact(t, p)
+	})
+	t.Run("redlock", func(t *testing.T) {
+		p := p
+		p.Deploy = onRedLock
+		exact(t, p)
+	})
+	t.Run("redlock-broken-lock-is-caught", func(t *testing.T) {
+		p := p
+		p.Deploy = onRedLock
+		o := hammer(t, "acquire-ignores-holder", procs, p)
+		v := o.violations()
+		if len(v) == 0 {
+			t.Fatalf("a RedLock whose nodes ignore their holder passed the checks: %+v", o)
+		}
+		t.Logf("caught, as it must be: %v", v)
 	})
 	t.Run("broken-lock-is-caught", func(t *testing.T) {
 		o := hammer(t, "acquire-ignores-holder", procs, p)
