@@ -208,6 +208,62 @@
 // protects the resource then. On a Cluster WAIT goes to the lock's primary,
 // with the same limits.
 //
+// # RedLock
+//
+// NewRedLock makes a Client on N independent Redis primaries (N odd, at
+// least 3): a lock is held when a majority of them hold it, so losing a
+// minority of the nodes (dead, unreachable, paused) loses no lock and blocks
+// no Lock. Only Mutex, and MultiLock built on it, are supported; the other
+// primitives return errors matching errors.ErrUnsupported.
+//
+// An acquire sends the acquire script to every node at once and counts the
+// answers as they come: it succeeds when a majority took the lock, fails as
+// soon as a majority cannot have, and never waits for a node longer than
+// WithNodeTimeout (100ms by default). Then the fence: the largest the
+// majority handed out is written to every node's fence key that may hold
+// less, and Lock returns it once a majority has it. Every later majority
+// shares a node with that one, so every later fence is larger, also after a
+// minority of nodes restarted without persistence. The lease counts from
+// before the first request, and is valid for the TTL less the time the
+// majority took and less the drift allowance; a majority reached too late,
+// or a fence not written to a majority, is undone on every node, as is every
+// node's part of an acquire that did not reach a majority, including a part
+// whose answer comes after the per-node timeout.
+//
+// A lease is renewed on every node at once and stays valid while a majority
+// renews it; when a majority refuses it, or none renews it before the local
+// deadline, it is lost (Done, ErrLockLost). Unlock releases it on every node
+// and succeeds when a majority released it. A node that does not answer costs
+// a call at most the per-node timeout, and none when a majority answers
+// sooner.
+//
+// Waiting: each node keeps its own queue of waiters, so a release cannot hand
+// the lock to one waiter directly. Each node's release tells the waiter at the
+// head of its queue, usually the same one on every node; its Client wakes it
+// once, and it acquires by majority. Waiters that split the nodes between
+// them (none with a majority) undo their parts and try again after a short
+// random pause.
+//
+// Fences and clocks: a node's fence is its server time in microseconds, or
+// one more than its last fence, so fences rise across holders while the nodes'
+// clocks agree to within a TTL (a node whose clock runs ahead hands out
+// larger fences, which the write-back carries to the others).
+//
+// The Redlock algorithm's gap, which fences close for the resource: a node
+// that restarts without persistence while a lock is held by exactly a
+// majority lets a second owner reach a majority at once. The first holder
+// learns at its next renewal, but meanwhile two owners hold the lock; the
+// second has the larger fence, so a resource that checks fences rejects the
+// first one's writes. The remedy is the Redlock delayed restart: keep a node
+// that lost its data out of service for one TTL after it went down (start
+// it late, or unreachable to clients), by which time every lease it carried
+// has expired or been renewed elsewhere. Redis with appendfsync always keeps
+// the data instead.
+//
+// Give each node's Redis client short timeouts (ReadTimeout, or
+// ContextTimeoutEnabled): a request the Client no longer waits for still
+// holds a connection until go-redis gives it up, and Close waits for it.
+//
 // # Times
 //
 // Every time a lock keeps is a fraction of its TTL (WithTTL, 30s by default),

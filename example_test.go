@@ -159,3 +159,25 @@ func ExampleSemaphore() {
 
 func printJob(context.Context) error { return nil }
 func callPartner(context.Context)    {}
+
+func ExampleNewRedLock() {
+	var nodes []redis.UniversalClient
+	for _, addr := range []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379", "10.0.0.4:6379", "10.0.0.5:6379"} {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 500 * time.Millisecond})
+		defer rdb.Close()
+		nodes = append(nodes, rdb)
+	}
+	c, err := dlock.NewRedLock(nodes, dlock.WithNodeTimeout(50*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	l, err := c.Mutex("payout:42").Lock(ctx) // held once a majority holds it
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	fmt.Println("fence for the payment service:", l.Fence())
+}
