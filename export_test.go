@@ -115,7 +115,8 @@ func ScriptHash(op string) string {
 		"fair_acquire": scripts.fairAcquire, "fair_release": scripts.fairRelease,
 		"sem_acquire": scripts.semAcquire, "sem_release": scripts.semRelease,
 		"rw_acquire": scripts.rwAcquire, "rw_release": scripts.rwRelease,
-		"latch": scripts.latch,
+		"raise_fence": scripts.raiseFence,
+		"latch":       scripts.latch,
 	}[op]
 	if s == nil {
 		panic("ScriptHash: no script " + op)

@@ -142,6 +142,18 @@ func TestScriptHeaders(t *testing.T) {
 	rdb.AddHook(&rec)
 	other := clientOn(t, rdb)
 	exerciseScripts(t, c, other)
+	// raise_fence runs on the nodes of a RedLock.
+	_, nodes := redLockNodes(t, 3)
+	for _, n := range nodes {
+		n.AddHook(&rec)
+	}
+	rl := redLockOn(t, nodes)
+	ctx := context.Background()
+	for range 3 {
+		if err := rl.Mutex("headers").Do(ctx, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	rec.mu.Lock()
 	calls := rec.calls

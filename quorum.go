@@ -248,6 +248,13 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 	sent := time.Now()
 	n := len(q.members)
 	var won, held, failed int
+	// A part that comes late belongs to the lock if the acquire succeeded
+	// (renewals and the release go to every member); otherwise it is undone,
+	// and the owner's later attempts keep off that member until that is
+	// done. decided is closed once the outcome is known; kept tells it.
+	decided := make(chan struct{})
+	var kept bool
+	defer close(decided)
 	replies := fanOut(ctx, q, fan[acquireResult]{
 		skip: func(i int) bool { return q.isBusy(owner, i) },
 		call: func(ctx context.Context, m *node) (acquireResult, error) {
@@ -264,12 +271,10 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 			}
 			return won >= q.need || held+failed > n-q.need
 		},
-		// Whatever the attempt decided, a part that comes late is not
-		// counted: it is undone, and the owner's later attempts keep off
-		// that member until that is done.
 		leftBehind: func(i int) { q.markBusy(owner, i) },
 		late: func(r memberReply[acquireResult]) {
-			if r.err != nil || r.v.fence > 0 {
+			<-decided
+			if !kept && (r.err != nil || r.v.fence > 0) {
 				q.undo(k, owner, r.i, ttl)
 			}
 			q.unbusy(owner, r.i)
@@ -278,6 +283,7 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 	if won >= q.need {
 		fence, err := q.raiseFence(ctx, k, owner, ttl, replies)
 		if err == nil && time.Since(sent) < ttl-drift(ttl) {
+			kept = true
 			return acquireResult{fence: fence}, nil
 		}
 		q.undoAll(k, owner, ttl, replies)

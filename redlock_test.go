@@ -3,14 +3,13 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -269,9 +268,6 @@ func TestRedLockWaiters(t *testing.T) {
 	}
 	t.Logf("80 critical sections by 8 goroutines of 4 Clients in %v", time.Since(start).Round(time.Millisecond))
 }
-
-var _ = fmt.Sprint
-var _ = strconv.Itoa
 
 // TestRedLockNodesDown: with 2 of 5 nodes dead, Lock, renewal and Unlock
 // work; with 3 dead, a holder learns its lease is lost, and Lock and TryLock
@@ -553,5 +549,113 @@ func TestRedLockRestartWhileHeld(t *testing.T) {
 			t.Errorf("a still holds (Err %v) while b holds fence %d: a double grant despite the delayed restart", la.Err(), lb.Fence())
 		}
 		_ = lb.Unlock(ctx)
+	})
+}
+
+// TestRedLockFaults: each node behind a fault proxy. A node's acquire reply
+// that comes after the per-node timeout is not counted, and its part is
+// undone; replies lost and retried by go-redis on a majority of nodes give
+// the same outcome as one run: one hold, a release reported as done, nothing
+// left behind.
+func TestRedLockFaults(t *testing.T) {
+	srvs := redistest.StartN(t, 5)
+	proxies := make([]*faultproxy.Proxy, len(srvs))
+	rdbs := make([]*redis.Client, len(srvs))
+	for i, s := range srvs {
+		proxies[i] = faultproxy.Start(t, s.Addr)
+		rdbs[i] = redis.NewClient(&redis.Options{Addr: proxies[i].Addr(), ReadTimeout: time.Second})
+		t.Cleanup(func() { _ = rdbs[i].Close() })
+	}
+	direct := make([]*redis.Client, len(srvs))
+	for i, s := range srvs {
+		direct[i] = s.Client(t)
+	}
+	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(50*time.Millisecond), dlock.WithTTL(5*time.Second))
+	ctx := context.Background()
+	// Every node knows the scripts, so that each request is one EVALSHA.
+	if err := c.Mutex("warm-up").Do(ctx, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	acquire := faultproxy.ScriptSHA(dlock.ScriptHash("acquire"))
+	release := faultproxy.ScriptSHA(dlock.ScriptHash("release"))
+
+	t.Run("late-part-kept", func(t *testing.T) {
+		// The majority answers first; node 0's part, late, belongs to the
+		// lock all the same: its renewals and release go there too.
+		late := proxies[0].Inject(faultproxy.Rule{Match: acquire, Fault: faultproxy.DelayReply, Delay: 300 * time.Millisecond, Times: 1})
+		l, err := c.Mutex("late").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if late.Hits() != 1 {
+			t.Fatalf("the delay hit %d requests", late.Hits())
+		}
+		time.Sleep(500 * time.Millisecond)
+		if n := holders(t, direct, "late"); n != 5 {
+			t.Errorf("held on %d nodes after the late answer, want 5", n)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !within(2*time.Second, func() bool { return holders(t, direct, "late") == 0 }) {
+			t.Errorf("held on %d nodes after Unlock", holders(t, direct, "late"))
+		}
+	})
+
+	t.Run("late-part-of-a-failed-acquire-undone", func(t *testing.T) {
+		// Another owner holds nodes 1 to 3: the acquire fails, and its parts
+		// on node 4 (at once) and node 0 (when its late answer comes) are
+		// undone.
+		plant(t, direct[1:4], "failed", 5*time.Second)
+		late := proxies[0].Inject(faultproxy.Rule{Match: acquire, Fault: faultproxy.DelayReply, Delay: 300 * time.Millisecond, Times: 1})
+		if _, err := c.Mutex("failed").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("TryLock of a lock held on 3 of 5 nodes: %v", err)
+		}
+		if late.Hits() != 1 {
+			t.Fatalf("the delay hit %d requests", late.Hits())
+		}
+		if direct[4].Exists(ctx, "dlock:{failed}").Val() != 0 {
+			t.Errorf("node 4 still holds the part of the failed acquire")
+		}
+		if !within(2*time.Second, func() bool { return direct[0].Exists(ctx, "dlock:{failed}").Val() == 0 }) {
+			t.Errorf("node 0 still holds the part of the failed acquire that came late")
+		}
+	})
+
+	t.Run("replies-lost-and-retried", func(t *testing.T) {
+		var ins []*faultproxy.Injection
+		for _, p := range proxies[:3] {
+			ins = append(ins, p.Inject(faultproxy.Rule{Match: acquire, Fault: faultproxy.DropReply, Times: 1}))
+			ins = append(ins, p.Inject(faultproxy.Rule{Match: release, Fault: faultproxy.DropReply, Times: 1}))
+		}
+		l, err := c.Mutex("lost").Lock(ctx)
+		if err != nil {
+			t.Fatalf("Lock with the replies of 3 of 5 nodes lost once: %v", err)
+		}
+		for i, r := range direct {
+			if h := r.HGetAll(ctx, "dlock:{lost}").Val(); len(h) > 1 {
+				t.Errorf("node %d: holders %v", i, h)
+			}
+		}
+		atFence := 0
+		for _, r := range direct {
+			if f, _ := r.Get(ctx, "dlock:{lost}:fence").Int64(); f >= l.Fence() {
+				atFence++
+			}
+		}
+		if atFence < 3 {
+			t.Errorf("%d nodes have the fence %d", atFence, l.Fence())
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock with the replies of 3 of 5 nodes lost once: %v", err)
+		}
+		for _, in := range ins {
+			if in.Hits() != 1 {
+				t.Errorf("a fault hit %d requests, want 1", in.Hits())
+			}
+		}
+		if !within(2*time.Second, func() bool { return holders(t, direct, "lost") == 0 }) {
+			t.Errorf("held on %d nodes after Unlock", holders(t, direct, "lost"))
+		}
 	})
 }
