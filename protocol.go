@@ -118,7 +118,11 @@ type kind struct {
 	// grants: a release that frees the lock grants it to the next waiter
 	// and tells it the fence (grant); otherwise it keeps the lock for that
 	// waiter a while, and tells it to take it.
-	grants    bool
+	grants bool
+	// tells: a release that frees the lock tells the next waiter to try
+	// again instead of granting it (a RedLock's Mutex, whose members keep
+	// separate queues).
+	tells     bool
 	reentrant bool // a Lease in the context makes an acquisition of the same lock re-enter its hold
 }
 
@@ -165,7 +169,7 @@ var (
 		acquireKeys: mutexKind.acquireKeys,
 		releaseKeys: mutexKind.releaseKeys,
 		leaseKeys:   mutexKind.leaseKeys,
-		reentrant:   true}
+		tells:       true, reentrant: true}
 )
 
 // leaseType names, for extend.lua and ttl.lua, what carries a holder's lease.
@@ -607,9 +611,9 @@ func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMo
 	if n.q != nil {
 		return n.q.release(ctx, k, owner, mode, ttl, count)
 	}
-	grant := any("0") // a kind that does not grant tells the next waiter to try
-	if k.kind.grants {
-		grant = grantArg(ttl)
+	grant := grantArg(ttl)
+	if k.kind.tells {
+		grant = "0" // the next waiter is told to try, not granted the lock
 	}
 	code, err := n.eval(ctx, k.kind.release, k.releaseKeys, k.marker(owner),
 		owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()

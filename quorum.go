@@ -30,6 +30,11 @@ type quorum struct {
 	// member: the undo could otherwise remove a hold that attempt counts.
 	mu   sync.Mutex
 	busy map[busyKey]int
+	// ended holds the owners that gave their lock up (or their place in
+	// line) while an answer of their acquisition was still out: that part,
+	// when it comes, is undone, since the release may have reached its member
+	// before the acquire did.
+	ended map[string]bool
 
 	wg sync.WaitGroup // every request to a member; Close waits for them
 }
@@ -211,11 +216,41 @@ func (q *quorum) markBusy(owner string, i int) {
 
 func (q *quorum) unbusy(owner string, i int) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	k := busyKey{owner, i}
 	if q.busy[k]--; q.busy[k] <= 0 {
 		delete(q.busy, k)
 	}
-	q.mu.Unlock()
+	if !q.busyOwner(owner) {
+		delete(q.ended, owner)
+	}
+}
+
+// busyOwner reports whether an acquisition of owner has an answer out. q.mu
+// must be held.
+func (q *quorum) busyOwner(owner string) bool {
+	for i := range q.members {
+		if q.busy[busyKey{owner, i}] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// end records that owner gave its lock, or its place in line, up.
+func (q *quorum) end(owner string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.busyOwner(owner) {
+		q.ended[owner] = true
+	}
+}
+
+// hasEnded reports whether owner gave its lock up since its acquisition.
+func (q *quorum) hasEnded(owner string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.ended[owner]
 }
 
 func (q *quorum) isBusy(owner string, i int) bool {
@@ -274,7 +309,7 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 		leftBehind: func(i int) { q.markBusy(owner, i) },
 		late: func(r memberReply[acquireResult]) {
 			<-decided
-			if !kept && (r.err != nil || r.v.fence > 0) {
+			if (!kept || q.hasEnded(owner)) && (r.err != nil || r.v.fence > 0) {
 				q.undo(k, owner, r.i, ttl)
 			}
 			q.unbusy(owner, r.i)
@@ -297,17 +332,18 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 		return acquireResult{}, opErr(ErrNotAcquired, q.short(won+held, errsOf(replies)), "acquire %q", k.name)
 	}
 	// Held: by another owner on a majority, or split between owners, none
-	// with a majority. The wait is the shortest the holders told; after a
-	// split, a short random one, so that the owners that split it do not
+	// with a majority. The wait is the shortest the holders told (a holder
+	// that undoes its part, or releases, tells this waiter sooner); after a
+	// split, plus a short random pause, so that owners that split it do not
 	// meet again.
-	if won > 0 || held < q.need {
-		return acquireResult{pttl: time.Millisecond + rand.N(10*time.Millisecond)}, nil
-	}
 	r := acquireResult{pttl: -time.Millisecond}
 	for _, rep := range replies {
 		if rep.err == nil && rep.v.fence == 0 && rep.v.pttl >= 0 && (r.pttl < 0 || rep.v.pttl < r.pttl) {
 			r.pttl = rep.v.pttl
 		}
+	}
+	if won > 0 || held < q.need {
+		r.pttl = max(r.pttl, 0) + time.Millisecond + rand.N(10*time.Millisecond)
 	}
 	return r, nil
 }
@@ -407,6 +443,9 @@ func (q *quorum) reenter(ctx context.Context, k keys, owner string, ttl time.Dur
 // codeOther if one of them has another owner, codeGone if not; else an
 // error: too few answered to tell.
 func (q *quorum) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration, count int) (int64, error) {
+	if mode != releaseOne {
+		q.end(owner)
+	}
 	n := len(q.members)
 	var ok, not int
 	replies := fanOut(ctx, q, fan[int64]{

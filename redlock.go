@@ -72,7 +72,7 @@ func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	if cfg.wait.n > 0 {
 		return nil, opErr(errors.ErrUnsupported, nil, "NewRedLock: WithWaitReplicas")
 	}
-	q := &quorum{need: len(nodes)/2 + 1, timeout: cfg.nodeTimeout, busy: make(map[busyKey]int)}
+	q := &quorum{need: len(nodes)/2 + 1, timeout: cfg.nodeTimeout, busy: make(map[busyKey]int), ended: make(map[string]bool)}
 	if q.timeout == 0 {
 		q.timeout = DefaultNodeTimeout
 	}

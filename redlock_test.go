@@ -602,6 +602,26 @@ func TestRedLockFaults(t *testing.T) {
 		}
 	})
 
+	t.Run("release-before-late-acquire", func(t *testing.T) {
+		// Node 0's acquire reaches Redis only after the lock was released
+		// on the others: the part it takes then must not outlive the lease.
+		slow := proxies[0].Inject(faultproxy.Rule{Match: acquire, Fault: faultproxy.DelayRequest, Delay: 300 * time.Millisecond, Times: 1})
+		l, err := c.Mutex("overtaken").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if slow.Hits() != 1 {
+			t.Fatalf("the delay hit %d requests", slow.Hits())
+		}
+		time.Sleep(400 * time.Millisecond) // the acquire has run on node 0 by now
+		if !within(2*time.Second, func() bool { return direct[0].Exists(ctx, "dlock:{overtaken}").Val() == 0 }) {
+			t.Errorf("node 0 holds the lock after its release, for its TTL: %v", direct[0].HGetAll(ctx, "dlock:{overtaken}").Val())
+		}
+	})
+
 	t.Run("late-part-of-a-failed-acquire-undone", func(t *testing.T) {
 		// Another owner holds nodes 1 to 3: the acquire fails, and its parts
 		// on node 4 (at once) and node 0 (when its late answer comes) are
@@ -614,7 +634,7 @@ func TestRedLockFaults(t *testing.T) {
 		if late.Hits() != 1 {
 			t.Fatalf("the delay hit %d requests", late.Hits())
 		}
-		if direct[4].Exists(ctx, "dlock:{failed}").Val() != 0 {
+		if !within(2*time.Second, func() bool { return direct[4].Exists(ctx, "dlock:{failed}").Val() == 0 }) {
 			t.Errorf("node 4 still holds the part of the failed acquire")
 		}
 		if !within(2*time.Second, func() bool { return direct[0].Exists(ctx, "dlock:{failed}").Val() == 0 }) {
