@@ -219,7 +219,9 @@
 // An acquire sends the acquire script to every node at once and counts the
 // answers as they come: it succeeds when a majority took the lock, fails as
 // soon as a majority cannot have, and never waits for a node longer than
-// WithNodeTimeout (100ms by default). Then the fence: the largest the
+// WithNodeTimeout (100ms by default). When fewer than a majority answer in
+// time, the error matches ErrNotAcquired and holds a *QuorumError with
+// each node's failure; a waiting Lock rides that out as an outage. Then the fence: the largest the
 // majority handed out is written to every node's fence key that may hold
 // less, and Lock returns it once a majority has it. Every later majority
 // shares a node with that one, so every later fence is larger, also after a

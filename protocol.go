@@ -855,7 +855,7 @@ func (n *node) reload() {
 // that is an ordinary error, a closed client and an ended context are not.
 func transient(err error) bool {
 	var rerr redis.Error
-	var nq *noQuorum
+	var nq *QuorumError
 	switch {
 	case err == nil, errors.Is(err, redis.ErrClosed):
 		return false

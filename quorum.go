@@ -44,35 +44,39 @@ type busyKey struct {
 	member int
 }
 
-// noQuorum is the error of a request that fewer than a majority of the
-// members answered in time: it may succeed if made again, once the members
-// are back.
-type noQuorum struct {
-	answered, n, of int
-	errs            []error // of the members that did not answer
+// QuorumError is the cause of a RedLock request (NewRedLock) that fewer
+// than a majority of the nodes answered in time: an acquire's error matches
+// it and ErrNotAcquired, a renewal's is in a lost lease's Err. It may
+// succeed if made again once the nodes are back.
+type QuorumError struct {
+	Answered int     // nodes that answered in time
+	Need     int     // a majority
+	Nodes    int     // all nodes
+	Errs     []error // of the nodes that did not answer in time, or failed
 }
 
-func (e *noQuorum) Error() string {
-	msg := fmt.Sprintf("%d of %d nodes answered in time, a majority is %d", e.answered, e.of, e.n)
-	if len(e.errs) == 0 {
+func (e *QuorumError) Error() string {
+	msg := fmt.Sprintf("%d of %d nodes answered in time, a majority is %d", e.Answered, e.Nodes, e.Need)
+	if len(e.Errs) == 0 {
 		return msg
 	}
 	// The most telling error first: one a node sent, not a timeout.
-	first := e.errs[0]
-	for _, err := range e.errs {
+	first := e.Errs[0]
+	for _, err := range e.Errs {
 		if !errors.Is(err, errNodeTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 			first = err
 			break
 		}
 	}
 	msg += ": " + first.Error()
-	if len(e.errs) > 1 {
-		msg += fmt.Sprintf(" (and %d more)", len(e.errs)-1)
+	if len(e.Errs) > 1 {
+		msg += fmt.Sprintf(" (and %d more)", len(e.Errs)-1)
 	}
 	return msg
 }
 
-func (e *noQuorum) Unwrap() []error { return e.errs }
+// Unwrap returns the nodes' errors.
+func (e *QuorumError) Unwrap() []error { return e.Errs }
 
 // errNodeTimeout is a member's error when it did not answer within the
 // per-node timeout.
@@ -203,7 +207,7 @@ func errsOf[T any](replies []memberReply[T]) []error {
 
 // short is the error of a request that fewer than a majority answered.
 func (q *quorum) short(answered int, errs []error) error {
-	return &noQuorum{answered: answered, n: q.need, of: len(q.members), errs: errs}
+	return &QuorumError{Answered: answered, Need: q.need, Nodes: len(q.members), Errs: errs}
 }
 
 // markBusy counts a request of owner's acquisition to member i that

@@ -327,8 +327,9 @@ func TestRedLockNodesDown(t *testing.T) {
 	start := time.Now()
 	_, err = other.Mutex("n").Lock(wctx)
 	took := time.Since(start)
-	if !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("Lock with 3 of 5 nodes down: %v, want ErrNotAcquired", err)
+	var qe *dlock.QuorumError
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.As(err, &qe) || qe.Need != 3 || qe.Nodes != 5 || qe.Answered > 2 {
+		t.Errorf("Lock with 3 of 5 nodes down: %v, want ErrNotAcquired and a QuorumError of 5 nodes needing 3", err)
 	}
 	if took > wait+300*time.Millisecond {
 		t.Errorf("Lock with 3 of 5 nodes down returned after %v, its context ended after %v", took, wait)
