@@ -75,11 +75,11 @@ type Generator struct {
 	key   string
 	block int64
 
-	mu             sync.Mutex
-	second         int64     // of the current block
-	next, end      int64     // the current block's unused sequences: [next, end)
-	reserved       time.Time // when the current block was reserved
-	lastID         int64
+	mu        sync.Mutex
+	second    int64     // of the current block
+	next, end int64     // the current block's unused sequences: [next, end)
+	reserved  time.Time // when the current block was reserved
+	lastID    int64
 }
 
 // Option configures a Generator.
