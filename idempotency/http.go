@@ -1,0 +1,153 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// Defaults of the middleware.
+const (
+	// Header is the request header that carries the idempotency key.
+	Header = "Idempotency-Key"
+	// ReplayedHeader is set to "true" on a replayed response.
+	ReplayedHeader = "Idempotent-Replayed"
+	// DefaultMaxBody is the largest request body the middleware reads, to
+	// fingerprint it; a larger one is refused with 413.
+	DefaultMaxBody = 1 << 20
+)
+
+// MiddlewareOption configures Middleware.
+type MiddlewareOption func(*middleware)
+
+type middleware struct {
+	s          *Store
+	next       http.Handler
+	requireKey bool
+	maxBody    int64
+	retryAfter int // seconds, for 409
+}
+
+// RequireKey makes a request without an Idempotency-Key header fail with 400.
+// Default: it is passed to the handler as it is, unguarded.
+func RequireKey() MiddlewareOption { return func(m *middleware) { m.requireKey = true } }
+
+// MaxBody sets the largest request body read to fingerprint it. Default:
+// DefaultMaxBody (1 MiB).
+func MaxBody(n int64) MiddlewareOption { return func(m *middleware) { m.maxBody = n } }
+
+// Middleware guards next with s, keyed by the Idempotency-Key header: the
+// first request with a key runs next; a duplicate gets the response it wrote
+// (status, headers, body) replayed, with the header Idempotent-Replayed:
+// true. A duplicate that comes while the first runs waits for it, or, with a
+// Store made WithoutWaiting, gets 409 with Retry-After: 1. The same key with
+// another method, path or body gets 422; an empty or oversized key 400; a
+// body over MaxBody 413. Responses with a 5xx status are not stored: the key
+// is free for a retry. The handler runs with a context that is cancelled if
+// the key's lock is lost.
+func (s *Store) Middleware(next http.Handler, opts ...MiddlewareOption) http.Handler {
+	m := &middleware{s: s, next: next, maxBody: DefaultMaxBody, retryAfter: 1}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// recorded is a response as stored.
+type recorded struct {
+	Status int         `json:"s"`
+	Header http.Header `json:"h"`
+	Body   []byte      `json:"b"`
+}
+
+func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := r.Header.Get(Header)
+	if key == "" {
+		if m.requireKey {
+			http.Error(w, "missing "+Header+" header", http.StatusBadRequest)
+			return
+		}
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	if len(key) > MaxKeyLen {
+		http.Error(w, Header+" longer than "+strconv.Itoa(MaxKeyLen)+" bytes", http.StatusBadRequest)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, m.maxBody+1))
+	if err != nil {
+		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if int64(len(body)) > m.maxBody {
+		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	h := sha256.New()
+	h.Write([]byte(r.Method + " " + r.URL.RequestURI() + "\n"))
+	h.Write(body)
+	fp := hex.EncodeToString(h.Sum(nil))
+
+	res, err := m.s.Do(r.Context(), key, fp, func(ctx context.Context) ([]byte, bool, error) {
+		rec := &recorder{header: http.Header{}, status: http.StatusOK}
+		req := r.WithContext(ctx)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		m.next.ServeHTTP(rec, req)
+		b, err := json.Marshal(recorded{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()})
+		return b, rec.status < 500, err
+	})
+	switch {
+	case errors.Is(err, ErrMismatch):
+		http.Error(w, "this "+Header+" was used with another request", http.StatusUnprocessableEntity)
+		return
+	case errors.Is(err, ErrInProgress):
+		w.Header().Set("Retry-After", strconv.Itoa(m.retryAfter))
+		http.Error(w, "a request with this "+Header+" is in progress", http.StatusConflict)
+		return
+	case err != nil && r.Context().Err() != nil:
+		return // the client has gone
+	case err != nil:
+		http.Error(w, "idempotency: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	var rec recorded
+	if err := json.Unmarshal(res.Response, &rec); err != nil {
+		http.Error(w, "idempotency: the stored response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	for k, vs := range rec.Header {
+		w.Header()[k] = vs
+	}
+	if res.Replayed {
+		w.Header().Set(ReplayedHeader, "true")
+	}
+	w.WriteHeader(rec.Status)
+	_, _ = w.Write(rec.Body)
+}
+
+// recorder is the ResponseWriter a guarded handler writes to.
+type recorder struct {
+	header      http.Header
+	status      int
+	wroteHeader bool
+	body        bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if !r.wroteHeader {
+		r.status, r.wroteHeader = status, true
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.wroteHeader = true
+	return r.body.Write(b)
+}

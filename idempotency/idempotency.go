@@ -1,0 +1,257 @@
+// Package idempotency runs a request once per idempotency key, across
+// processes: the first request with a key runs; a duplicate that comes while
+// it runs waits for it (or is refused, if so configured) and then gets the
+// stored response replayed; a duplicate that comes later gets it at once. A
+// key sent again with a different payload is refused. It is the guard the
+// seeds' flash sale puts in front of "submit order", where one impatient user
+// clicks three times.
+//
+// The run is guarded by a dlock Mutex named after the key: a handler that
+// crashes mid-request holds the key only until the lock's lease runs out
+// (its TTL, 30s unless WithLeaseTTL says otherwise); a duplicate then runs
+// it. A stored response lives WithKeep (24 hours by default).
+//
+// What it cannot do: a handler stopped past its lease (a GC pause, a stopped
+// VM) and a duplicate that took over may both run; the first response stored
+// is the one replayed to every later duplicate. Pass the lock's fence
+// (Result.Fence) to what the handler writes, if that matters.
+package idempotency
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults and limits.
+const (
+	// DefaultKeep is how long a stored response lives.
+	DefaultKeep = 24 * time.Hour
+	// DefaultPrefix starts the key of every stored response.
+	DefaultPrefix = "dlock:idem:"
+	// MaxKeyLen is the longest idempotency key accepted, in bytes.
+	MaxKeyLen = 256
+)
+
+// Errors of Do, comparable with errors.Is.
+var (
+	// ErrMismatch: the key was used before with a different fingerprint
+	// (another payload). HTTP: 422.
+	ErrMismatch = errors.New("idempotency: key reused with a different request")
+	// ErrInProgress: a request with the key is running, and the Store was
+	// told not to wait (WithoutWaiting). HTTP: 409.
+	ErrInProgress = errors.New("idempotency: a request with this key is in progress")
+	// ErrBadKey: the key is empty or longer than MaxKeyLen. HTTP: 400.
+	ErrBadKey = errors.New("idempotency: bad key")
+)
+
+// Store runs requests once per key. It is safe for concurrent use.
+type Store struct {
+	locks  *dlock.Client
+	rdb    redis.UniversalClient
+	prefix string
+	keep   time.Duration
+	ttl    time.Duration // of the lock that guards a run; 0: the Client's
+	wait   bool
+}
+
+// Option configures a Store.
+type Option func(*Store) error
+
+// WithKeep sets how long a stored response lives. Default: DefaultKeep (24h).
+func WithKeep(d time.Duration) Option {
+	return func(s *Store) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("idempotency: WithKeep(%v): want at least 1ms", d)
+		}
+		s.keep = d
+		return nil
+	}
+}
+
+// WithLeaseTTL sets the TTL of the lock that guards a run: how long a key
+// stays taken after the process running it died. Default: the dlock
+// Client's TTL.
+func WithLeaseTTL(d time.Duration) Option {
+	return func(s *Store) error {
+		if d < dlock.MinTTL {
+			return fmt.Errorf("idempotency: WithLeaseTTL(%v): want at least %v", d, dlock.MinTTL)
+		}
+		s.ttl = d
+		return nil
+	}
+}
+
+// WithoutWaiting makes a duplicate that comes while its key runs fail at once
+// with ErrInProgress, instead of waiting for the stored response.
+func WithoutWaiting() Option {
+	return func(s *Store) error {
+		s.wait = false
+		return nil
+	}
+}
+
+// WithPrefix sets the text that starts the key of every stored response.
+// Default: DefaultPrefix ("dlock:idem:").
+func WithPrefix(prefix string) Option {
+	return func(s *Store) error {
+		if strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("idempotency: WithPrefix(%q): a prefix must not contain '{' or '}'", prefix)
+		}
+		s.prefix = prefix
+		return nil
+	}
+}
+
+// New returns a Store that guards runs with locks and stores responses in
+// rdb (the Redis locks is on, or another).
+func New(locks *dlock.Client, rdb redis.UniversalClient, opts ...Option) (*Store, error) {
+	switch {
+	case locks == nil:
+		return nil, errors.New("idempotency: New: nil dlock Client")
+	case rdb == nil:
+		return nil, errors.New("idempotency: New: nil Redis client")
+	}
+	s := &Store{locks: locks, rdb: rdb, prefix: DefaultPrefix, keep: DefaultKeep, wait: true}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("idempotency: New: nil Option")
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Result is what Do returns.
+type Result struct {
+	Response []byte // the run's response, stored or replayed
+	Replayed bool   // from an earlier run; this call ran nothing
+	Fence    int64  // of the lock that guarded this call's run; 0 if replayed
+}
+
+// stored is a response as Redis keeps it.
+type stored struct {
+	Fingerprint string `json:"fp"`
+	Response    []byte `json:"r"`
+}
+
+// Do runs fn once for key: if a response for key is stored, it returns it
+// (Replayed); if a request with key is running, it waits for it (ctx bounds
+// the wait) and returns its response; otherwise it runs fn, with a context
+// that is cancelled if the guarding lock is lost, and stores what fn
+// returns. fingerprint identifies the request (say, a hash of its method,
+// path and body): a key seen with another fingerprint gives ErrMismatch. If
+// fn fails, nothing is stored and its error is returned: the key is free for
+// another try. keep, if true, stores fn's response; false returns it
+// without storing (an HTTP 5xx, worth retrying).
+func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx context.Context) (response []byte, keep bool, err error)) (Result, error) {
+	switch {
+	case s == nil || s.locks == nil:
+		return Result{}, errors.New("idempotency: Do of a nil or zero Store; get one from New")
+	case ctx == nil:
+		return Result{}, errors.New("idempotency: Do: nil context")
+	case fn == nil:
+		return Result{}, errors.New("idempotency: Do: nil function")
+	case key == "" || len(key) > MaxKeyLen:
+		return Result{}, fmt.Errorf("%w: %d bytes, want 1 to %d", ErrBadKey, len(key), MaxKeyLen)
+	}
+	fpKey, respKey := s.prefix+"{"+key+"}:fp", s.prefix+"{"+key+"}:resp"
+	// The first request to use the key claims it for its fingerprint, so
+	// that another payload is refused even while the first one runs.
+	claimed, err := s.rdb.SetNX(ctx, fpKey, fingerprint, s.keep).Result()
+	if err != nil {
+		return Result{}, fmt.Errorf("idempotency: claim key %q: %w", key, err)
+	}
+	if !claimed {
+		fp, err := s.rdb.Get(ctx, fpKey).Result()
+		switch {
+		case errors.Is(err, redis.Nil): // expired just now: claim it again
+			if err := s.rdb.SetNX(ctx, fpKey, fingerprint, s.keep).Err(); err != nil {
+				return Result{}, fmt.Errorf("idempotency: claim key %q: %w", key, err)
+			}
+		case err != nil:
+			return Result{}, fmt.Errorf("idempotency: read key %q: %w", key, err)
+		case fp != fingerprint:
+			return Result{}, ErrMismatch
+		}
+		if r, ok, err := s.replay(ctx, key, respKey); ok || err != nil {
+			return r, err
+		}
+	}
+	var opts []dlock.Option
+	if s.ttl > 0 {
+		opts = append(opts, dlock.WithTTL(s.ttl))
+	}
+	m := s.locks.Mutex("idem:"+key, opts...)
+	var l *dlock.Lease
+	if s.wait {
+		l, err = m.Lock(ctx)
+	} else {
+		l, err = m.TryLock(ctx)
+		if errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
+			return Result{}, ErrInProgress
+		}
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("idempotency: take key %q: %w", key, err)
+	}
+	defer l.Unlock(context.WithoutCancel(ctx))
+	// The run that held the lock before may have finished.
+	if r, ok, err := s.replay(ctx, key, respKey); ok || err != nil {
+		return r, err
+	}
+	lctx, cancel := l.Context(ctx)
+	defer cancel()
+	resp, keep, err := fn(lctx)
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Response: resp, Fence: l.Fence()}
+	if !keep {
+		return r, nil
+	}
+	b, err := json.Marshal(stored{Fingerprint: fingerprint, Response: resp})
+	if err != nil {
+		return Result{}, fmt.Errorf("idempotency: store the response of %q: %w", key, err)
+	}
+	if err := l.Err(); err != nil {
+		return Result{}, fmt.Errorf("idempotency: key %q: the run lost its lock, its response is not stored: %w", key, err)
+	}
+	// The first response stored stands (a run that lost its lock may finish
+	// after another run took over).
+	first, err := s.rdb.SetNX(ctx, respKey, b, s.keep).Result()
+	if err != nil {
+		return Result{}, fmt.Errorf("idempotency: store the response of %q: %w", key, err)
+	}
+	if !first {
+		if prev, ok, err := s.replay(ctx, key, respKey); ok || err != nil {
+			return prev, err
+		}
+	}
+	s.rdb.PExpire(ctx, fpKey, s.keep) // the claim lives as long as the response
+	return r, nil
+}
+
+// replay returns the response stored for key, if there is one.
+func (s *Store) replay(ctx context.Context, key, respKey string) (Result, bool, error) {
+	b, err := s.rdb.Get(ctx, respKey).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return Result{}, false, nil
+	case err != nil:
+		return Result{}, false, fmt.Errorf("idempotency: read the response of %q: %w", key, err)
+	}
+	var st stored
+	if err := json.Unmarshal(b, &st); err != nil {
+		return Result{}, false, fmt.Errorf("idempotency: the stored response of %q: %w", key, err)
+	}
+	return Result{Response: st.Response, Replayed: true}, true, nil
+}
