@@ -208,6 +208,12 @@ func main() {
 		exitErr(fmt.Errorf("cluster: %w", err))
 	}
 	res = append(res, r...)
+	fmt.Fprintln(os.Stderr, "redlock ...")
+	r, err = runRedLock(cfg, stops)
+	if err != nil {
+		exitErr(fmt.Errorf("redlock: %w", err))
+	}
+	res = append(res, r...)
 
 	ctx := context.Background()
 	o := output{

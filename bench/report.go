@@ -196,6 +196,7 @@ func report(o output, scales []scaleResult) string {
 	}
 	w("\nredsync and redislock have no automatic renewal, so they are not in this table.\n")
 	w("%s", clusterSection(o))
+	w("%s", redLockSection(o))
 	w(howToRead)
 	return b.String()
 }
@@ -406,6 +407,56 @@ func clusterSection(o output) string {
 		w("\n**LEASES LOST: %d of %d** (Lease.Err after the periods was not nil, or Unlock failed).\n", c.LeasesLost, c.Leases)
 	} else {
 		w("\nLeases lost: 0 of %d (Lease.Err checked after the periods, then every lease unlocked).\n", c.Leases)
+	}
+	return b.String()
+}
+
+// redLockSection renders the RedLock scenarios.
+func redLockSection(o output) string {
+	un, _ := pick(o.Results, "redlock-uncontended")
+	co, _ := pick(o.Results, "redlock-contended")
+	if len(un) == 0 && len(co) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("\n## 7. RedLock: five independent redis-servers on this machine\n\n")
+	w("dlock's NewRedLock beside redsync's Redlock (redsync.New over five pools), on the same five servers. " +
+		"dlock's acquire is two round trips to every node at once (the fence is written back to the majority before Lock returns) and its lease is renewed; " +
+		"a release wakes one waiter by pub/sub on each node. redsync has no fence, no renewal and no waking: a waiter retries after its retry delay " +
+		"(default 50–250 ms; aggressive: 1 ms, without limit). The five servers share this machine's CPUs with the clients.\n\n")
+	w("Uncontended, 1 goroutine: ops/s and p50 median over %d slices (min–max), p99 over all.\n\n", samples(un))
+	w("| library | variant | ops/s | p50 µs | p99 µs | requests/op (client, all nodes) | allocs/op | bytes/op |\n|---|---|---|---|---|---|---|---|\n")
+	var dl, rs *result
+	for i, r := range un {
+		w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Library, r.Variant, rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
+			numSpread(r.P50us, r.P50usMin, r.P50usMax, "%.0f"), num(r.P99us, "%.0f"), counted(r, r.RequestsPerOp, "requests_per_op"),
+			num(r.AllocsPerOp, "%.0f"), num(r.BytesPerOp, "%.0f"))
+		switch r.Library {
+		case "dlock":
+			dl = &un[i]
+		case "redsync":
+			rs = &un[i]
+		}
+	}
+	if dl != nil && rs != nil && dl.P50us != nil && rs.P50us != nil {
+		w("\np50 dlock / redsync: %.2f×; ops/s dlock / redsync: %s.\n", *dl.P50us / *rs.P50us, ratio(dl.OpsPerS, rs.OpsPerS))
+	}
+	w("\n16 contenders, one key, each its own client, looping: CS/s and gap p50 median over %s (min–max).\n\n", plural(samples(co), "round"))
+	w("| library | variant | mutex ok | CS/s | gap p50 µs | same holder again | mean wait µs | max wait µs | max/mean | share min–max | requests/CS (client, all nodes) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range co {
+		ok := r.MutexOK != nil && *r.MutexOK
+		switch {
+		case !ok:
+			w("| %s | %s | **NO — MUTUAL EXCLUSION BROKEN, figures withheld** | | | | | | | | |\n", r.Library, r.Variant)
+		case r.OpsPerS == nil:
+			w("| %s | %s | yes | no critical section completed | | | | | | | |\n", r.Library, r.Variant)
+		default:
+			w("| %s | %s | yes | %s | %s | %.0f%% | %s | %s | %s | %s–%s | %s |\n", r.Library, r.Variant,
+				rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax), numSpread(r.GapP50us, r.GapP50usMin, r.GapP50usMax, "%.0f"), r.selfPct,
+				num(r.MeanWaitus, "%.0f"), num(r.MaxWaitus, "%.0f"), maxMean(r), num(r.ShareMin, "%.2f"), num(r.ShareMax, "%.2f"),
+				counted(r, r.RequestsPerOp, "requests_per_op"))
+		}
 	}
 	return b.String()
 }
