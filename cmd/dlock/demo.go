@@ -17,7 +17,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dlock-go/dlock/idgen"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/stock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -63,9 +65,13 @@ const (
 	strategyNoLock = "nolock" // read, check, wait, write: no lock at all
 	strategyLocal  = "local"  // the same under a sync.Mutex of each process
 	strategyDlock  = "dlock"  // a dlock Mutex per buyer and one on the voucher
+	strategyScript = "script" // the stock package: check and deduct in one script, no lock
 )
 
-var allStrategies = []string{strategyNoLock, strategyLocal, strategyDlock}
+var allStrategies = []string{strategyNoLock, strategyLocal, strategyDlock, strategyScript}
+
+// saleID names the sale of the script strategy, in the stock package.
+const saleID = "voucher"
 
 // demoConfig is what the flags of "dlock demo" set.
 type demoConfig struct {
@@ -387,7 +393,15 @@ func (r saleResult) Exact() bool {
 // runStrategy runs one strategy's sale on fresh keys with fresh workers.
 func (d *demo) runStrategy(ctx context.Context, strategy string) (saleResult, error) {
 	k := newSaleKeys(d.prefix + strategy + ":")
-	if err := d.rdb.Set(ctx, k.stock, d.cfg.vouchers, 0).Err(); err != nil {
+	if strategy == strategyScript {
+		sales, _, err := scriptSales(d.rdb, d.prefix+strategy+":")
+		if err == nil {
+			_, err = sales.Create(ctx, saleID, int64(d.cfg.vouchers), time.Hour)
+		}
+		if err != nil {
+			return saleResult{}, fmt.Errorf("create the sale: %w", err)
+		}
+	} else if err := d.rdb.Set(ctx, k.stock, d.cfg.vouchers, 0).Err(); err != nil {
 		return saleResult{}, fmt.Errorf("set the stock: %w", err)
 	}
 	g, err := d.startWorkers(strategy)
@@ -478,7 +492,15 @@ func (d *demo) tally(ctx context.Context, strategy string, k saleKeys, reports [
 	if r.Sold, err = getInt(ctx, d.rdb, k.sold); err != nil {
 		return r, fmt.Errorf("read the orders placed: %w", err)
 	}
-	if r.FinalStock, err = getInt(ctx, d.rdb, k.stock); err != nil {
+	if strategy == strategyScript {
+		sales, _, err := scriptSales(d.rdb, d.prefix+strategy+":")
+		if err == nil {
+			r.FinalStock, err = sales.Left(ctx, saleID)
+		}
+		if err != nil {
+			return r, fmt.Errorf("read the stock: %w", err)
+		}
+	} else if r.FinalStock, err = getInt(ctx, d.rdb, k.stock); err != nil {
 		return r, fmt.Errorf("read the stock: %w", err)
 	}
 	if r.Clicks, err = getInt(ctx, d.rdb, k.clicks); err != nil {
@@ -658,6 +680,21 @@ func explain(strategy string, cfg demoConfig) string {
 	case strategyDlock:
 		return "a dlock Mutex per buyer makes \"check for an order, then order\" one step across all\n" +
 			"          processes, and one on the voucher does the same for \"read the stock, then write it\"."
+	case strategyScript:
+		return "one script (package stock) checks the stock and the buyer, deducts and records the order\n" +
+			"          in one step inside Redis: no lock, no wait, one round trip per click."
 	}
 	return ""
+}
+
+// scriptSales returns the stock package's Sales with the keys of the script
+// strategy under prefix (order ids included, so that the run's clean-up
+// removes them).
+func scriptSales(rdb redis.UniversalClient, prefix string) (*stock.Sales, *idgen.Generator, error) {
+	ids, err := idgen.New(rdb, "order", idgen.WithPrefix(prefix+"ids:"))
+	if err != nil {
+		return nil, nil, err
+	}
+	sales, err := stock.New(rdb, ids, stock.WithPrefix(prefix))
+	return sales, ids, err
 }

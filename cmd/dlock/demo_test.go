@@ -68,6 +68,10 @@ func TestSale(t *testing.T) {
 	if d.Buyers != d.Sold {
 		t.Errorf("dlock: %d orders from %d buyers, want one order per buyer", d.Sold, d.Buyers)
 	}
+	if sc := results[3]; sc.Sold != int64(cfg.vouchers) || sc.Duplicates != 0 || sc.FinalStock != 0 || !sc.Exact() || sc.Buyers != sc.Sold {
+		t.Errorf("script: sold %d to %d buyers, %d duplicate orders, final stock %d; want %d sold, one per buyer, stock 0",
+			sc.Sold, sc.Buyers, sc.Duplicates, sc.FinalStock, cfg.vouchers)
+	}
 	// With several processes each reading the stock, waiting and writing it,
 	// the unlocked sale loses decrements every time.
 	if n := results[0]; n.Exact() {

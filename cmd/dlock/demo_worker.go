@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/stock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -227,6 +228,8 @@ type worker struct {
 
 	locks   *dlock.Client // the dlock strategy's
 	voucher *dlock.Mutex
+
+	sales *stock.Sales // the script strategy's
 }
 
 func newWorker(ctx context.Context, cfg workerConfig) (*worker, error) {
@@ -258,6 +261,19 @@ func newWorker(ctx context.Context, cfg workerConfig) (*worker, error) {
 		w.locks = c
 		w.voucher = c.Mutex("voucher:" + voucherID)
 		w.buy = w.buyDlock
+	case strategyScript:
+		sales, ids, err := scriptSales(w.rdb, cfg.keys)
+		if err == nil {
+			// The first order id of a process may wait for Redis's next
+			// second (idgen); take one before the race starts.
+			_, err = ids.Next(ctx)
+		}
+		if err != nil {
+			_ = w.rdb.Close()
+			return nil, fmt.Errorf("open the sale: %w", err)
+		}
+		w.sales = sales
+		w.buy = w.buyScript
 	}
 	return w, nil
 }
@@ -424,6 +440,25 @@ func (w *worker) buyDlock(ctx context.Context, buyer string) (_ outcome, err err
 		return soldOut, nil
 	}
 	return bought, w.placeOrder(ctx, buyer)
+}
+
+// buyScript is the stock package's Buy: the stock check, the buyer check,
+// the deduction and the order intent in one script, atomic in Redis. The
+// order is counted as the other strategies count theirs, for the tally.
+func (w *worker) buyScript(ctx context.Context, buyer string) (outcome, error) {
+	r, err := w.sales.Buy(ctx, saleID, buyer, 1)
+	if err != nil {
+		return 0, err
+	}
+	switch r.Outcome {
+	case stock.Ordered:
+		return bought, w.placeOrder(ctx, buyer)
+	case stock.AlreadyOrdered:
+		return alreadyBought, nil
+	case stock.SoldOut:
+		return soldOut, nil
+	}
+	return 0, fmt.Errorf("buy for %s: %v", buyer, r.Outcome)
 }
 
 func (w *worker) stock(ctx context.Context) (int64, error) {
