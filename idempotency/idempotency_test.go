@@ -24,7 +24,11 @@ import (
 	"go.uber.org/goleak"
 )
 
-const envWorker = "IDEM_TEST_WORKER" // the Redis address; TestMain runs the worker when set
+// Environment of a worker process.
+const (
+	envWorker = "IDEM_TEST_WORKER" // the Redis address; TestMain runs the worker when set
+	envMode   = "IDEM_TEST_MODE"   // "hang": its handler never returns; else it counts its runs in Redis
+)
 
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(envWorker); addr != "" {
@@ -34,8 +38,9 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
-// worker serves a guarded handler that never returns, with a lease TTL of
-// 1s, prints its address, and serves until it is killed.
+// worker serves a guarded handler, with a lease TTL of 1s, prints its
+// address, and serves until it is killed. The handler never returns (mode
+// "hang"), or is countingHandler.
 func worker(addr string) int {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	c, err := dlock.New(rdb)
@@ -51,10 +56,13 @@ func worker(addr string) int {
 		return 2
 	}
 	fmt.Println(ln.Addr().String())
-	h := s.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rdb.Incr(r.Context(), "started")
-		select {} // a handler that hangs until the process dies
-	}))
+	h := s.Middleware(countingHandler(rdb))
+	if os.Getenv(envMode) == "hang" {
+		h = s.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rdb.Incr(r.Context(), "started")
+			select {} // a handler that hangs until the process dies
+		}))
+	}
 	_ = http.Serve(ln, h)
 	return 1
 }
@@ -149,6 +157,64 @@ func TestDuplicates(t *testing.T) {
 	}
 }
 
+// countingHandler counts its runs in Redis, in every process, and answers
+// 201 with the run's number after a pause long enough for duplicates to come
+// while it runs.
+func countingHandler(rdb *redis.Client) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := rdb.Incr(r.Context(), "runs").Val()
+		time.Sleep(100 * time.Millisecond)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "order %d", n)
+	})
+}
+
+// startWorker starts a worker process in mode and returns its URL.
+func startWorker(t *testing.T, redisAddr, mode string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envWorker+"="+redisAddr, envMode+"="+mode)
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, "http://" + strings.TrimSpace(line)
+}
+
+// TestDuplicatesAcrossProcesses: 12 submissions with one key, at once, half
+// to a server in another OS process and half to one here: the handler runs
+// once in all, and every submission gets its response.
+func TestDuplicatesAcrossProcesses(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	_, there := startWorker(t, srv.Addr, "serve")
+	here := server(t, rdb, countingHandler(rdb), idempotency.WithLeaseTTL(time.Second))
+	var wg sync.WaitGroup
+	replies := make([]reply, 12)
+	for i := range replies {
+		u := here
+		if i%2 == 1 {
+			u = there
+		}
+		wg.Go(func() { replies[i] = post(t, u, "k", `{"sku":7}`) })
+	}
+	wg.Wait()
+	for _, r := range replies {
+		if r.status != http.StatusCreated || r.body != "order 1" {
+			t.Errorf("reply %+v, want 201 \"order 1\"", r)
+		}
+	}
+	if n := rdb.Get(context.Background(), "runs").Val(); n != "1" {
+		t.Errorf("the handler ran %s times across the two processes, want 1", n)
+	}
+}
+
 // TestMismatch: the key sent again with another body, while the first runs
 // and after, gets 422; the handler runs once.
 func TestMismatch(t *testing.T) {
@@ -197,20 +263,9 @@ func TestInProgress(t *testing.T) {
 func TestCrashedHandler(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envWorker+"="+srv.Addr)
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, url0 := startWorker(t, srv.Addr, "hang")
 	go func() { // never answered: the process dies
-		req, _ := http.NewRequest(http.MethodPost, "http://"+strings.TrimSpace(line)+"/order", strings.NewReader("a"))
+		req, _ := http.NewRequest(http.MethodPost, url0+"/order", strings.NewReader("a"))
 		req.Header.Set(idempotency.Header, "k")
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
