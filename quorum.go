@@ -278,11 +278,12 @@ func (q *quorum) undo(k keys, owner string, i int, ttl time.Duration) {
 
 // acquire takes k's lock on a majority of the members, or registers owner as
 // a waiter on the members where it is held. The fence is the largest of the
-// majority's, written back to each of them before acquire returns, so that
-// every later majority, which shares a member with this one, hands out a
-// larger one. The lock counts as taken only if a majority took it and
-// raised its fence before the lease's validity (TTL less elapsed time and
-// drift) ran out; otherwise every member's part is undone.
+// majority's, written to every member that may have less (raiseFence), and
+// acquire returns once a majority has it, so that every later majority,
+// which shares a member with that one, hands out a larger one. The lock
+// counts as taken only if a majority took it and has its fence before the
+// lease's validity (TTL less elapsed time and drift) ran out; otherwise every
+// member's part is undone.
 func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra []any) (acquireResult, error) {
 	sent := time.Now()
 	n := len(q.members)
