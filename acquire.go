@@ -62,6 +62,9 @@ func (e *engine) check(ctx context.Context) error {
 // logs what it finds.
 func (e *engine) firstUse() {
 	e.checked.Do(func() {
+		// The id starts every owner id of this Client, as dlock ls shows
+		// them: logged, it tells the people on call which process holds.
+		e.log.Info("dlock: client in use", "id", e.id)
 		e.bg.goDo(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -136,7 +139,7 @@ func (a *acquirer) acquire(ctx context.Context, op string, wait bool, extra []an
 	if h.LockEnd != nil {
 		r := LockResult{Waited: time.Since(start), Err: err}
 		if l != nil {
-			r.Fence, r.Reentered = l.Fence(), l.reentered
+			r.Fence, r.Reentered, r.HandedOff = l.Fence(), l.reentered, l.handedOff
 		}
 		h.LockEnd(ctx, info, r)
 	}
@@ -331,14 +334,14 @@ func (a *acquirer) granted(ctx context.Context, owner string, m wake, h heldAt, 
 	if time.Since(from) >= m.lease/2 {
 		return nil
 	}
-	t, err := e.ren.begin(e.node, a.k, owner, m.fence, a.ttl, a.renew, from, m.lease)
+	t, err := e.ren.begin(e.node, &a.k, owner, m.fence, a.ttl, a.renew, from, m.lease)
 	if err != nil {
 		return nil // closing: the caller's next attempt fails with ErrClosed, and gives the grant back
 	}
 	if e.log.Enabled(ctx, slog.LevelDebug) {
 		e.log.Debug("dlock: acquired by a grant", "lock", a.k.name, "fence", m.fence, "waited", time.Since(start))
 	}
-	return &Lease{h: &hold{e: e, t: t, holds: 1}}
+	return &Lease{h: &hold{e: e, t: t, holds: 1}, handedOff: true}
 }
 
 // attempt runs the acquire script once, sent at sent, registering owner as a
@@ -366,9 +369,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 			}
 		})
 	}
-	if err == nil {
-		e.reached.Store(true)
-	}
+	e.heard(err)
 	switch {
 	case errors.Is(err, errLeftBehind):
 		return nil, 0, acquireResult{}, opErr(nil, err, "acquire %q", a.k.name)
@@ -387,7 +388,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 		// caller abandons it.
 		return nil, 0, acquireResult{}, opErr(ErrNotAcquired, r.notReplicated, "acquire %q", a.k.name)
 	}
-	t, err := e.ren.begin(e.node, a.k, owner, r.fence, a.ttl, a.renew, sent, 0)
+	t, err := e.ren.begin(e.node, &a.k, owner, r.fence, a.ttl, a.renew, sent, 0)
 	if err != nil {
 		a.abandon(ctx, owner)
 		return nil, 0, acquireResult{}, err
@@ -428,6 +429,16 @@ type outage struct {
 	since time.Time     // the first failure; zero if the last request succeeded
 	wait  time.Duration // the next pause
 	err   error         // the last failure
+}
+
+// heard notes that Redis has answered a request, if the request's outcome err
+// says so: it succeeded, or it is a RedLock's that some nodes answered in
+// time, though fewer than a majority.
+func (e *engine) heard(err error) {
+	var q *QuorumError
+	if err == nil || errors.As(err, &q) && q.Answered > 0 {
+		e.reached.Store(true)
+	}
 }
 
 // rideOut reports whether a waiting call whose request about k failed with
@@ -611,7 +622,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 	if err := t.endedErr("re-enter"); err != nil {
 		return nil, opErr(ErrNotAcquired, err, "re-enter %q", t.k.name)
 	}
-	r, err := h.e.node.reenter(ctx, t.k, t.owner, h.e.ren.ttlOf(t), h.holds+1, extra...)
+	r, err := h.e.node.reenter(ctx, *t.k, t.owner, h.e.ren.ttlOf(t), h.holds+1, extra...)
 	if err != nil {
 		// If the reply was lost the count in Redis may be one too high; the
 		// next count sent, or the last release, sets it right.
@@ -627,7 +638,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 		ttl := h.e.ren.ttlOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
-		if _, err := h.e.node.release(cctx, t.k, t.owner, releaseOne, ttl, h.holds); err != nil {
+		if _, err := h.e.node.release(cctx, *t.k, t.owner, releaseOne, ttl, h.holds); err != nil {
 			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.k.name, "err", err)
 		}
 		return nil, opErr(ErrNotAcquired, r.notReplicated, "re-enter %q", t.k.name)
@@ -672,7 +683,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		// this hold is given back whatever Redis answers, and a count that
 		// failed to reach Redis is set right by the next one that does.
 		h.holds--
-		code, err := e.node.release(cctx, t.k, t.owner, releaseOne, ttl, h.holds)
+		code, err := e.node.release(cctx, *t.k, t.owner, releaseOne, ttl, h.holds)
 		switch {
 		case err != nil:
 			return false, opErr(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.k.name)
@@ -690,7 +701,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
 	sent := time.Now()
-	code, err := e.node.release(cctx, t.k, t.owner, releaseLast, ttl, 0)
+	code, err := e.node.release(cctx, *t.k, t.owner, releaseLast, ttl, 0)
 	switch {
 	case err != nil:
 		e.log.Error("dlock: release failed; retrying in the background", "lock", t.k.name, "fence", t.fence, "err", err)
@@ -737,7 +748,7 @@ func (h *hold) releaseLater(ttl time.Duration) {
 			return
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		_, err := e.node.release(ctx, t.k, t.owner, releaseLast, ttl, 0)
+		_, err := e.node.release(ctx, *t.k, t.owner, releaseLast, ttl, 0)
 		cancel()
 		if err == nil {
 			e.log.Info("dlock: released in the background", "lock", t.k.name, "fence", t.fence)

@@ -129,8 +129,8 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	count := func() (int64, error) {
 		for {
 			n, err := e.node.latchCount(ctx, l.k)
+			e.heard(err)
 			if err == nil {
-				e.reached.Store(true)
 				return n, nil
 			}
 			if !out.rideOut(ctx, e, l.k, err) {

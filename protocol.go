@@ -245,15 +245,36 @@ func newKeys(prefix string, k *kind, name, client string) keys {
 		ks.own = cut(len(names) + 1)
 	}
 	ks.channelArg = ks.channel
-	arr := make([]string, 0, len(k.acquireKeys)+len(k.releaseKeys)+len(k.leaseKeys))
-	list := func(l []string) []string {
-		from := len(arr)
+	// A list that begins another one built before is a slice of it (a
+	// Mutex's three lists are one).
+	var from [len(lists)]int // the list each one is a slice of
+	listed := 0
+	for i, l := range lists {
+		from[i] = i
+		for j := range i {
+			if from[j] == j && len(l) <= len(lists[j]) && slices.Equal(l, lists[j][:len(l)]) {
+				from[i] = j
+				break
+			}
+		}
+		if from[i] == i {
+			listed += len(l)
+		}
+	}
+	arr := make([]string, 0, listed)
+	var built [len(lists)][]string
+	for i, l := range lists {
+		if from[i] != i {
+			built[i] = built[from[i]][:len(l):len(l)]
+			continue
+		}
+		start := len(arr)
 		for _, kn := range l {
 			arr = append(arr, cut(slices.Index(names[:n], kn)))
 		}
-		return arr[from:len(arr):len(arr)]
+		built[i] = arr[start:len(arr):len(arr)]
 	}
-	ks.acquireKeys, ks.releaseKeys, ks.leaseKeys = list(k.acquireKeys), list(k.releaseKeys), list(k.leaseKeys)
+	ks.acquireKeys, ks.releaseKeys, ks.leaseKeys = built[0], built[1], built[2]
 	return ks
 }
 

@@ -403,6 +403,45 @@ func TestRedLockPausedNodes(t *testing.T) {
 	}
 }
 
+// TestRedLockFirstRequestShort: a new Client's first Lock, answered in time
+// by 2 of 5 nodes (3 stopped by SIGSTOP), waits for the others rather than
+// failing at once as a Client that reached no node does: the nodes that
+// answered show the addresses are right.
+func TestRedLockFirstRequestShort(t *testing.T) {
+	srvs := redistest.StartN(t, 5)
+	rdbs := make([]*redis.Client, len(srvs))
+	for i, s := range srvs {
+		rdbs[i] = s.Client(t)
+	}
+	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(50*time.Millisecond))
+	for _, s := range srvs[:3] {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Resume() })
+	}
+	const paused = 400 * time.Millisecond
+	go func() {
+		time.Sleep(paused)
+		for _, s := range srvs[:3] {
+			_ = s.Resume()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := c.Mutex("first").Lock(ctx)
+	if err != nil {
+		t.Fatalf("first Lock with 3 of 5 nodes stopped for %v: %v", paused, err)
+	}
+	if took := time.Since(start); took < paused {
+		t.Errorf("Lock returned after %v, before the nodes were resumed at %v", took, paused)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // plant makes another owner hold lock name on rdbs, for ttl.
 func plant(t *testing.T, rdbs []*redis.Client, name string, ttl time.Duration) {
 	t.Helper()
@@ -579,6 +618,7 @@ func TestRedLockFaults(t *testing.T) {
 	}
 	acquire := faultproxy.ScriptSHA(dlock.ScriptHash("acquire"))
 	release := faultproxy.ScriptSHA(dlock.ScriptHash("release"))
+	raiseFence := faultproxy.ScriptSHA(dlock.ScriptHash("raise_fence"))
 
 	t.Run("late-part-kept", func(t *testing.T) {
 		// The majority answers first; node 0's part, late, belongs to the
@@ -644,10 +684,16 @@ func TestRedLockFaults(t *testing.T) {
 	})
 
 	t.Run("replies-lost-and-retried", func(t *testing.T) {
-		var ins []*faultproxy.Injection
+		var ins, raises []*faultproxy.Injection
 		for _, p := range proxies[:3] {
 			ins = append(ins, p.Inject(faultproxy.Rule{Match: acquire, Fault: faultproxy.DropReply, Times: 1}))
 			ins = append(ins, p.Inject(faultproxy.Rule{Match: release, Fault: faultproxy.DropReply, Times: 1}))
+		}
+		// The fence's write-back too: each node's fence is its own clock's,
+		// so all but the largest are raised, and their replies are lost
+		// once; the retry finds the key raised already.
+		for _, p := range proxies {
+			raises = append(raises, p.Inject(faultproxy.Rule{Match: raiseFence, Fault: faultproxy.DropReply, Times: 1}))
 		}
 		l, err := c.Mutex("lost").Lock(ctx)
 		if err != nil {
@@ -666,6 +712,23 @@ func TestRedLockFaults(t *testing.T) {
 		}
 		if atFence < 3 {
 			t.Errorf("%d nodes have the fence %d", atFence, l.Fence())
+		}
+		lostRaises := 0
+		for _, in := range raises {
+			lostRaises += in.Hits()
+		}
+		if lostRaises < 3 {
+			t.Errorf("the replies of %d fence write-backs were lost, want at least 3", lostRaises)
+		}
+		if !within(2*time.Second, func() bool {
+			for _, r := range direct {
+				if f, _ := r.Get(ctx, "dlock:{lost}:fence").Int64(); f < l.Fence() {
+					return false
+				}
+			}
+			return true
+		}) {
+			t.Errorf("a node's fence stayed below %d after the write-back's retries", l.Fence())
 		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Errorf("Unlock with the replies of 3 of 5 nodes lost once: %v", err)

@@ -21,7 +21,7 @@ import (
 type term struct {
 	// Set when the lease begins, never changed.
 	node   *node
-	k      keys
+	k      *keys
 	owner  string
 	fence  int64
 	begun  time.Time // when the acquire was sent: the latest Redis can have started the TTL
@@ -103,7 +103,7 @@ func newRenewer(log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
 // sent + grant at the latest, sent being a request that reached Redis before
 // the grant was made, and counts as lost drift(grant) before that. The
 // renewer lengthens it to ttl at once.
-func (r *renewer) begin(n *node, k keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*term, error) {
+func (r *renewer) begin(n *node, k *keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*term, error) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	t := &term{node: n, k: k, owner: owner, fence: fence, begun: sent, ctx: ctx, cancel: cancel,
 		renew: renew, ttl: ttl, deadline: sent.Add(ttl - drift(ttl)),
@@ -230,7 +230,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	r.reschedule(t)
 	r.mu.Unlock()
 
-	codes, err := t.node.extend(ctx, []extendItem{{k: t.k, owner: t.owner, ttl: ttl, exact: true}})
+	codes, err := t.node.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true}})
 
 	r.mu.Lock()
 	close(t.busy)
@@ -405,7 +405,7 @@ func (r *renewer) renewCalls(n *node, calls [][]*term) {
 	for i, batch := range calls {
 		items[i] = make([]extendItem, len(batch))
 		for j, t := range batch {
-			items[i][j] = extendItem{k: t.k, owner: t.owner, ttl: t.ttl}
+			items[i][j] = extendItem{k: *t.k, owner: t.owner, ttl: t.ttl}
 			if t.deadline.After(latest) {
 				latest = t.deadline
 			}
