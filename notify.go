@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,10 +71,12 @@ type gate struct {
 	channel string
 	// shs are where the channel is subscribed: one shard, or on a RedLock
 	// one per member; got tells which of them confirmed it, need how many
-	// must for the gate to be ready. Guarded by notifier.mu.
+	// must for the gate to be ready, refused how many refused it (see
+	// notifier.refused). Guarded by notifier.mu.
 	shs     []*shard
 	got     []bool
 	need    int
+	refused int
 	ready   chan struct{} // closed when Redis confirmed the subscription, or it failed
 	readyOK bool
 	subErr  error // why the subscription failed; set before ready is closed
@@ -189,7 +192,7 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 		fresh bool
 	}
 	sends := make([]send, 0, len(places))
-	g.shs, g.got, g.need = g.shs[:0], g.got[:0], need
+	g.shs, g.got, g.need, g.refused = g.shs[:0], g.got[:0], need, 0
 	quorum := n.node.q != nil
 	for _, p := range places {
 		sh := n.shards[p.addr]
@@ -424,6 +427,15 @@ func (n *notifier) receive(sh *shard) {
 			}
 			var reply redis.Error
 			if errors.As(err, &reply) {
+				if strings.HasPrefix(reply.Error(), "NOPERM") {
+					// The user's ACL refused a command: no retry will
+					// change that. A refused SSUBSCRIBE fails its waiters.
+					n.log.Warn("dlock: wake-up connection refused a command", "node", sh.addr, "err", err)
+					if subscribeRefused(reply) {
+						n.refused(sh, err)
+					}
+					continue
+				}
 				// An error reply, not a broken connection: the MOVED that
 				// answers SUNSUBSCRIBE or SSUBSCRIBE of a channel whose slot
 				// has moved.
@@ -462,6 +474,39 @@ func (n *notifier) receive(sh *shard) {
 				n.dropped(sh, m.Channel)
 			}
 		}
+	}
+}
+
+// subscribeRefused reports whether reply, an error reply on a pub/sub
+// connection, is the user's ACL refusing an SSUBSCRIBE: the command, or the
+// channels it names.
+func subscribeRefused(reply redis.Error) bool {
+	msg := reply.Error()
+	return strings.HasPrefix(msg, "NOPERM") && (strings.Contains(msg, "'ssubscribe'") || strings.Contains(msg, "channel"))
+}
+
+// refused fails the subscriptions that sh has not confirmed yet: its server
+// refused an SSUBSCRIBE (err), and a refusal does not say which channel it
+// was for. A user's ACL allows the channels of one prefix alike (see
+// docs/acl.md), so each of them is refused too; their waiters return err at
+// once rather than waiting for their contexts. On a RedLock, a gate fails
+// only once too few members are left to confirm it.
+func (n *notifier) refused(sh *shard, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for ch, g := range n.gates {
+		i := slices.Index(g.shs, sh)
+		if i < 0 || g.got[i] || g.readyOK {
+			continue
+		}
+		delete(sh.pending, ch)
+		if g.refused++; len(g.shs)-g.refused >= g.need {
+			continue
+		}
+		delete(n.gates, ch)
+		g.subErr = opErr(nil, err, "subscribe to %s", ch)
+		g.readyOK = true
+		close(g.ready)
 	}
 }
 
