@@ -81,6 +81,17 @@ func newClient(n *node, cfg config, op string) (*Client, error) {
 	}, nil
 }
 
+// ID returns the Client's id: random, made by New, and the first part of the
+// owner id of every lease taken through it (Lease.Owner). The Client logs it
+// at Info on its first use (WithLogger), so that the people on call can tell
+// which process holds a lock that `dlock ls` or Inspect shows.
+func (c *Client) ID() string {
+	if c == nil || c.e == nil {
+		return ""
+	}
+	return c.e.id
+}
+
 // Close releases every lock still held through c (best effort, bounded by a
 // few seconds), ends their leases with an error matching ErrClosed, wakes every
 // waiting Lock (which returns ErrClosed once it has left the lock's queue in
@@ -100,7 +111,7 @@ func (c *Client) Close() error {
 		defer cancel()
 		var errs []error
 		for _, t := range live {
-			if _, rerr := e.node.release(ctx, t.k, t.owner, releaseLast, e.ren.ttlOf(t), 0); rerr != nil {
+			if _, rerr := e.node.release(ctx, *t.k, t.owner, releaseLast, e.ren.ttlOf(t), 0); rerr != nil {
 				errs = append(errs, rerr)
 			}
 			e.ren.end(t, opErr(ErrClosed, nil, "lock %q ended by Close", t.k.name), nil)
@@ -152,7 +163,10 @@ func (c *Client) acquirer(k *kind, name string, opts []Option) acquirer {
 	}
 	a := acquirer{e: c.e, k: newKeys(c.cfg.prefix, k, name, c.e.id)}
 	a.channel = a.k.own
-	cfg, err := c.cfg.with(opts, false)
+	cfg, err := c.cfg, error(nil)
+	if len(opts) > 0 { // with makes a copy of the config escape
+		cfg, err = c.cfg.with(opts, false)
+	}
 	switch {
 	case unsupported:
 		a.err = opErr(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.name, name)

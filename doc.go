@@ -292,6 +292,19 @@
 // after every hold is unlocked. A context carrying a Lease that has ended
 // re-enters nothing: a Lock with it acquires anew.
 //
+// # Inspecting and freeing locks
+//
+// Client.Inspect reads one lock as Redis holds it, in one request that
+// writes nothing: holders with their owner ids, hold counts, fences and TTLs,
+// waiters in the order they will be served, the last fence. Client.Locks
+// finds the locks under the Client's prefix with SCAN. Client.ForceRelease
+// takes a lock from holders that keep it (a stuck process whose renewal goes
+// on): each hold is released as its holder's release would, so the next
+// waiter is granted the lock at once, and the fence moves above the evicted
+// holds'. The evicted holder learns at its next renewal; until then only a
+// fenced resource stops it. The dlock command's ls, inspect, watch and
+// release --force are these calls. An owner id starts with its Client's ID.
+//
 // # Keys
 //
 // For a lock named N and the default prefix "dlock:", Redis holds:

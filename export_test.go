@@ -107,8 +107,9 @@ func UseMutant(name string) bool {
 
 // ScriptHash returns the SHA1 of the script that does op ("acquire",
 // "release", "extend", "ttl", "fair_acquire", "fair_release", "sem_acquire",
-// "sem_release", "rw_acquire", "rw_release", "latch"), as sent to Redis, for
-// tests that inject faults into its requests.
+// "sem_release", "rw_acquire", "rw_release", "latch", "raise_fence",
+// "inspect"), as sent to Redis, for tests that inject faults into its
+// requests.
 func ScriptHash(op string) string {
 	s := map[string]*redis.Script{
 		"acquire": scripts.acquire, "release": scripts.release, "extend": scripts.extend, "ttl": scripts.ttl,
@@ -117,6 +118,7 @@ func ScriptHash(op string) string {
 		"rw_acquire": scripts.rwAcquire, "rw_release": scripts.rwRelease,
 		"raise_fence": scripts.raiseFence,
 		"latch":       scripts.latch,
+		"inspect":     scripts.inspect,
 	}[op]
 	if s == nil {
 		panic("ScriptHash: no script " + op)

@@ -63,7 +63,10 @@ func TestGrant(t *testing.T) {
 			holder := clientOn(t, srv.Client(t))
 			wrdb := srv.Client(t)
 			cmds := countRequests(wrdb)
-			waiter := clientOn(t, wrdb)
+			handedOff := make(chan bool, 1)
+			waiter := clientOn(t, wrdb, dlock.WithHooks(dlock.Hooks{LockEnd: func(_ context.Context, _ dlock.LockInfo, r dlock.LockResult) {
+				handedOff <- r.HandedOff
+			}}))
 			rdb := srv.Client(t)
 			const ttl = 10 * time.Second
 			l, err := kind.lock(holder, "g", dlock.WithTTL(ttl)).Lock(ctx)
@@ -103,6 +106,9 @@ func TestGrant(t *testing.T) {
 			}
 			if err := l2.Err(); err != nil {
 				t.Errorf("granted lease: %v", err)
+			}
+			if !<-handedOff {
+				t.Error("LockEnd's result: HandedOff false, want true")
 			}
 		})
 	}

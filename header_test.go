@@ -96,9 +96,9 @@ func (r *scriptRecorder) record(cmd redis.Cmder) {
 	a := cmd.Args()
 	var sha string
 	switch cmd.Name() {
-	case "evalsha":
+	case "evalsha", "evalsha_ro":
 		sha = fmt.Sprint(a[1])
-	case "eval":
+	case "eval", "eval_ro":
 		sum := sha1.Sum([]byte(fmt.Sprint(a[1])))
 		sha = hex.EncodeToString(sum[:])
 	default:
@@ -149,6 +149,15 @@ func TestScriptHeaders(t *testing.T) {
 	}
 	rl := redLockOn(t, nodes)
 	ctx := context.Background()
+	// inspect, for every kind, and ForceRelease's scripts.
+	for _, kind := range dlock.Kinds {
+		if _, err := c.Inspect(ctx, kind, "m"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.ForceRelease(ctx, dlock.KindMutex, "m"); err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
 		if err := rl.Mutex("headers").Do(ctx, func(context.Context) error { return nil }); err != nil {
 			t.Fatal(err)
@@ -172,8 +181,12 @@ func TestScriptHeaders(t *testing.T) {
 		}
 		seen[name] = true
 		h := headers[name]
-		if name == "extend" {
+		switch name {
+		case "extend":
 			checkExtend(t, h, call)
+			continue
+		case "inspect":
+			checkInspect(t, h, call)
 			continue
 		}
 		if len(call.keys) != len(h.keys) || len(call.args) != len(h.args) {
@@ -227,6 +240,37 @@ func checkExtend(t *testing.T, h header, call scriptCall) {
 		t.Errorf("extend: groups name %d keys, %d sent", k, len(call.keys))
 	}
 	_ = h
+}
+
+// inspectKeys are the suffixes of the keys inspect.lua takes, after the
+// lock's tag, by the kind its header names.
+var inspectKeys = map[string][]string{
+	"mutex": {"", ":fence", ":waiters"},
+	"fair":  {"", ":fence", ":waiters", ":alive"},
+	"rw":    {"", ":fence", ":waiters", ":alive", ":readers", ":fences", ":writers"},
+	"sem":   {"", ":fence", ":waiters", ":alive", ":holders", ":total"},
+	"latch": {""},
+}
+
+// checkInspect checks an inspect.lua request: the ARGV its header lists,
+// and the keys its header lists for the kind ARGV[1] names.
+func checkInspect(t *testing.T, h header, call scriptCall) {
+	t.Helper()
+	if len(call.args) != len(h.args) {
+		t.Errorf("inspect: %d ARGV, its header lists %d (%v)", len(call.args), len(h.args), h.args)
+		return
+	}
+	want, ok := inspectKeys[call.args[0]]
+	if !ok || len(call.keys) != len(want) {
+		t.Errorf("inspect %q: KEYS %v", call.args[0], call.keys)
+		return
+	}
+	tag := call.keys[0][:strings.IndexByte(call.keys[0], '}')+1]
+	for i, k := range call.keys {
+		if k != tag+want[i] {
+			t.Errorf("inspect %q: KEYS[%d] is %q, want %q", call.args[0], i+1, k, tag+want[i])
+		}
+	}
 }
 
 // exerciseScripts runs every script of the package, in every mode the

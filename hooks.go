@@ -57,6 +57,7 @@ type LockInfo struct {
 type LockResult struct {
 	Fence     int64         // the lease's fence if acquired, else 0
 	Reentered bool          // the acquisition re-entered a lease carried by its context
+	HandedOff bool          // a release handed the lock to this waiter, which took it on that message alone
 	Waited    time.Duration // from LockStart until now
 	Err       error         // why it was not acquired, nil if it was
 }

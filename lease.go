@@ -24,6 +24,7 @@ import (
 type Lease struct {
 	h         *hold
 	reentered bool // re-entered an existing hold; Unlock gives back one hold count
+	handedOff bool // taken on a release's grant, without a request of its own
 	unlocked  atomic.Bool
 }
 
@@ -36,6 +37,16 @@ func (l *Lease) Name() string {
 		return ""
 	}
 	return l.h.t.k.name
+}
+
+// Owner returns the lease's owner id, as Redis keeps it and as Inspect and
+// the dlock command's ls and inspect show it: the Client's ID, ':' and a
+// number.
+func (l *Lease) Owner() string {
+	if l == nil || l.h == nil {
+		return ""
+	}
+	return l.h.t.owner
 }
 
 // Fence returns the lease's fencing token: a number that is strictly greater
@@ -167,7 +178,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := t.endedErr("ttl"); err != nil {
 		return 0, err
 	}
-	left, code, err := l.h.e.node.ttl(ctx, t.k, t.owner)
+	left, code, err := l.h.e.node.ttl(ctx, *t.k, t.owner)
 	switch {
 	case err != nil:
 		return 0, err

@@ -95,7 +95,7 @@ func argFor(t reflect.Type) reflect.Value {
 	case t.Kind() == reflect.Int64:
 		return reflect.ValueOf(int64(1)).Convert(t)
 	case t.Kind() == reflect.String:
-		return reflect.ValueOf("x")
+		return reflect.ValueOf("x").Convert(t)
 	case t.Kind() == reflect.Slice:
 		return reflect.MakeSlice(t, 1, 1)
 	}

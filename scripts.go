@@ -40,6 +40,8 @@ var (
 	rwReleaseLua string
 	//go:embed lua/raise_fence.lua
 	raiseFenceLua string
+	//go:embed lua/inspect.lua
+	inspectLua string
 
 	scripts = scriptSet{
 		acquire: script(acquireLua),
@@ -59,6 +61,8 @@ var (
 		rwRelease: script(rwReleaseLua),
 
 		raiseFence: script(raiseFenceLua),
+
+		inspect: script(inspectLua),
 	}
 )
 
@@ -109,4 +113,5 @@ type scriptSet struct {
 	latch                         *redis.Script
 	rwAcquire, rwRelease          *redis.Script
 	raiseFence                    *redis.Script
+	inspect                       *redis.Script
 }

@@ -524,6 +524,9 @@ func TestHooksAndLog(t *testing.T) {
 	if !strings.Contains(logged.String(), "lease lost") {
 		t.Errorf("loss not logged: %s", logged.String())
 	}
+	if n := strings.Count(logged.String(), `client in use" id=`+c.ID()); n != 1 {
+		t.Errorf("the Client's id logged %d times, want once: %s", n, logged.String())
+	}
 }
 
 // lockInBackground locks m in a goroutine, unlocks it at once, and then sends

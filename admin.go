@@ -1,0 +1,425 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Kind is a lock type, as Inspect, Locks and ForceRelease name it, and as
+// LockInfo.Kind spells it.
+type Kind string
+
+// The kinds of lock Redis can hold.
+const (
+	KindMutex          Kind = "Mutex"
+	KindFairMutex      Kind = "FairMutex"
+	KindRWMutex        Kind = "RWMutex"
+	KindSemaphore      Kind = "Semaphore"
+	KindCountDownLatch Kind = "CountDownLatch"
+)
+
+// Kinds lists every Kind, in the order Locks reports them for one name.
+var Kinds = []Kind{KindMutex, KindFairMutex, KindRWMutex, KindSemaphore, KindCountDownLatch}
+
+// adminKinds maps each Kind to the layout of its keys and its inspect.lua
+// name.
+var adminKinds = map[Kind]struct {
+	k    *kind
+	code string
+}{
+	KindMutex:          {mutexKind, "mutex"},
+	KindFairMutex:      {fairKind, "fair"},
+	KindRWMutex:        {rwWriteKind, "rw"},
+	KindSemaphore:      {semKind, "sem"},
+	KindCountDownLatch: {latchKind, "latch"},
+}
+
+// LockID names one lock: its kind and the name its callers gave it.
+type LockID struct {
+	Kind Kind   `json:"kind"`
+	Name string `json:"name"`
+}
+
+// LockState is one lock as Redis held it at one moment, read in one step
+// by Inspect.
+type LockState struct {
+	LockID
+	// Time is the Redis server's clock when the state was read; the TTLs
+	// below count from it.
+	Time time.Time `json:"time"`
+	// Holders are the live holds: one for a held Mutex or FairMutex, the
+	// writer or every reader of an RWMutex, every holder of a Semaphore. At
+	// most InspectLimit are listed.
+	Holders []Holder `json:"holders"`
+	// Waiters are the live waiters, in the order they will be served (for
+	// a Mutex, the order a release grants in). At most InspectLimit are
+	// listed.
+	Waiters []Waiter `json:"waiters"`
+	// Queued is how many waiters are registered: at least those listed, and
+	// possibly some whose registration has lapsed and that no request has
+	// dropped yet.
+	Queued int `json:"queued"`
+	// Fence is the last fence handed out, 0 if Redis keeps none (it expires
+	// with the lock, and the next fence is then the server's time in µs).
+	Fence int64 `json:"fence"`
+	// Permits is a Semaphore's total, 0 if none is set yet; Used is the
+	// part its live holders hold.
+	Permits int64 `json:"permits,omitempty"`
+	Used    int64 `json:"used,omitempty"`
+	// Count is a CountDownLatch's count; 0 when it is open (or was never
+	// armed).
+	Count int64 `json:"count,omitempty"`
+}
+
+// Exists reports whether Redis holds anything of the lock: a holder, a
+// waiter, a fence, a Semaphore's total or a latch's count.
+func (s *LockState) Exists() bool {
+	return len(s.Holders) > 0 || s.Queued > 0 || s.Fence > 0 || s.Permits > 0 || s.Count > 0
+}
+
+// Holder is one hold of a lock.
+type Holder struct {
+	// Owner is the owner id: the holding Client's id, ':' and a sequence
+	// number of that Client. Client is the part before ':'.
+	Owner  string `json:"owner"`
+	Client string `json:"client"`
+	// Read is set for an RWMutex's read hold.
+	Read bool `json:"read,omitempty"`
+	// Holds is the hold count (re-entries included); Redis keeps none for
+	// a read hold, which counts as one. Permits is what a Semaphore's
+	// holder holds.
+	Holds   int   `json:"holds"`
+	Permits int64 `json:"permits,omitempty"`
+	// Fence is the hold's fence, 0 if unknown.
+	Fence int64 `json:"fence"`
+	// Since is when the hold was granted, read from its fence, which is the
+	// server's time in microseconds when it was handed out unless fences ran
+	// ahead of the clock (many within a microsecond): then a moment too
+	// late. Zero if the fence is unknown.
+	Since time.Time `json:"since,omitzero"`
+	// TTL is how long the lease has left unless its holder renews it.
+	TTL time.Duration `json:"ttl"`
+}
+
+// Waiter is one waiter of a lock.
+type Waiter struct {
+	Owner  string `json:"owner"`
+	Client string `json:"client"`
+	// Read is set for a reader waiting on an RWMutex; Permits is what a
+	// Semaphore's waiter wants.
+	Read    bool  `json:"read,omitempty"`
+	Permits int64 `json:"permits,omitempty"`
+	// Since is when it joined the queue; zero where Redis does not keep it
+	// (a Mutex's waiters are kept by when their registration lapses).
+	Since time.Time `json:"since,omitzero"`
+	// TTL is how long its registration lasts unless its Client renews it
+	// (a live waiter does, every third of its registration time).
+	TTL time.Duration `json:"ttl"`
+}
+
+// InspectLimit is the most holders and the most waiters Inspect lists.
+const InspectLimit = 100
+
+// Inspect reads the lock of kind and name as Redis holds it, in one
+// request that writes nothing (a read-only script: EVALSHA_RO, which a user
+// allowed only to read keys may send, and a replica runs). A lock Redis holds nothing of comes back with
+// no holders, no waiters and no fence (LockState.Exists is false).
+func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockState, error) {
+	k, code, err := c.adminKeys("Inspect", kind, name)
+	if err != nil {
+		return nil, err
+	}
+	keys := k.acquireKeys
+	if kind == KindCountDownLatch {
+		keys = []string{k.tag}
+	}
+	v, err := scripts.inspect.RunRO(ctx, c.e.node.rdb, keys, code, InspectLimit).Slice()
+	if err != nil {
+		return nil, opErr(nil, err, "inspect %s %q", kind, name)
+	}
+	s, err := decodeState(v)
+	if err != nil {
+		return nil, opErr(nil, err, "inspect %s %q", kind, name)
+	}
+	s.LockID = LockID{kind, name}
+	if kind == KindCountDownLatch {
+		s.Count, s.Permits = s.Permits, 0
+	}
+	return s, nil
+}
+
+// adminKeys checks an administrative call and names the keys of the lock
+// it is about, with kind's name in inspect.lua.
+func (c *Client) adminKeys(op string, kind Kind, name string) (keys, string, error) {
+	ak, ok := adminKinds[kind]
+	switch {
+	case !ok:
+		return keys{}, "", opErr(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
+	case c.e.node.q != nil:
+		return keys{}, "", opErr(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
+	case c.e.closed():
+		return keys{}, "", opErr(ErrClosed, nil, "%s %s %q", op, kind, name)
+	}
+	return newKeys(c.cfg.prefix, ak.k, name, ""), ak.code, nil
+}
+
+// decodeState decodes inspect.lua's reply.
+func decodeState(v []any) (*LockState, error) {
+	if len(v) != 7 {
+		return nil, fmt.Errorf("unexpected reply %v", v)
+	}
+	n := func(x any) int64 { i, _ := x.(int64); return i }
+	rows := func(x any) [][]any {
+		list, _ := x.([]any)
+		out := make([][]any, 0, len(list))
+		for _, r := range list {
+			if row, ok := r.([]any); ok && len(row) >= 4 {
+				out = append(out, row)
+			}
+		}
+		return out
+	}
+	now := n(v[0])
+	st := &LockState{Time: time.UnixMicro(now), Queued: int(n(v[3])), Permits: max(n(v[5]), 0), Used: n(v[6])}
+	st.Fence = max(n(v[1]), 0)
+	for _, r := range rows(v[2]) {
+		h := Holder{Owner: text(r[0]), Holds: int(max(n(r[1]), 1)), TTL: time.Duration(n(r[2])) * time.Millisecond, Fence: max(n(r[3]), 0)}
+		if len(r) > 4 {
+			switch what := text(r[4]); what {
+			case "w":
+			case "r":
+				h.Read = true
+			default:
+				h.Permits, _ = strconv.ParseInt(what, 10, 64)
+			}
+		}
+		h.Client = clientOf(h.Owner)
+		h.Since = fenceTime(h.Fence, now)
+		st.Holders = append(st.Holders, h)
+	}
+	for _, r := range rows(v[4]) {
+		w := Waiter{Owner: text(r[0]), TTL: time.Duration(n(r[1])) * time.Millisecond}
+		if at := n(r[2]); at > 0 {
+			w.Since = time.UnixMicro(at)
+		}
+		switch what := text(r[3]); what {
+		case "", "w":
+		case "r":
+			w.Read = true
+		default:
+			w.Permits, _ = strconv.ParseInt(what, 10, 64)
+		}
+		w.Client = clientOf(w.Owner)
+		st.Waiters = append(st.Waiters, w)
+	}
+	return st, nil
+}
+
+// text returns a script's string reply, or "" if x is none.
+func text(x any) string {
+	s, _ := x.(string)
+	return s
+}
+
+// clientOf returns the Client id in an owner id.
+func clientOf(owner string) string {
+	c, _, _ := strings.Cut(owner, ":")
+	return c
+}
+
+// fenceTime reads the time a fence was handed out: its value in
+// microseconds, if that is a time not after now (µs, the server's). Else
+// zero.
+func fenceTime(fence, now int64) time.Time {
+	if fence <= 0 || fence > now {
+		return time.Time{}
+	}
+	return time.UnixMicro(fence)
+}
+
+// Locks returns every lock under the Client's prefix whose name matches
+// pattern, a Redis glob ("*" for all; "order:*", say), found with SCAN on
+// every primary (never KEYS, which would block Redis), each lock once. A
+// lock appears as long as Redis holds any state of it (see Inspect); what
+// SCAN guarantees holds: a lock that exists throughout the scan is
+// returned, one created or gone meanwhile may or may not be. The sequence
+// stops at the first error, which it yields.
+func (c *Client) Locks(ctx context.Context, pattern string) iter.Seq2[LockID, error] {
+	return func(yield func(LockID, error) bool) {
+		if _, _, err := c.adminKeys("Locks", KindMutex, ""); err != nil {
+			yield(LockID{}, err)
+			return
+		}
+		servers, err := primaries(ctx, c.e.node.rdb)
+		if err != nil {
+			yield(LockID{}, opErr(nil, err, "Locks: list the primaries"))
+			return
+		}
+		match := globEscaper.Replace(c.cfg.prefix) + "*{" + nameEscaper.Replace(pattern) + "}*"
+		seen := make(map[LockID]bool)
+		for _, srv := range servers {
+			it := srv.Scan(ctx, 0, match, 1000).Iterator()
+			for it.Next(ctx) {
+				id, ok := parseKey(c.cfg.prefix, it.Val())
+				if !ok || seen[id] {
+					continue
+				}
+				seen[id] = true
+				if !yield(id, nil) {
+					return
+				}
+			}
+			if err := it.Err(); err != nil {
+				yield(LockID{}, opErr(nil, err, "Locks: SCAN %s", match))
+				return
+			}
+		}
+	}
+}
+
+// globEscaper escapes the characters special in a Redis glob.
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
+
+// primaries returns a client of each server a SCAN must cover: every
+// primary of a Cluster, every shard of a Ring, else rdb itself.
+func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable, error) {
+	var (
+		mu  sync.Mutex
+		out []redis.Cmdable
+	)
+	add := func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		out = append(out, c)
+		mu.Unlock()
+		return nil
+	}
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		if err := r.ForEachMaster(ctx, add); err != nil {
+			return nil, err
+		}
+	case *redis.Ring:
+		if err := r.ForEachShard(ctx, add); err != nil {
+			return nil, err
+		}
+	default:
+		out = append(out, rdb)
+	}
+	return out, nil
+}
+
+// stateSuffixes are the key suffixes that hold a lock's state; a key with
+// another (a call's marker) makes no lock appear.
+var stateSuffixes = []string{"", ":fence", ":waiters", ":alive", ":holders", ":total", ":readers", ":fences", ":writers"}
+
+// parseKey returns the lock a key under prefix belongs to, if it holds some
+// of its state.
+func parseKey(prefix, key string) (LockID, bool) {
+	rest, ok := strings.CutPrefix(key, prefix)
+	if !ok {
+		return LockID{}, false
+	}
+	space, rest, ok := strings.Cut(rest, "{")
+	if !ok {
+		return LockID{}, false
+	}
+	esc, suffix, ok := strings.Cut(rest, "}")
+	if !ok || !slices.Contains(stateSuffixes, suffix) {
+		return LockID{}, false
+	}
+	for kind, ak := range adminKinds {
+		if ak.k.space == space {
+			if kind == KindCountDownLatch && suffix != "" {
+				return LockID{}, false
+			}
+			return LockID{kind, nameUnescaper.Replace(esc)}, true
+		}
+	}
+	return LockID{}, false
+}
+
+// nameUnescaper undoes nameEscaper.
+var nameUnescaper = strings.NewReplacer("%25", "%", "%7B", "{", "%7D", "}")
+
+// Eviction is what ForceRelease did.
+type Eviction struct {
+	// Evicted are the holds it took away, as Inspect saw them just before.
+	Evicted []Holder `json:"evicted"`
+	// Gone are the owners asked for that held nothing any more when their
+	// turn came (their lease ended, or they released it).
+	Gone []string `json:"gone,omitempty"`
+	// Fence is a fence above every evicted hold's: Redis's fence key is at
+	// least this now, so every fence handed out from now on is above it. A
+	// resource that has seen Fence (or any later fence) rejects the evicted
+	// holders' writes.
+	Fence int64 `json:"fence"`
+}
+
+// ForceRelease takes the lock of kind and name away from its holders (or
+// only from the owners given), whoever they are: for the people on call,
+// when a holder is stuck and its lease keeps being renewed. Each hold is
+// released as its holder's own release would release it, so the next
+// waiter is granted the lock or woken at once; Redis's fence is then moved
+// above every evicted hold's (Eviction.Fence). An evicted holder learns at
+// its next renewal: its Lease's Done closes, with ErrLockLost. Until then it
+// may still act; only fences stop it, which is why the fence moves.
+//
+// A hold taken after ForceRelease read the lock is never evicted: only the
+// owners it saw (or was given) are. A retry of a release whose reply was
+// lost answers as the first run did. A CountDownLatch has no holders: use
+// CountDownLatch.Delete.
+func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owners ...string) (*Eviction, error) {
+	if kind == KindCountDownLatch {
+		return nil, opErr(nil, nil, "ForceRelease %q: a CountDownLatch has no holders (CountDownLatch.Delete opens it)", name)
+	}
+	k, _, err := c.adminKeys("ForceRelease", kind, name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.Inspect(ctx, kind, name)
+	if err != nil {
+		return nil, opErr(nil, err, "ForceRelease")
+	}
+	if len(owners) == 0 {
+		for _, h := range st.Holders {
+			owners = append(owners, h.Owner)
+		}
+	}
+	ev := &Eviction{}
+	n := c.e.node
+	call := c.e.newOwner() // the release marker's id: no holder's own
+	var last int64
+	for _, o := range owners {
+		code, err := n.eval(ctx, k.kind.release, k.releaseKeys, k.marker(call+"/"+o),
+			o, k.channelArg, releaseLast.arg(), grantArg(c.cfg.ttl), 0, markerTTLArg).Int64()
+		if err != nil {
+			return ev, opErr(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
+		}
+		if code != codeDone {
+			ev.Gone = append(ev.Gone, o)
+			continue
+		}
+		h := Holder{Owner: o, Client: clientOf(o)}
+		if i := slices.IndexFunc(st.Holders, func(h Holder) bool { return h.Owner == o }); i >= 0 {
+			h = st.Holders[i]
+		}
+		ev.Evicted = append(ev.Evicted, h)
+		last = max(last, h.Fence)
+	}
+	// Every fence handed out from now on exceeds the evicted ones: the
+	// fence Inspect read is at least theirs.
+	ev.Fence = max(st.Fence, last) + 1
+	if _, err := n.eval(ctx, scripts.raiseFence, k.acquireKeys[:2], "", "", strconv.FormatInt(ev.Fence, 10), msArg(c.cfg.ttl)).Result(); err != nil {
+		return ev, opErr(nil, err, "ForceRelease %s %q: move the fence on", kind, name)
+	}
+	return ev, nil
+}

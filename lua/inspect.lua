@@ -1,0 +1,122 @@
+-- inspect.lua: read one lock as Redis holds it, in one step, writing
+-- nothing: its holders, its waiters in the order they will be served, its
+-- last fence, and a Semaphore's permits or a CountDownLatch's count.
+--
+-- KEYS     the lock's keys, in the order of its kind (ARGV[1]):
+--          "mutex": lock, fence, waiters
+--          "fair":  lock, fence, waiters, alive
+--          "rw":    lock, fence, waiters, alive, readers, fences, writers
+--          "sem":   semaphore, fence, waiters, alive, holders, total
+--          "latch": count
+--          (the layouts are those of the acquire scripts' headers)
+-- ARGV[1]  kind: as above
+-- ARGV[2]  limit: the most holders and the most waiters listed
+--
+-- Returns {now, fence, holders, queued, waiters, total, used}:
+--   now      the server time in microseconds
+--   fence    the last fence handed out; -1 if none is kept
+--   holders  {owner, holds, ttl ms, fence, what} per live holder, what being
+--            "w" (the lock, or an RWMutex's write), "r" (a read hold) or a
+--            Semaphore holder's permits; -1 where a field is unknown
+--   queued   how many waiters are registered, counting lapsed ones no
+--            script has dropped yet
+--   waiters  {owner, ttl ms of the registration, arrival µs or -1, what} per
+--            live waiter, first served first; what is "w", "r" or the
+--            permits wanted
+--   total    a Semaphore's total permits (-1 unknown); a CountDownLatch's
+--            count (0: open)
+--   used     a Semaphore's permits held by live holders
+local kind, limit = ARGV[1], tonumber(ARGV[2])
+local t, now = server_time()
+local holders, waiters = {}, {}
+
+if kind == 'latch' then
+  return {micros(t), -1, holders, 0, waiters, tonumber(redis.call('GET', KEYS[1]) or '0'), 0}
+end
+
+local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
+
+-- The holder of a lock hash: one owner (a Mutex, a FairMutex, an RWMutex's
+-- writer); fences, if given, is the hash of each holder's fence.
+local function hash_holders(fences)
+  local h = redis.call('HGETALL', KEYS[1])
+  if #h == 0 then
+    return
+  end
+  local ttl = redis.call('PTTL', KEYS[1])
+  for i = 1, #h, 2 do
+    local f = fence
+    if fences then
+      f = tonumber(redis.call('HGET', fences, h[i]) or '-1')
+    end
+    holders[#holders + 1] = {h[i], tonumber(h[i + 1]), ttl, f, 'w'}
+  end
+end
+
+-- The live members of the sorted set key scored by when they lapse (ms), up
+-- to limit, with f(owner) giving each one's holds, fence and what.
+local function zset_holders(key, f)
+  local z = redis.call('ZRANGEBYSCORE', key, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+  for i = 1, #z, 2 do
+    local holds, hf, what = f(z[i])
+    holders[#holders + 1] = {z[i], holds, tonumber(z[i + 1]) - now, hf, what}
+  end
+end
+
+-- The live waiters of a queue scored by arrival (µs) whose entries in the
+-- hash alive read "<lapse ms>" or "<lapse ms>|<what>", first to arrive
+-- first, up to limit.
+local function queue_waiters(queue, alive)
+  local from = 0
+  while #waiters < limit do
+    local q = redis.call('ZRANGE', queue, from, from + 99, 'WITHSCORES')
+    if #q == 0 then
+      break
+    end
+    for i = 1, #q, 2 do
+      local v = redis.call('HGET', alive, q[i])
+      if v then
+        local lapse, what = string.match(v, '^(%d+)|?(.*)$')
+        if lapse and tonumber(lapse) > now and #waiters < limit then
+          waiters[#waiters + 1] = {q[i], tonumber(lapse) - now, tonumber(q[i + 1]), what}
+        end
+      end
+    end
+    from = from + 100
+  end
+  return redis.call('ZCARD', queue)
+end
+
+local queued, total, used = 0, -1, 0
+if kind == 'mutex' then
+  hash_holders(nil)
+  -- Scored by when each registration lapses; the release serves the lowest.
+  local z = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+  for i = 1, #z, 2 do
+    waiters[#waiters + 1] = {z[i], tonumber(z[i + 1]) - now, -1, 'w'}
+  end
+  queued = redis.call('ZCARD', KEYS[3])
+elseif kind == 'fair' then
+  hash_holders(nil)
+  queued = queue_waiters(KEYS[3], KEYS[4])
+elseif kind == 'rw' then
+  hash_holders(KEYS[6])
+  zset_holders(KEYS[5], function(o)
+    return 1, tonumber(redis.call('HGET', KEYS[6], o) or '-1'), 'r'
+  end)
+  queued = queue_waiters(KEYS[3], KEYS[4])
+elseif kind == 'sem' then
+  zset_holders(KEYS[5], function(o)
+    local p, f = string.match(redis.call('HGET', KEYS[1], o) or '', '^(%d+)|(%d+)$')
+    return 1, tonumber(f or '-1'), p or '-1'
+  end)
+  local z = redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. now, '+inf')
+  for _, o in ipairs(z) do
+    used = used + tonumber(string.match(redis.call('HGET', KEYS[1], o) or '0', '^(%d+)') or '0')
+  end
+  total = tonumber(redis.call('GET', KEYS[6]) or redis.call('HGET', KEYS[1], 'permits') or '-1')
+  queued = queue_waiters(KEYS[3], KEYS[4])
+else
+  return redis.error_reply('ERR dlock: inspect: unknown kind ' .. kind)
+end
+return {micros(t), fence, holders, queued, waiters, total, used}
