@@ -91,7 +91,7 @@ func TestRunDemoOutput(t *testing.T) {
 	srv := redistest.Start(t)
 	var stdout, stderr bytes.Buffer
 	err := run(t.Context(), []string{"demo", "--redis", "redis://" + srv.Addr,
-		"--vouchers", "10", "--buyers", "60", "--procs", "2", "--workers", "3", "--work", "500us"}, &stdout, &stderr)
+		"--vouchers", "10", "--buyers", "60", "--procs", "2", "--workers", "3", "--work", "500us"}, nil, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, &stderr)
 	}
@@ -120,7 +120,7 @@ func TestRunDemoOutput(t *testing.T) {
 func TestDemoStartsPrivateRedis(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := run(t.Context(), []string{"demo", "--redis", "redis://127.0.0.1:1", "--strategies", "dlock",
-		"--vouchers", "5", "--buyers", "20", "--procs", "2", "--workers", "2"}, &stdout, &stderr)
+		"--vouchers", "5", "--buyers", "20", "--procs", "2", "--workers", "2"}, nil, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, &stderr)
 	}
@@ -140,7 +140,7 @@ func TestDemoStartsPrivateRedis(t *testing.T) {
 
 func TestDemoWithoutRedisServer(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	err := run(t.Context(), []string{"demo", "--redis", "redis://127.0.0.1:1"}, io.Discard, io.Discard)
+	err := run(t.Context(), []string{"demo", "--redis", "redis://127.0.0.1:1"}, nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), redistest.InstallHint) {
 		t.Fatalf("run without redis-server: %v, want the install hint", err)
 	}
@@ -151,7 +151,7 @@ func TestDemoWithoutRedisServer(t *testing.T) {
 
 func TestDemoRedisRefuses(t *testing.T) {
 	srv := requirePassword(t, redistest.Start(t))
-	err := run(t.Context(), []string{"demo", "--redis", "redis://" + srv.Addr}, io.Discard, io.Discard)
+	err := run(t.Context(), []string{"demo", "--redis", "redis://" + srv.Addr}, nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Fatalf("run against a Redis that wants a password: %v, want NOAUTH", err)
 	}
@@ -265,7 +265,7 @@ func TestUsage(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout bytes.Buffer
-			err := run(t.Context(), tc.args, &stdout, io.Discard)
+			err := run(t.Context(), tc.args, nil, &stdout, io.Discard)
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("error %v", err)

@@ -6,9 +6,19 @@
 //
 // The commands are:
 //
-//	demo    run a flash sale across several OS processes sharing one Redis, once
-//	        with no lock, once with an in-process mutex and once with dlock, and
-//	        compare what was sold
+//	demo     run a flash sale across several OS processes sharing one Redis, once
+//	         with no lock, once with an in-process mutex and once with dlock, and
+//	         compare what was sold
+//	ls       list the locks whose names match a pattern: kind, holders, TTL
+//	         left, waiters, last fence
+//	inspect  print everything about one lock, or -json
+//	watch    follow one lock as it changes hands
+//	release  take a stuck lock from its holders (--force), moving the fence on
+//	         and handing it to the next waiter
+//
+// ls, inspect and watch only read. Every command but demo reaches Redis at
+// --redis (a URL, or Sentinel or Cluster addresses with --master or
+// --cluster) and logs in as REDIS_USERNAME with REDIS_PASSWORD if set.
 //
 // Run "dlock <command> -h" for the flags of a command.
 package main
@@ -16,6 +26,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -27,15 +38,15 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
 }
 
-// run runs the command line args (without the program name), writing results
-// to stdout and diagnostics to stderr. An error matching *usageError means the
-// command line itself was wrong.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// run runs the command line args (without the program name), reading answers
+// from stdin, writing results to stdout and diagnostics to stderr. An error
+// matching *usageError means the command line itself was wrong.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// dlock reports its own errors, saying what it was doing; the Redis
 	// client's log line for every failed dial would only bury them.
 	redis.SetLogger(discardLogger{})
@@ -50,8 +61,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
+	case "ls":
+		return helpOK(runLs(ctx, rest, stdout))
+	case "inspect":
+		return helpOK(runInspect(ctx, rest, stdout))
+	case "watch":
+		return helpOK(runWatch(ctx, rest, stdout, stderr))
+	case "release":
+		return helpOK(runRelease(ctx, rest, stdin, stdout))
 	case workerCommand: // hidden: started by demo, never by hand
-		return runWorker(ctx, rest, os.Stdin, stdout)
+		return runWorker(ctx, rest, stdin, stdout)
 	}
 	return usagef("dlock: unknown command %q (run 'dlock -h' for the list)", cmd)
 }
@@ -60,11 +79,28 @@ func printUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage: dlock <command> [flags]
 
 Commands:
-  demo    run a flash sale across several OS processes sharing one Redis:
-          no lock, an in-process mutex, and dlock; compare what was sold
+  demo     run a flash sale across several OS processes sharing one Redis:
+           no lock, an in-process mutex, and dlock; compare what was sold
+  ls       list the locks whose names match a pattern
+  inspect  print everything about one lock
+  watch    follow one lock as it changes hands
+  release  take a stuck lock from its holders (--force)
+
+ls, inspect, watch and release reach Redis at --redis (a URL; or Sentinel
+addresses with --master, Cluster addresses with --cluster) and log in as
+REDIS_USERNAME with REDIS_PASSWORD if they are set.
 
 Run 'dlock <command> -h' for the flags of a command.
 `)
+}
+
+// helpOK turns the flag.ErrHelp of a command's -h, whose usage is printed
+// already, into success.
+func helpOK(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }
 
 // usageError is a mistake in the command line: main exits with status 2.

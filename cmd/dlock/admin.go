@@ -1,0 +1,481 @@
+package main
+
+// The commands for the people on call: ls, inspect, watch and release.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// conn is how an admin command reaches Redis: the flags every one of them
+// takes, and the environment.
+type conn struct {
+	redis   string
+	master  string
+	cluster bool
+	prefix  string
+	timeout time.Duration
+}
+
+// flags adds conn's flags to fs.
+func (c *conn) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.redis, "redis", defaultRedisURL,
+		"a Redis `URL` (redis://, rediss://, unix://), or comma-separated host:port addresses: Sentinels with --master, Cluster nodes with --cluster")
+	fs.StringVar(&c.master, "master", "", "the Sentinel master `name`: --redis lists the Sentinels")
+	fs.BoolVar(&c.cluster, "cluster", false, "--redis lists nodes of a Redis Cluster")
+	fs.StringVar(&c.prefix, "prefix", dlock.DefaultPrefix, "the `prefix` of the Clients' keys (their WithPrefix)")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long each request to Redis may take")
+}
+
+// open connects as c says. REDIS_USERNAME and REDIS_PASSWORD log in (an
+// ACL user, or the default user's password), overriding a URL's;
+// REDIS_SENTINEL_USERNAME and REDIS_SENTINEL_PASSWORD log in to Sentinels.
+func (c *conn) open(cmd string) (*dlock.Client, func(), error) {
+	var rdb redis.UniversalClient
+	user, pass := os.Getenv("REDIS_USERNAME"), os.Getenv("REDIS_PASSWORD")
+	if strings.Contains(c.redis, "://") {
+		if c.master != "" || c.cluster {
+			return nil, nil, usagef("%s: --master and --cluster take host:port addresses, not a URL", cmd)
+		}
+		opt, err := redis.ParseURL(c.redis)
+		if err != nil {
+			return nil, nil, usagef("%s: --redis %q: %v", cmd, c.redis, err)
+		}
+		if user != "" {
+			opt.Username = user
+		}
+		if pass != "" {
+			opt.Password = pass
+		}
+		opt.ReadTimeout, opt.WriteTimeout, opt.DialTimeout = c.timeout, c.timeout, c.timeout
+		rdb = redis.NewClient(opt)
+	} else {
+		addrs := strings.Split(c.redis, ",")
+		if slices.Contains(addrs, "") {
+			return nil, nil, usagef("%s: --redis %q: an empty address", cmd, c.redis)
+		}
+		if c.master != "" && c.cluster {
+			return nil, nil, usagef("%s: --master and --cluster: choose one", cmd)
+		}
+		rdb = redis.NewUniversalClient(&redis.UniversalOptions{
+			Addrs: addrs, MasterName: c.master, IsClusterMode: c.cluster,
+			Username: user, Password: pass,
+			SentinelUsername: os.Getenv("REDIS_SENTINEL_USERNAME"), SentinelPassword: os.Getenv("REDIS_SENTINEL_PASSWORD"),
+			ReadTimeout: c.timeout, WriteTimeout: c.timeout, DialTimeout: c.timeout,
+		})
+	}
+	dc, err := dlock.New(rdb, dlock.WithPrefix(c.prefix))
+	if err != nil {
+		rdb.Close()
+		return nil, nil, usagef("%s: %v", cmd, err)
+	}
+	return dc, func() { dc.Close(); rdb.Close() }, nil
+}
+
+// parseKind reads a --kind flag: "" for any.
+func parseKind(cmd, s string) (dlock.Kind, error) {
+	if s == "" {
+		return "", nil
+	}
+	for _, k := range dlock.Kinds {
+		if strings.EqualFold(s, string(k)) {
+			return k, nil
+		}
+	}
+	return "", usagef("%s: --kind %q: want one of %v", cmd, s, dlock.Kinds)
+}
+
+// parseFlags parses args into fs, printing its usage (with synopsis) for -h.
+// It returns the positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string, synopsis string, stdout io.Writer) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "Usage: %s\n\nFlags:\n", synopsis)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, flag.ErrHelp
+		}
+		return nil, usagef("%s: %v (run '%s -h' for its flags)", fs.Name(), err, fs.Name())
+	}
+	return fs.Args(), nil
+}
+
+// kindFlag adds --kind to fs.
+func kindFlag(fs *flag.FlagSet) *string {
+	return fs.String("kind", "", "the lock's `kind`: Mutex, FairMutex, RWMutex, Semaphore or CountDownLatch (default: every kind that has the name)")
+}
+
+// find returns the state of every lock named name, of kind or of any kind
+// Redis holds something of. With a kind given, its state is returned even if
+// Redis holds nothing of it.
+func find(ctx context.Context, c *dlock.Client, kind dlock.Kind, name string) ([]*dlock.LockState, error) {
+	kinds := dlock.Kinds
+	if kind != "" {
+		kinds = []dlock.Kind{kind}
+	}
+	var out []*dlock.LockState
+	for _, k := range kinds {
+		s, err := c.Inspect(ctx, k, name)
+		if err != nil {
+			return nil, err
+		}
+		if s.Exists() || kind != "" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// runLs lists the locks whose names match a pattern.
+func runLs(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("dlock ls", flag.ContinueOnError)
+	var cn conn
+	cn.flags(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object per lock, one per line")
+	rest, err := parseFlags(fs, args, "dlock ls [flags] [PATTERN]\n\nLists the locks whose names match PATTERN (a Redis glob, default *), one line each: kind, name, holders with their hold counts, the shortest TTL left, waiters, last fence. Uses SCAN, never KEYS.", stdout)
+	if err != nil || len(rest) > 1 {
+		return firstErr(err, usagef("dlock ls: one PATTERN at most, got %q", rest))
+	}
+	pattern := "*"
+	if len(rest) == 1 {
+		pattern = rest[0]
+	}
+	c, closeC, err := cn.open("dlock ls")
+	if err != nil {
+		return err
+	}
+	defer closeC()
+	var ids []dlock.LockID
+	for id, err := range c.Locks(ctx, pattern) {
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b dlock.LockID) int {
+		return cmpOr(strings.Compare(a.Name, b.Name), strings.Compare(string(a.Kind), string(b.Kind)))
+	})
+	enc := json.NewEncoder(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if !*asJSON {
+		fmt.Fprintln(tw, "KIND\tNAME\tHOLDERS\tTTL\tWAITERS\tFENCE")
+	}
+	for _, id := range ids {
+		s, err := c.Inspect(ctx, id.Kind, id.Name)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if err := enc.Encode(s); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", s.Kind, quoteName(s.Name), holdersCell(s), ttlCell(s), s.Queued, fenceCell(s.Fence))
+	}
+	if *asJSON {
+		return nil
+	}
+	return tw.Flush()
+}
+
+// firstErr returns a if not nil, else b.
+func firstErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func cmpOr(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// quoteName quotes a name that would not read as one word.
+func quoteName(s string) string {
+	if s == "" || strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == '"' || r > '~' }) {
+		return fmt.Sprintf("%q", s)
+	}
+	return s
+}
+
+// holdersCell is the HOLDERS column of ls: each holder, with its hold count
+// or permits, a few at most.
+func holdersCell(s *dlock.LockState) string {
+	if s.Kind == dlock.KindCountDownLatch {
+		if s.Count > 0 {
+			return fmt.Sprintf("count %d", s.Count)
+		}
+		return "open"
+	}
+	if len(s.Holders) == 0 {
+		return "-"
+	}
+	var parts []string
+	for i, h := range s.Holders {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("+%d more", len(s.Holders)-3))
+			break
+		}
+		parts = append(parts, holderWord(h))
+	}
+	cell := strings.Join(parts, ",")
+	if s.Kind == dlock.KindSemaphore {
+		cell += fmt.Sprintf(" (%d/%d permits)", s.Used, s.Permits)
+	}
+	return cell
+}
+
+// holderWord is one holder: its owner id and what it holds, if more than
+// one plain hold.
+func holderWord(h dlock.Holder) string {
+	switch {
+	case h.Read:
+		return h.Owner + "(r)"
+	case h.Permits > 0:
+		return fmt.Sprintf("%s(%d)", h.Owner, h.Permits)
+	case h.Holds > 1:
+		return fmt.Sprintf("%s(x%d)", h.Owner, h.Holds)
+	}
+	return h.Owner
+}
+
+// ttlCell is the TTL column: the shortest lease left.
+func ttlCell(s *dlock.LockState) string {
+	if len(s.Holders) == 0 {
+		return "-"
+	}
+	least := s.Holders[0].TTL
+	for _, h := range s.Holders[1:] {
+		least = min(least, h.TTL)
+	}
+	return roundDuration(least).String()
+}
+
+func fenceCell(f int64) string {
+	if f == 0 {
+		return "-"
+	}
+	return fmt.Sprint(f)
+}
+
+// roundDuration rounds d for people: milliseconds under 10s, else tenths.
+func roundDuration(d time.Duration) time.Duration {
+	if d < 10*time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(100 * time.Millisecond)
+}
+
+// runInspect prints everything about one lock.
+func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("dlock inspect", flag.ContinueOnError)
+	var cn conn
+	cn.flags(fs)
+	kindS := kindFlag(fs)
+	asJSON := fs.Bool("json", false, "print the lock as one JSON object (one per line if the name has several kinds)")
+	rest, err := parseFlags(fs, args, "dlock inspect [flags] NAME\n\nPrints everything Redis holds about the lock NAME: its holders (owner, holds, fence, since when, TTL left), its waiters in the order they will be served, the last fence; a Semaphore's permits, a CountDownLatch's count.", stdout)
+	if err != nil || len(rest) != 1 {
+		return firstErr(err, usagef("dlock inspect: want one NAME, got %q", rest))
+	}
+	kind, err := parseKind("dlock inspect", *kindS)
+	if err != nil {
+		return err
+	}
+	c, closeC, err := cn.open("dlock inspect")
+	if err != nil {
+		return err
+	}
+	defer closeC()
+	states, err := find(ctx, c, kind, rest[0])
+	if err != nil {
+		return err
+	}
+	if len(states) == 0 {
+		return fmt.Errorf("dlock inspect: Redis holds nothing of a lock named %q under the prefix %q", rest[0], cn.prefix)
+	}
+	for i, s := range states {
+		if *asJSON {
+			if err := json.NewEncoder(stdout).Encode(s); err != nil {
+				return err
+			}
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		printState(stdout, s)
+	}
+	return nil
+}
+
+// printState writes s for people to read.
+func printState(w io.Writer, s *dlock.LockState) {
+	fmt.Fprintf(w, "%s %q at %s\n", s.Kind, s.Name, s.Time.UTC().Format("15:04:05.000"))
+	if s.Kind == dlock.KindCountDownLatch {
+		if s.Count > 0 {
+			fmt.Fprintf(w, "  count    %d: closed\n", s.Count)
+		} else {
+			fmt.Fprintln(w, "  open (no count)")
+		}
+		return
+	}
+	fmt.Fprintf(w, "  fence    %s\n", fenceCell(s.Fence))
+	if s.Kind == dlock.KindSemaphore {
+		fmt.Fprintf(w, "  permits  %d of %d held\n", s.Used, s.Permits)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(s.Holders) == 0 {
+		fmt.Fprintln(w, "  holders  none: free")
+	} else {
+		fmt.Fprintf(w, "  holders  %d\n", len(s.Holders))
+		fmt.Fprintln(tw, "    OWNER\tHOLD\tFENCE\tSINCE\tTTL")
+		for _, h := range s.Holders {
+			hold := fmt.Sprintf("x%d", h.Holds)
+			switch {
+			case h.Read:
+				hold = "read"
+			case h.Permits > 0:
+				hold = plural(h.Permits, "permit")
+			}
+			since := "-"
+			if !h.Since.IsZero() {
+				since = fmt.Sprintf("%s (%s ago)", h.Since.UTC().Format("15:04:05.000"), roundDuration(s.Time.Sub(h.Since)))
+			}
+			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", h.Owner, hold, fenceCell(h.Fence), since, roundDuration(h.TTL))
+		}
+		tw.Flush()
+	}
+	if s.Queued == 0 {
+		fmt.Fprintln(w, "  waiters  none")
+		return
+	}
+	fmt.Fprintf(w, "  waiters  %d queued", s.Queued)
+	if len(s.Waiters) < s.Queued {
+		fmt.Fprintf(w, " (%d live listed)", len(s.Waiters))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "    #\tOWNER\tWANTS\tWAITING\tREGISTERED FOR")
+	for i, wt := range s.Waiters {
+		wants := "lock"
+		switch {
+		case wt.Read:
+			wants = "read"
+		case wt.Permits > 0:
+			wants = plural(wt.Permits, "permit")
+		case s.Kind == dlock.KindRWMutex:
+			wants = "write"
+		}
+		waiting := "-"
+		if !wt.Since.IsZero() {
+			waiting = roundDuration(s.Time.Sub(wt.Since)).String()
+		}
+		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\n", i+1, wt.Owner, wants, waiting, roundDuration(wt.TTL))
+	}
+	tw.Flush()
+}
+
+// runRelease frees a lock its holders keep: ForceRelease.
+func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("dlock release", flag.ContinueOnError)
+	var cn conn
+	cn.flags(fs)
+	kindS := kindFlag(fs)
+	force := fs.Bool("force", false, "required: the lock is taken from holders that may still be running")
+	yes := fs.Bool("y", false, "do not ask for confirmation")
+	owner := fs.String("owner", "", "evict only this owner `id` (as ls and inspect print it), not every holder")
+	rest, err := parseFlags(fs, args, "dlock release --force [flags] NAME\n\nTakes the lock NAME from its holders: each hold is released as its holder's release would, so the next waiter gets the lock at once, and the fence moves on, so that a fenced resource that sees the new fence rejects the evicted holders' writes. An evicted holder learns at its next renewal (its Lease's Done closes). Asks for confirmation unless -y.", stdout)
+	if err != nil || len(rest) != 1 {
+		return firstErr(err, usagef("dlock release: want one NAME, got %q", rest))
+	}
+	if !*force {
+		return usagef("dlock release: --force is required: it takes the lock from holders that may still be running")
+	}
+	kind, err := parseKind("dlock release", *kindS)
+	if err != nil {
+		return err
+	}
+	c, closeC, err := cn.open("dlock release")
+	if err != nil {
+		return err
+	}
+	defer closeC()
+	name := rest[0]
+	states, err := find(ctx, c, kind, name)
+	if err != nil {
+		return err
+	}
+	var held []*dlock.LockState
+	for _, s := range states {
+		if len(s.Holders) > 0 {
+			held = append(held, s)
+		}
+	}
+	switch {
+	case len(held) == 0:
+		fmt.Fprintf(stdout, "nobody holds %q: nothing to release\n", name)
+		return nil
+	case len(held) > 1:
+		return usagef("dlock release: %q is held as %s and %s: say which with --kind", name, held[0].Kind, held[1].Kind)
+	}
+	s := held[0]
+	var owners []string
+	for _, h := range s.Holders {
+		if *owner == "" || h.Owner == *owner {
+			owners = append(owners, h.Owner)
+		}
+	}
+	if len(owners) == 0 {
+		return fmt.Errorf("dlock release: %s %q has no holder %q", s.Kind, name, *owner)
+	}
+	printState(stdout, s)
+	if !*yes {
+		fmt.Fprintf(stdout, "Take %s %q from %s? [y/N] ", s.Kind, name, strings.Join(owners, ", "))
+		line, err := bufio.NewReader(stdin).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("dlock release: read the answer: %w", err)
+		}
+		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+			fmt.Fprintln(stdout, "not released")
+			return nil
+		}
+	}
+	ev, err := c.ForceRelease(ctx, s.Kind, name, owners...)
+	if err != nil {
+		return err
+	}
+	for _, h := range ev.Evicted {
+		fmt.Fprintf(stdout, "evicted %s (fence %s)\n", h.Owner, fenceCell(h.Fence))
+	}
+	for _, o := range ev.Gone {
+		fmt.Fprintf(stdout, "%s held nothing any more\n", o)
+	}
+	fmt.Fprintf(stdout, "fence moved on to %d: a resource that has seen it, or a later fence, rejects the evicted holders' writes\n", ev.Fence)
+	return nil
+}
+
+// plural writes n things.
+func plural(n int64, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
