@@ -18,6 +18,7 @@
 package idempotency
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -226,14 +227,19 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 		return Result{}, fmt.Errorf("idempotency: key %q: the run lost its lock, its response is not stored: %w", key, err)
 	}
 	// The first response stored stands (a run that lost its lock may finish
-	// after another run took over).
+	// after another run took over). The one found may be this run's own: a
+	// retry of the store whose reply was lost finds it.
 	first, err := s.rdb.SetNX(ctx, respKey, b, s.keep).Result()
 	if err != nil {
 		return Result{}, fmt.Errorf("idempotency: store the response of %q: %w", key, err)
 	}
 	if !first {
-		if prev, ok, err := s.replay(ctx, key, respKey); ok || err != nil {
-			return prev, err
+		prev, err := s.rdb.Get(ctx, respKey).Bytes()
+		switch {
+		case err != nil && !errors.Is(err, redis.Nil):
+			return Result{}, fmt.Errorf("idempotency: read the response of %q: %w", key, err)
+		case err == nil && !bytes.Equal(prev, b):
+			return replayed(key, prev)
 		}
 	}
 	s.rdb.PExpire(ctx, fpKey, s.keep) // the claim lives as long as the response
@@ -249,9 +255,15 @@ func (s *Store) replay(ctx context.Context, key, respKey string) (Result, bool, 
 	case err != nil:
 		return Result{}, false, fmt.Errorf("idempotency: read the response of %q: %w", key, err)
 	}
+	r, err := replayed(key, b)
+	return r, err == nil, err
+}
+
+// replayed decodes b, the response stored for key.
+func replayed(key string, b []byte) (Result, error) {
 	var st stored
 	if err := json.Unmarshal(b, &st); err != nil {
-		return Result{}, false, fmt.Errorf("idempotency: the stored response of %q: %w", key, err)
+		return Result{}, fmt.Errorf("idempotency: the stored response of %q: %w", key, err)
 	}
-	return Result{Response: st.Response, Replayed: true}, true, nil
+	return Result{Response: st.Response, Replayed: true}, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/idempotency"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -390,5 +391,48 @@ func TestBadInput(t *testing.T) {
 	var zero *idempotency.Store
 	if _, err := zero.Do(ctx, "k", "fp", ok); err == nil {
 		t.Error("Do of a nil Store succeeded")
+	}
+}
+
+// TestLostReplies: the replies of the claim and of the stored response are
+// lost once each, and go-redis sends them again: the retried claim finds the
+// key claimed with its own fingerprint and goes on, the retried store finds
+// its own response stored; the handler runs once and its caller is told it
+// ran (not that it was replayed); the next call replays it.
+func TestLostReplies(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	p := faultproxy.Start(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := idempotency.New(c, rdb, idempotency.WithPrefix("idem-test:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := p.Inject(faultproxy.Rule{Match: faultproxy.And(faultproxy.CommandIs("set"), faultproxy.HasArg("idem-test:{k}:fp")), Fault: faultproxy.DropReply, Times: 1})
+	store := p.Inject(faultproxy.Rule{Match: faultproxy.And(faultproxy.CommandIs("set"), faultproxy.HasArg("idem-test:{k}:resp")), Fault: faultproxy.DropReply, Times: 1})
+	var runs atomic.Int64
+	fn := func(context.Context) ([]byte, bool, error) {
+		runs.Add(1)
+		return []byte("order 1"), true, nil
+	}
+	r, err := s.Do(ctx, "k", "fp-1", fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Hits() != 1 || store.Hits() != 1 {
+		t.Fatalf("faults hit the claim %d and the store %d times, want once each", claim.Hits(), store.Hits())
+	}
+	if runs.Load() != 1 || r.Replayed || string(r.Response) != "order 1" || r.Fence == 0 {
+		t.Errorf("first call: %d runs, result %+v; want one run, not replayed, with its fence", runs.Load(), r)
+	}
+	r, err = s.Do(ctx, "k", "fp-1", fn)
+	if err != nil || !r.Replayed || string(r.Response) != "order 1" || runs.Load() != 1 {
+		t.Errorf("second call: %+v, %v, %d runs; want the first response replayed", r, err, runs.Load())
 	}
 }

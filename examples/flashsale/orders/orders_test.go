@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock/examples/flashsale/orders"
 	"github.com/dlock-go/dlock/idgen"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/stock"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -225,4 +226,61 @@ func TestDeadLetter(t *testing.T) {
 		t.Errorf("dead letters: %v", dead)
 	}
 	t.Logf("outcome %+v", out)
+}
+
+// TestAckLost: every acknowledgement of the first deliveries is lost (the
+// XACK never reaches Redis, through all of go-redis's retries), after the
+// order was written or refused. The entries are delivered again after
+// MinIdle: a written order is found and acknowledged, not written twice; a
+// refused one is given back to Redis once.
+func TestAckLost(t *testing.T) {
+	srv := redistest.Start(t)
+	p := faultproxy.Start(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	direct := srv.Client(t)
+	_, db := database(t)
+	ctx := context.Background()
+	sales, err := salesOn(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := orders.CreateSale(ctx, db, sales, "s", 10, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE sales SET stock = 5 WHERE id = 's'`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if r, err := sales.Buy(ctx, "s", "user-"+strconv.Itoa(i), 1); err != nil || r.Outcome != stock.Ordered {
+			t.Fatalf("Buy: %+v, %v", r, err)
+		}
+	}
+	// Each XACK is tried four times (MaxRetries 3): the first 40 are the
+	// ten first deliveries' acknowledgements.
+	acks := p.Inject(faultproxy.Rule{Match: faultproxy.CommandIs("xack"), Fault: faultproxy.DropRequest, Times: 40})
+	c := &orders.Consumer{RDB: rdb, DB: db, Sales: sales, Sale: "s", Name: "only", MinIdle: 200 * time.Millisecond, Block: 50 * time.Millisecond}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	done := make(chan orders.Outcome, 1)
+	go func() { out, _ := c.Run(cctx); done <- out }()
+	if !withinT(15*time.Second, func() bool {
+		p, _ := direct.XPending(ctx, sales.Stream("s"), stock.OrdersGroup).Result()
+		return acks.Hits() == 40 && p != nil && p.Count == 0
+	}) {
+		t.Fatalf("%d acknowledgements lost; pending after 15s: %v", acks.Hits(), direct.XPending(ctx, sales.Stream("s"), stock.OrdersGroup).Val())
+	}
+	cancel()
+	out := <-done
+	var rows, users int64
+	if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT user_id) FROM orders`).Scan(&rows, &users); err != nil {
+		t.Fatal(err)
+	}
+	left, err := sales.Left(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows != 5 || users != 5 || left != 5 || out.Already != 5 || out.Refused != 5 || out.Written != 0 {
+		t.Errorf("%d orders of %d users, Redis stock %d, outcome %+v; want 5 orders, 5 given back once, 5 found already written and 5 refused on their acknowledged delivery", rows, users, left, out)
+	}
 }
