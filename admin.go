@@ -131,8 +131,9 @@ const InspectLimit = 100
 
 // Inspect reads the lock of kind and name as Redis holds it, in one
 // request that writes nothing (a read-only script: EVALSHA_RO, which a user
-// allowed only to read keys may send, and a replica runs). A lock Redis holds nothing of comes back with
-// no holders, no waiters and no fence (LockState.Exists is false).
+// allowed only to read keys may send, and a replica runs). A lock Redis
+// holds nothing of comes back with no holders, no waiters and no fence
+// (LockState.Exists is false).
 func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockState, error) {
 	k, code, err := c.adminKeys("Inspect", kind, name)
 	if err != nil {

@@ -4,15 +4,12 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
 	if role := os.Getenv(workerEnv); role != "" {
 		os.Exit(runWorker(role))
 	}
-	goleak.VerifyTestMain(m,
-		// After failed dials go-redis probes the server from a goroutine that
-		// sleeps a second between tries and sees a closed pool only then.
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	redistest.Main(m, 5) // five servers for the RedLock example
 }

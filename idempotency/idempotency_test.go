@@ -22,7 +22,6 @@ import (
 	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // Environment of a worker process.
@@ -35,8 +34,7 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(envWorker); addr != "" {
 		os.Exit(worker(addr))
 	}
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	redistest.Main(m, 0)
 }
 
 // worker serves a guarded handler, with a lease TTL of 1s, prints its

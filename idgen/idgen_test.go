@@ -17,7 +17,6 @@ import (
 	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // Environment of a worker process: the address of Redis, and how many ids
@@ -31,8 +30,7 @@ func TestMain(m *testing.M) {
 	if n := os.Getenv(envWorker); n != "" {
 		os.Exit(worker(n))
 	}
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	redistest.Main(m, 0)
 }
 
 // worker prints, from each of 4 goroutines sharing one Generator, n ids,

@@ -2,6 +2,7 @@ package dlockotel_test
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"os"
 
@@ -9,16 +10,22 @@ import (
 	dlockotel "github.com/dlock-go/dlock/otel"
 	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
-// The example needs a Redis server, so it is compiled but not run.
+// The example runs against the redis-server at REDIS_ADDR (the tests start
+// one of their own and set it) and checks what it prints.
 
 func ExampleHooks() {
-	// The providers of the application, with their exporters.
-	mp := sdkmetric.NewMeterProvider()
+	// The providers of the application, with their exporters; here, a
+	// reader and a recorder that keep what they get, to print it below.
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
-	tp := sdktrace.NewTracerProvider()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	defer tp.Shutdown(context.Background())
 
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
@@ -40,4 +47,24 @@ func ExampleHooks() {
 	if err != nil {
 		log.Print(err)
 	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		log.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "dlock.lock.acquire.duration" || m.Name == "dlock.lock.hold.duration" {
+				fmt.Println(m.Name, m.Unit)
+			}
+		}
+	}
+	for _, s := range spans.Ended() {
+		fmt.Println(s.Name(), s.Status().Code)
+	}
+	// Output:
+	// dlock.lock.acquire.duration s
+	// dlock.lock.hold.duration s
+	// dlock lock Unset
+	// dlock unlock Unset
 }

@@ -1,15 +1,13 @@
 package dlockotel_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	dlockotel "github.com/dlock-go/dlock/otel"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
@@ -18,69 +16,14 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// After failed dials go-redis probes the server from a goroutine that
-		// sleeps a second between tries and sees a closed pool only then.
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
-}
-
-// server is a redis-server of a test's own, on a Unix socket.
-type server struct {
-	cmd  *exec.Cmd
-	sock string
-}
-
-// startRedis starts a redis-server that the test's cleanup stops.
-func startRedis(t *testing.T) *server {
-	t.Helper()
-	dir := t.TempDir()
-	s := &server{sock: filepath.Join(dir, "redis.sock")}
-	var out bytes.Buffer
-	s.cmd = exec.Command("redis-server", "--port", "0", "--unixsocket", s.sock, "--unixsocketperm", "700",
-		"--save", "", "--appendonly", "no", "--dir", dir)
-	s.cmd.Stdout, s.cmd.Stderr = &out, &out
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	t.Cleanup(s.stop)
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: s.sock, MaxRetries: -1})
-	defer rdb.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if rdb.Ping(context.Background()).Err() == nil {
-			return s
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			t.Fatalf("redis-server did not answer PING:\n%s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// stop kills the server and waits for it; calling it again does nothing.
-func (s *server) stop() {
-	if s.cmd.ProcessState != nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-}
-
-// client returns a Redis client of s that the test's cleanup closes.
-func (s *server) client(t *testing.T) *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: s.sock, MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
-	return rdb
-}
+func TestMain(m *testing.M) { redistest.Main(m, 1) }
 
 // env is a dlock Client instrumented with SDK providers whose data the test
 // reads.
 type env struct {
-	srv    *server
+	srv    *redistest.Server
 	rdb    *redis.Client
 	c      *dlock.Client
 	reader *sdkmetric.ManualReader
@@ -90,8 +33,8 @@ type env struct {
 
 func newEnv(t *testing.T, opts ...dlock.Option) *env {
 	t.Helper()
-	e := &env{srv: startRedis(t), reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
-	e.rdb = e.srv.client(t)
+	e := &env{srv: redistest.Start(t), reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
+	e.rdb = e.srv.Client(t)
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.reader))
 	e.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
 	t.Cleanup(func() {
@@ -388,7 +331,7 @@ func TestNotAcquired(t *testing.T) {
 func TestRedisDown(t *testing.T) {
 	e := newEnv(t)
 	const name = "order:down"
-	e.srv.stop()
+	_ = e.srv.Kill()
 	if _, err := e.c.Mutex(name).TryLock(context.Background()); err == nil || errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock with Redis down: %v, want an error other than ErrNotAcquired", err)
 	}

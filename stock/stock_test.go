@@ -18,7 +18,6 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/stock"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 const (
@@ -30,8 +29,7 @@ func TestMain(m *testing.M) {
 	if w := os.Getenv(envWorker); w != "" {
 		os.Exit(worker(w))
 	}
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+	redistest.Main(m, 0)
 }
 
 func sales(t testing.TB, rdb redis.UniversalClient) *stock.Sales {

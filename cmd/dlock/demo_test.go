@@ -15,7 +15,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // TestMain runs the demo's workers: the demo starts its own executable again
@@ -26,7 +25,7 @@ func TestMain(m *testing.M) {
 		main()
 	}
 	redis.SetLogger(discardLogger{}) // as run does: tests that call parts of it get no log noise either
-	goleak.VerifyTestMain(m)
+	redistest.Main(m, 0)
 }
 
 // smallSale is a sale small enough for a test under -race, with every

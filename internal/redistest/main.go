@@ -1,0 +1,77 @@
+package redistest
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// The environment variables Main sets for a package's examples.
+const (
+	// EnvAddr holds the address of the server the examples use.
+	EnvAddr = "REDIS_ADDR"
+	// EnvRedLockAddrs holds the comma-separated addresses of the independent
+	// servers a RedLock example uses.
+	EnvRedLockAddrs = "REDLOCK_ADDRS"
+)
+
+// IgnoreDialProbe is the goroutine go-redis leaves behind after failed
+// dials: it probes the server, sleeping a second between tries, and sees a
+// closed pool only then. It is not a leak.
+var IgnoreDialProbe = goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")
+
+// Main runs a test binary's tests and examples (m.Run) and exits with their
+// outcome. With servers > 0 it first starts that many redis-server processes
+// for the examples, whose output is checked, so they need a real server: the
+// first one's address is in REDIS_ADDR and, with servers > 1, every one's in
+// REDLOCK_ADDRS. They are stopped once the run ends. A run that passed fails
+// if it left goroutines running (IgnoreDialProbe and opts excepted).
+func Main(m *testing.M, servers int, opts ...goleak.Option) {
+	os.Exit(run(m, servers, opts))
+}
+
+func run(m *testing.M, servers int, opts []goleak.Option) int {
+	var started []*Server
+	stop := func() {
+		for _, s := range started {
+			_ = s.Close()
+		}
+		started = nil
+	}
+	defer stop()
+	if servers > 0 {
+		dir, err := os.MkdirTemp("", "redistest-examples-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "redistest:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		addrs := make([]string, 0, servers)
+		for range servers {
+			s, err := Launch(dir)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "redistest: the examples' server:", err)
+				return 1
+			}
+			started = append(started, s)
+			addrs = append(addrs, s.Addr)
+		}
+		os.Setenv(EnvAddr, addrs[0])
+		if servers > 1 {
+			os.Setenv(EnvRedLockAddrs, strings.Join(addrs, ","))
+		}
+	}
+	code := m.Run()
+	stop() // before the search for leaks: each server has a goroutine waiting for it
+	if code != 0 {
+		return code
+	}
+	if err := goleak.Find(append([]goleak.Option{IgnoreDialProbe}, opts...)...); err != nil {
+		fmt.Fprintln(os.Stderr, "goleak: errors on successful test run:", err)
+		return 1
+	}
+	return 0
+}
