@@ -96,7 +96,7 @@ func (h shardHook) count(cmds ...redis.Cmder) {
 
 // TestClusterRenewal: 300 leases over every slot stay held on a Cluster;
 // their renewals are one script call per slot, and each primary gets about
-// one round trip per 100 of its leases per renewal period.
+// one round trip per 128 of its leases per renewal period.
 func TestClusterRenewal(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	rdb := cl.Client(t)
@@ -139,9 +139,9 @@ func TestClusterRenewal(t *testing.T) {
 		sc.mu.Lock()
 		trips, calls := sc.trips[addr], sc.calls[addr]
 		sc.mu.Unlock()
-		// About one pass per period, each one round trip per 100 leases,
+		// About one pass per period, each one round trip per 128 leases,
 		// and passes a bit more often while renewals drift apart.
-		if want := periods * ((k + 99) / 100) * 3 / 2; trips > want {
+		if want := periods * ((k + 127) / 128) * 3 / 2; trips > want {
 			t.Errorf("primary %s: %d round trips for %d leases over %d periods, want at most %d", addr, trips, k, periods, want)
 		}
 		if calls < periods/2*k {

@@ -169,7 +169,7 @@
 //
 // New accepts a *redis.ClusterClient. A lock's keys share the hash tag of its
 // name, so each lock lives in one slot and no request names keys of two
-// slots. Renewals go to each server in pipelines of up to 100 leases, with
+// slots. Renewals go to each server in pipelines of up to 128 leases, with
 // one script call per slot. Wake-ups are shard messages (SPUBLISH), sent only
 // on the shard that owns the lock, with one pub/sub connection per primary;
 // when a failover or a migration moves a slot, its channels are subscribed

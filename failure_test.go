@@ -139,7 +139,7 @@ func TestRedisRestart(t *testing.T) {
 	_ = blocker.Unlock(ctx) // lost with the restart
 }
 
-// TestRenewalBatches: 250 held locks are renewed with one script call per 100
+// TestRenewalBatches: 250 held locks are renewed with one script call per 128
 // locks per renewal period, by the Client's one renewal goroutine.
 func TestRenewalBatches(t *testing.T) {
 	for _, bySlot := range []bool{false, true} {
@@ -150,9 +150,9 @@ func TestRenewalBatches(t *testing.T) {
 }
 
 // renewalBatches holds 250 locks for 6 renewal periods and counts the
-// renewal requests: on one server, one script call (one round trip) per 100
+// renewal requests: on one server, one script call (one round trip) per 128
 // leases; grouped by hash slot, as on a Cluster, one script call per slot
-// (here per lock), pipelined 100 leases at a time: the same round trips.
+// (here per lock), pipelined 128 leases at a time: the same round trips.
 func renewalBatches(t *testing.T, bySlot bool) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -184,8 +184,8 @@ func renewalBatches(t *testing.T, bySlot bool) {
 	trips := int(cmds.roundTrips.Load())
 	calls := int(cmds.take())
 	// Every lease due within TTL/6 of the first is renewed in the same pass,
-	// so about ceil(250/100) = 3 round trips per period.
-	if max := periods * 3 * 3 / 2; trips > max {
+	// so about ceil(250/128) = 2 round trips per period.
+	if max := periods * 2 * 3 / 2; trips > max {
 		t.Errorf("%d round trips for %d locks over %d periods, want at most %d", trips, n, periods, max)
 	}
 	if bySlot && calls < periods/2*n {

@@ -27,7 +27,7 @@ const (
 	clusterNames        = 1024 // cluster-parallel: distinct lock names, spread over the slots
 	// renewBatch is the most leases dlock renews in one round trip to one
 	// server (maxBatch in dlock's protocol.go).
-	renewBatch = 100
+	renewBatch = 128
 )
 
 // clusterOut is the "cluster" object of latest.json: the cluster's shape and
