@@ -94,12 +94,11 @@ func (e *engine) closed() bool {
 
 // acquirer takes leases on one lock: an immutable description of it.
 type acquirer struct {
-	e       *engine
-	k       keys
-	channel string // where this Client's waiters are told of grants: k.own
-	ttl     time.Duration
-	renew   bool
-	err     error // an invalid name or option, returned by every call
+	e     *engine
+	k     keys
+	ttl   time.Duration
+	renew bool
+	err   error // an invalid name or option, returned by every call
 }
 
 // check rejects a call that cannot proceed: a bad description, a nil
@@ -167,7 +166,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 	e := a.e
 	start := time.Now()
 	owner := e.newOwner()
-	channel := a.channel
+	channel := a.k.own // where this Client's waiters are told of grants
 	var (
 		g          *gate
 		w          *waiter
@@ -435,10 +434,16 @@ type outage struct {
 // says so: it succeeded, or it is a RedLock's that some nodes answered in
 // time, though fewer than a majority.
 func (e *engine) heard(err error) {
-	var q *QuorumError
-	if err == nil || errors.As(err, &q) && q.Answered > 0 {
+	if err == nil || someAnswered(err) {
 		e.reached.Store(true)
 	}
+}
+
+// someAnswered reports whether err is a RedLock's QuorumError with answers
+// from some nodes.
+func someAnswered(err error) bool {
+	var q *QuorumError
+	return errors.As(err, &q) && q.Answered > 0
 }
 
 // rideOut reports whether a waiting call whose request about k failed with

@@ -162,7 +162,6 @@ func (c *Client) acquirer(k *kind, name string, opts []Option) acquirer {
 		}
 	}
 	a := acquirer{e: c.e, k: newKeys(c.cfg.prefix, k, name, c.e.id)}
-	a.channel = a.k.own
 	cfg, err := c.cfg, error(nil)
 	if len(opts) > 0 { // with makes a copy of the config escape
 		cfg, err = c.cfg.with(opts, false)

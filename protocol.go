@@ -420,16 +420,17 @@ func (n *node) acquired(k keys, v any, err error) (acquireResult, error) {
 
 // eval runs script s once with keys, then key if not empty, and args, as
 // Script.Run does (EVALSHA, then EVAL if the server does not know it), but
-// with the command's arguments in one slice built here: the call allocates
-// that slice and what boxing the keys takes, and args can stay on the
-// caller's stack.
-func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, key string, args ...any) *redis.Cmd {
+// with the command's arguments in one slice built here and reused by later
+// calls once this one has its reply (go-redis, and its hooks, are done with
+// a command when Process returns): the call allocates only what boxing the
+// keys takes, and args can stay on the caller's stack.
+func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, key string, args ...any) evalReply {
 	nk := len(keys)
 	if key != "" {
 		nk++
 	}
-	a := make([]any, 3, 3+nk+len(args))
-	a[0], a[1], a[2] = "evalsha", shaArg(s), nk
+	p := evalArgs.Get().(*[]any)
+	a := append((*p)[:0], "evalsha", shaArg(s), nk)
 	for _, k := range keys {
 		a = append(a, k)
 	}
@@ -440,16 +441,49 @@ func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, key str
 	cmd := redis.NewCmd(ctx, a...)
 	cmd.SetFirstKeyPos(3)
 	_ = n.proc.Process(ctx, cmd)
-	if noScript(cmd.Err()) {
+	v, err := cmd.Result()
+	if noScript(err) {
 		// The server does not know the script yet: send its body. Rare,
 		// so built the plain way.
 		ks := make([]string, 0, nk)
 		for _, k := range a[3 : 3+nk] {
 			ks = append(ks, k.(string))
 		}
-		return s.Eval(ctx, n.cmd, ks, a[3+nk:]...)
+		v, err = s.Eval(ctx, n.cmd, ks, a[3+nk:]...).Result()
 	}
-	return cmd
+	clear(a)
+	*p = a[:0]
+	evalArgs.Put(p)
+	return evalReply{v, err}
+}
+
+// evalArgs holds argument slices for eval to reuse.
+var evalArgs = sync.Pool{New: func() any {
+	a := make([]any, 0, 16)
+	return &a
+}}
+
+// evalReply is the reply of a script call, or its error.
+type evalReply struct {
+	v   any
+	err error
+}
+
+// Result returns the reply and the error.
+func (r evalReply) Result() (any, error) { return r.v, r.err }
+
+// Int64 returns the reply as an integer, as redis.Cmd.Int64 does.
+func (r evalReply) Int64() (int64, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	switch v := r.v.(type) {
+	case int64:
+		return v, nil
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, fmt.Errorf("redis: unexpected type=%T for Int64", r.v)
 }
 
 // noScript reports whether err is the server's answer to an EVALSHA of a

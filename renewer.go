@@ -33,15 +33,15 @@ type term struct {
 	// lengthen: the lease is a grant lease, shorter than ttl, that the
 	// renewer lengthens to ttl at once, whether or not it renews.
 	lengthen bool
+	ended    bool
+	wakeDue  bool // the renewer looks at it next at due, else at deadline
 	ttl      time.Duration
 	deadline time.Time // after this, without a renewal, the lease counts as lost
 	due      time.Time // the next renewal, if renew
 	slack    time.Duration
 	busy     chan struct{} // while an extend is in flight: closed when its reply is in
 	lastErr  error         // of the last renewal, for the loss message
-	ended    bool
-	wake     time.Time // when the renewer looks at it next: due or deadline
-	index    int       // in renewer.queue; -1 when not in it
+	index    int           // in renewer.queue; -1 when not in it
 }
 
 // info names the lock, for hooks.
@@ -49,10 +49,15 @@ func (t *term) info() LockInfo { return LockInfo{Kind: t.k.kind.name, Name: t.k.
 
 // setWake sets when the renewer looks at t next. renewer.mu must be held.
 func (t *term) setWake() {
-	t.wake = t.deadline
-	if (t.renew || t.lengthen) && t.busy == nil && t.due.Before(t.wake) {
-		t.wake = t.due
+	t.wakeDue = (t.renew || t.lengthen) && t.busy == nil && t.due.Before(t.deadline)
+}
+
+// wake is when the renewer looks at t next: due or deadline (setWake).
+func (t *term) wake() time.Time {
+	if t.wakeDue {
+		return t.due
 	}
+	return t.deadline
 }
 
 // endedErr returns nil while t is held, else an error matching ErrNotHeld and
@@ -122,12 +127,12 @@ func (r *renewer) begin(n *node, k *keys, owner string, fence int64, ttl time.Du
 	heap.Push(&r.queue, t)
 	if !r.started {
 		r.started = true
-		r.timer = time.NewTimer(time.Until(t.wake))
-		r.armed = t.wake
+		r.timer = time.NewTimer(time.Until(t.wake()))
+		r.armed = t.wake()
 		r.wg.Add(1)
 		go r.run()
 	} else {
-		r.arm(t.wake)
+		r.arm(t.wake())
 	}
 	return t, nil
 }
@@ -151,7 +156,7 @@ func (r *renewer) reschedule(t *term) {
 	t.setWake()
 	heap.Fix(&r.queue, t.index)
 	if !r.stopped {
-		r.arm(t.wake)
+		r.arm(t.wake())
 	}
 }
 
@@ -310,7 +315,7 @@ func (r *renewer) tick() {
 			lost = append(lost, t)
 			continue
 		}
-		if t.wake.Equal(t.deadline) || t.due.Sub(now) > t.slack {
+		if !t.wakeDue || t.due.Sub(now) > t.slack {
 			break
 		}
 		t.busy = make(chan struct{})
@@ -320,7 +325,7 @@ func (r *renewer) tick() {
 	}
 	next := now.Add(time.Hour)
 	if len(r.queue) > 0 {
-		next = r.queue[0].wake
+		next = r.queue[0].wake()
 	}
 	r.armed = next
 	r.timer.Reset(time.Until(next))
@@ -489,7 +494,7 @@ func (r *renewer) renewed(batch []*term, items []extendItem, sent time.Time, cod
 type termQueue []*term
 
 func (q termQueue) Len() int           { return len(q) }
-func (q termQueue) Less(i, j int) bool { return q[i].wake.Before(q[j].wake) }
+func (q termQueue) Less(i, j int) bool { return q[i].wake().Before(q[j].wake()) }
 func (q termQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
 	q[i].index, q[j].index = i, j
