@@ -149,8 +149,10 @@ func TestGrantAfterLongWait(t *testing.T) {
 	}
 }
 
-// TestGrantNotLengthened: a grantee whose lengthening extend cannot reach
-// Redis before its grant lease runs out loses the lease, and is told.
+// TestGrantNotLengthened: a grantee whose lengthening extends cannot reach
+// Redis before its grant lease runs out (every one is held back 500ms, the
+// first and those sent again when it stays unanswered) loses the lease, and
+// is told.
 func TestGrantNotLengthened(t *testing.T) {
 	ctx := context.Background()
 	c, p, rdb := proxied(t)
@@ -161,7 +163,7 @@ func TestGrantNotLengthened(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := inLine(t, rdb, c.Mutex("n", dlock.WithTTL(ttl)).Lock, "dlock:{n}:waiters", 1)
-	in := p.Inject(faultproxy.Rule{Match: script("extend"), Fault: faultproxy.DelayRequest, Delay: 500 * time.Millisecond, Times: 1})
+	in := p.Inject(faultproxy.Rule{Match: script("extend"), Fault: faultproxy.DelayRequest, Delay: 500 * time.Millisecond})
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,9 @@ package dlock
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -402,49 +404,122 @@ func (r *renewer) renew(due []*term) {
 }
 
 // renewCalls renews calls, one script call each, in one pipeline on n, and
-// schedules what follows.
+// schedules what follows. A pipeline without its reply after stallAfter
+// frees its leases for another try on another connection (stalled), since
+// go-redis may wait for a lost reply longer than the leases last; its reply,
+// if it comes later, still counts for what it says (renewed).
 func (r *renewer) renewCalls(n *node, calls [][]*term) {
 	items := make([][]extendItem, len(calls))
+	busy := make([][]chan struct{}, len(calls)) // each term's busy of this call
 	var latest time.Time
+	stall := time.Duration(math.MaxInt64)
+	now := time.Now()
 	r.mu.Lock()
 	for i, batch := range calls {
 		items[i] = make([]extendItem, len(batch))
+		busy[i] = make([]chan struct{}, len(batch))
 		for j, t := range batch {
 			items[i][j] = extendItem{k: *t.k, owner: t.owner, ttl: t.ttl}
+			busy[i][j] = t.busy
 			if t.deadline.After(latest) {
 				latest = t.deadline
 			}
+			stall = min(stall, t.stallAfter(now))
 		}
 	}
 	r.mu.Unlock()
 	// A reply that comes after every deadline in the batch is of no use.
 	ctx, cancel := context.WithDeadline(r.ctx, latest)
 	sent := time.Now()
+	fired := make(chan struct{})
+	timer := time.AfterFunc(stall, func() {
+		defer close(fired)
+		r.stalled(calls, busy)
+	})
 	codes, errs := n.extendAll(ctx, items)
+	if !timer.Stop() {
+		<-fired
+	}
 	cancel()
 	for i, batch := range calls {
-		r.renewed(batch, items[i], sent, codes[i], errs[i])
+		r.renewed(batch, busy[i], items[i], sent, codes[i], errs[i])
 	}
 }
 
-// renewed records the outcome of the renewal of batch, sent at sent.
-func (r *renewer) renewed(batch []*term, items []extendItem, sent time.Time, codes []int64, err error) {
+// stallAfter is how long a renewal of t may go unanswered before it is
+// tried again on another request: half a renewal period, or a quarter of
+// what is left of a grant lease, and at least stallMin.
+func (t *term) stallAfter(now time.Time) time.Duration {
+	d := renewEvery(t.ttl) / 2
+	if t.lengthen {
+		d = min(d, t.deadline.Sub(now)/4)
+	}
+	return max(d, stallMin)
+}
+
+// stallMin is the shortest time a renewal may go unanswered before it is
+// tried again.
+const stallMin = 50 * time.Millisecond
+
+// errRenewalStalled is a renewal's error while its reply is overdue.
+var errRenewalStalled = errors.New("no reply to the renewal yet; trying again")
+
+// stalled frees the leases of calls that its renewal (whose busy channels
+// are busy) still holds, to be renewed again at once.
+func (r *renewer) stalled(calls [][]*term, busy [][]chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	now := time.Now()
+	r.log.Debug("dlock: renewal unanswered; trying again", "calls", len(calls), "first", calls[0][0].k.name)
+	for i, batch := range calls {
+		for j, t := range batch {
+			if t.ended || t.busy != busy[i][j] {
+				continue
+			}
+			close(t.busy)
+			t.busy = nil
+			t.lastErr = errRenewalStalled
+			t.due, t.slack = now, 0
+			r.reschedule(t)
+		}
+	}
+}
+
+// renewed records the outcome of the renewal of batch, sent at sent; busy
+// are the terms' busy channels when it was sent. A term whose renewal was
+// given up as stalled meanwhile takes from it only what it proves: a lease
+// renewed since sent, or lost.
+func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendItem, sent time.Time, codes []int64, err error) {
 	var extended []*term
 	type loss struct {
 		t   *term
 		err error
 	}
 	var lost []loss
+	var failed []*term
 	r.mu.Lock()
 	for i, t := range batch {
-		close(t.busy)
-		t.busy = nil
 		if t.ended {
+			if t.busy == busy[i] {
+				close(t.busy)
+				t.busy = nil
+			}
 			continue
 		}
 		ttl := items[i].ttl
+		mine := t.busy == busy[i]
+		if mine {
+			close(t.busy)
+			t.busy = nil
+		}
 		switch {
+		case err != nil && !mine:
+			continue // the try that replaced this one decides
 		case err != nil:
+			failed = append(failed, t)
 			t.lastErr = err
 			wait := retryDelay(ttl)
 			if t.lengthen {
@@ -453,8 +528,16 @@ func (r *renewer) renewed(batch []*term, items []extendItem, sent time.Time, cod
 			}
 			t.due, t.slack = time.Now().Add(wait), 0
 		case codes[i] == codeDone:
-			t.deadline, t.lastErr, t.lengthen = sent.Add(ttl-drift(ttl)), nil, false
-			t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
+			d := sent.Add(ttl - drift(ttl))
+			if !mine && (ttl != t.ttl || !d.After(t.deadline)) {
+				// A later try renewed it already, or Lease.Extend set
+				// another TTL, which Redis may have run before or after.
+				continue
+			}
+			t.deadline, t.lastErr, t.lengthen = d, nil, false
+			if mine || t.busy == nil {
+				t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
+			}
 			extended = append(extended, t)
 		default:
 			t.ended = true
@@ -468,14 +551,14 @@ func (r *renewer) renewed(batch []*term, items []extendItem, sent time.Time, cod
 	}
 	r.mu.Unlock()
 
-	if err != nil {
+	if len(failed) > 0 {
 		if r.ctx.Err() != nil {
 			return // stopping
 		}
-		r.log.Warn("dlock: renewal failed, will retry", "leases", len(batch), "first", batch[0].k.name, "err", err)
+		r.log.Warn("dlock: renewal failed, will retry", "leases", len(failed), "first", failed[0].k.name, "err", err)
 		if h := r.hooks; h != nil && h.ExtendFailed != nil {
 			r.events.post(func() {
-				for _, t := range batch {
+				for _, t := range failed {
 					h.ExtendFailed(context.Background(), t.info(), t.fence, err)
 				}
 			})
