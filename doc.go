@@ -275,6 +275,7 @@
 //	local deadline            acquire or renewal sent + TTL - (TTL/100 + 2ms): past it, unrenewed, the lease is lost
 //	grant lease               TTL/10, between 50ms and 1s: a lock a release granted to a waiter, until its Client lengthens it
 //	waiter keep-alive         TTL/6, between 50ms and 5s; a registration lapses after three
+//	unanswered renewal        sent again after TTL/6 (a quarter of what is left of a grant lease), at least 50ms
 //	failed renewal, release   tried again every TTL/10, between 10ms and 1s
 //	release after a cancel    bounded by TTL, between 1s and 5s
 //	call markers              10s (see Retries)
