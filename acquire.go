@@ -233,6 +233,14 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			continue
 		case err != nil:
 			a.abandon(ctx, owner)
+			if ended(ctx) && wait && transient(err) {
+				// The context ended while Redis could not be reached: say so.
+				out.err = err
+				if out.since.IsZero() {
+					out.since = start
+				}
+				return nil, a.interrupted(ctx, op, ctx.Err(), &out)
+			}
 			if ended(ctx) {
 				return nil, a.gaveUp(ctx, op)
 			}

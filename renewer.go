@@ -428,6 +428,14 @@ func (r *renewer) renewCalls(n *node, calls [][]*term) {
 		}
 	}
 	r.mu.Unlock()
+	// A call that waits for replicas, or for a RedLock's nodes, takes up to
+	// that wait by design.
+	if n.wait.n > 0 {
+		stall = max(stall, n.wait.timeout+stallMin)
+	}
+	if n.q != nil {
+		stall = max(stall, n.q.timeout+stallMin)
+	}
 	// A reply that comes after every deadline in the batch is of no use.
 	ctx, cancel := context.WithDeadline(r.ctx, latest)
 	sent := time.Now()
@@ -517,7 +525,12 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 		}
 		switch {
 		case err != nil && !mine:
-			continue // the try that replaced this one decides
+			// The try that replaced this one decides; its error says more
+			// than that this one was overdue.
+			if t.lastErr == errRenewalStalled {
+				t.lastErr = err
+			}
+			continue
 		case err != nil:
 			failed = append(failed, t)
 			t.lastErr = err
