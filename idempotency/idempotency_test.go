@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(envWorker); addr != "" {
 		os.Exit(worker(addr))
 	}
-	redistest.Main(m, 0)
+	redistest.Main(m, 1)
 }
 
 // worker serves a guarded handler, with a lease TTL of 1s, prints its

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	if n := os.Getenv(envWorker); n != "" {
 		os.Exit(worker(n))
 	}
-	redistest.Main(m, 0)
+	redistest.Main(m, 1)
 }
 
 // worker prints, from each of 4 goroutines sharing one Generator, n ids,

@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	redistest.Main(m, 0)
+	redistest.Main(m, 1)
 }
 
 // byOrder names the lock after the request's "order" query parameter.

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	if w := os.Getenv(envWorker); w != "" {
 		os.Exit(worker(w))
 	}
-	redistest.Main(m, 0)
+	redistest.Main(m, 1)
 }
 
 func sales(t testing.TB, rdb redis.UniversalClient) *stock.Sales {
