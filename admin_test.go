@@ -444,9 +444,10 @@ func TestForceReleaseOwners(t *testing.T) {
 	}
 }
 
-// TestForceReleaseRetried: an eviction whose reply is lost runs again
+// TestForceReleaseRetried: every request of a ForceRelease (the inspect, the
+// eviction, the raising of the fence) whose reply is lost runs again
 // (go-redis retries it) and answers as the first run did: the holder
-// evicted, the waiter granted the lock once.
+// evicted, the waiter granted the lock once, the fence key at Eviction.Fence.
 func TestForceReleaseRetried(t *testing.T) {
 	ctx := context.Background()
 	c, p, direct := proxied(t)
@@ -457,11 +458,19 @@ func TestForceReleaseRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := inLine(t, direct, waiter.Mutex("r").Lock, "dlock:{r}:waiters", 1)
-	in := p.Inject(faultproxy.Rule{Match: script("release"), Fault: faultproxy.DropReply, Times: 1})
+	var ins []*faultproxy.Injection
+	for _, op := range []string{"inspect", "release", "raise_fence"} {
+		ins = append(ins, p.Inject(faultproxy.Rule{Match: script(op), Fault: faultproxy.DropReply, Times: 1}))
+	}
 	ev, err := c.ForceRelease(ctx, dlock.KindMutex, "r")
-	checkHit(t, in)
+	for _, in := range ins {
+		checkHit(t, in)
+	}
 	if err != nil || len(ev.Evicted) != 1 || len(ev.Gone) != 0 {
-		t.Fatalf("eviction after a lost reply: %+v, %v", ev, err)
+		t.Fatalf("eviction after lost replies: %+v, %v", ev, err)
+	}
+	if f, _ := direct.Get(ctx, "dlock:{r}:fence").Int64(); f < ev.Fence {
+		t.Errorf("fence key %d after the retried raise, want at least %d", f, ev.Fence)
 	}
 	l := outcomeLease(t, <-got)
 	defer l.Unlock(ctx)
