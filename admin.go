@@ -162,15 +162,24 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 // it is about, with kind's name in inspect.lua.
 func (c *Client) adminKeys(op string, kind Kind, name string) (keys, string, error) {
 	ak, ok := adminKinds[kind]
-	switch {
-	case !ok:
+	if !ok {
 		return keys{}, "", opErr(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
-	case c.e.node.q != nil:
-		return keys{}, "", opErr(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
-	case c.e.closed():
-		return keys{}, "", opErr(ErrClosed, nil, "%s %s %q", op, kind, name)
+	}
+	if err := c.adminCheck(op); err != nil {
+		return keys{}, "", err
 	}
 	return newKeys(c.cfg.prefix, ak.k, name, ""), ak.code, nil
+}
+
+// adminCheck rejects an administrative call the Client cannot make.
+func (c *Client) adminCheck(op string) error {
+	switch {
+	case c.e.node.q != nil:
+		return opErr(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
+	case c.e.closed():
+		return opErr(ErrClosed, nil, "%s", op)
+	}
+	return nil
 }
 
 // decodeState decodes inspect.lua's reply.
@@ -256,7 +265,7 @@ func fenceTime(fence, now int64) time.Time {
 // stops at the first error, which it yields.
 func (c *Client) Locks(ctx context.Context, pattern string) iter.Seq2[LockID, error] {
 	return func(yield func(LockID, error) bool) {
-		if _, _, err := c.adminKeys("Locks", KindMutex, ""); err != nil {
+		if err := c.adminCheck("Locks"); err != nil {
 			yield(LockID{}, err)
 			return
 		}

@@ -477,12 +477,12 @@ func (n *notifier) receive(sh *shard) {
 	}
 }
 
-// subscribeRefused reports whether reply, an error reply on a pub/sub
-// connection, is the user's ACL refusing an SSUBSCRIBE: the command, or the
-// channels it names.
+// subscribeRefused reports whether reply, a NOPERM on a pub/sub connection,
+// is the user's ACL refusing an SSUBSCRIBE: the command, or the channels it
+// names.
 func subscribeRefused(reply redis.Error) bool {
 	msg := reply.Error()
-	return strings.HasPrefix(msg, "NOPERM") && (strings.Contains(msg, "'ssubscribe'") || strings.Contains(msg, "channel"))
+	return strings.Contains(msg, "'ssubscribe'") || strings.Contains(msg, "channel")
 }
 
 // refused fails the subscriptions that sh has not confirmed yet: its server

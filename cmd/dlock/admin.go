@@ -85,6 +85,17 @@ func (c *conn) open(cmd string) (*dlock.Client, func(), error) {
 	return dc, func() { dc.Close(); rdb.Close() }, nil
 }
 
+// openKind reads a command's --kind flag (kindS) and connects, for the
+// commands about one lock.
+func (c *conn) openKind(cmd, kindS string) (dlock.Kind, *dlock.Client, func(), error) {
+	kind, err := parseKind(cmd, kindS)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	dc, closeC, err := c.open(cmd)
+	return kind, dc, closeC, err
+}
+
 // parseKind reads a --kind flag: "" for any.
 func parseKind(cmd, s string) (dlock.Kind, error) {
 	if s == "" {
@@ -296,11 +307,7 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil || len(rest) != 1 {
 		return firstErr(err, usagef("dlock inspect: want one NAME, got %q", rest))
 	}
-	kind, err := parseKind("dlock inspect", *kindS)
-	if err != nil {
-		return err
-	}
-	c, closeC, err := cn.open("dlock inspect")
+	kind, c, closeC, err := cn.openKind("dlock inspect", *kindS)
 	if err != nil {
 		return err
 	}
@@ -409,11 +416,7 @@ func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	if !*force {
 		return usagef("dlock release: --force is required: it takes the lock from holders that may still be running")
 	}
-	kind, err := parseKind("dlock release", *kindS)
-	if err != nil {
-		return err
-	}
-	c, closeC, err := cn.open("dlock release")
+	kind, c, closeC, err := cn.openKind("dlock release", *kindS)
 	if err != nil {
 		return err
 	}

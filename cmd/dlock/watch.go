@@ -31,11 +31,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *every <= 0 {
 		return usagef("dlock watch: --interval %v: want more than 0", *every)
 	}
-	kind, err := parseKind("dlock watch", *kindS)
-	if err != nil {
-		return err
-	}
-	c, closeC, err := cn.open("dlock watch")
+	kind, c, closeC, err := cn.openKind("dlock watch", *kindS)
 	if err != nil {
 		return err
 	}
