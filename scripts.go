@@ -69,7 +69,9 @@ var (
 // script makes a script of a file under lua/ and the shared functions it
 // calls, directly or through each other. Only those: Redis runs a script's
 // whole text on every call, and each function defined costs a closure per
-// call.
+// call. A script may be cut into sections by lines that read libMark: each
+// function goes in front of the first section that needs it, so that a
+// common case answered in an early section defines only what it calls.
 func script(src string) *redis.Script {
 	type part struct{ name, text string }
 	var parts []part
@@ -81,25 +83,33 @@ func script(src string) *redis.Script {
 	calls := func(text, name string) bool {
 		return regexp.MustCompile(`\b` + name + `\(`).MatchString(text)
 	}
-	// A function calls only those above it, so one pass from the bottom up
-	// finds every function needed.
-	need := make([]bool, len(parts))
-	for i := len(parts) - 1; i >= 0; i-- {
-		need[i] = calls(src, parts[i].name)
-		for j := i + 1; j < len(parts) && !need[i]; j++ {
-			need[i] = need[j] && calls(parts[j].text, parts[i].name)
-		}
-	}
 	var b strings.Builder
-	for i, p := range parts {
-		if need[i] {
-			b.WriteString(p.text)
-			b.WriteString("\n\n")
+	defined := make([]bool, len(parts))
+	for _, section := range strings.Split(src, "\n"+libMark+"\n") {
+		// A function calls only those above it, so one pass from the bottom
+		// up finds every function the section needs.
+		need := make([]bool, len(parts))
+		for i := len(parts) - 1; i >= 0; i-- {
+			need[i] = calls(section, parts[i].name)
+			for j := i + 1; j < len(parts) && !need[i]; j++ {
+				need[i] = need[j] && calls(parts[j].text, parts[i].name)
+			}
 		}
+		for i, p := range parts {
+			if need[i] && !defined[i] {
+				defined[i] = true
+				b.WriteString(p.text)
+				b.WriteString("\n\n")
+			}
+		}
+		b.WriteString(section)
+		b.WriteString("\n")
 	}
-	b.WriteString(src)
 	return redis.NewScript(b.String())
 }
+
+// libMark is a line that ends a section of a script (script).
+const libMark = "-- (shared functions the rest calls)"
 
 // libFunc finds the name of the function a part of lib.lua defines.
 var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)

@@ -32,25 +32,32 @@
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
 local me = ARGV[1]
+-- The common case first: a free lock is taken with the least the script
+-- defines and calls. PTTL tells a free lock (no key) from a held one, whose
+-- remaining TTL a waiter is told.
+local pttl
+if ARGV[3] ~= '1' then
+  pttl = redis.call('PTTL', KEYS[1])
+  if pttl == -2 then
+    if ARGV[4] ~= '0' then
+      redis.call('ZREM', KEYS[3], me)
+    end
+    local fence = next_fence(KEYS[2], redis.call('TIME'), ARGV[2], true)
+    redis.call('HSET', KEYS[1], me, 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return fence
+  end
+end
+-- (shared functions the rest calls)
 if ARGV[3] == '1' then
   return reenter(KEYS[1], me, ARGV[4])
 end
-local n = redis.call('HLEN', KEYS[1])
-if n > 0 then
-  if redis.call('HEXISTS', KEYS[1], me) == 1 then
-    return held_again(KEYS[1], KEYS[2], ARGV[2])
-  end
-  local t, now = server_time()
-  if ARGV[4] ~= '0' then
-    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), me)
-    at_least(KEYS[3], ARGV[4])
-  end
-  return held_reply(redis.call('PTTL', KEYS[1]), KEYS[2], t)
+if redis.call('HEXISTS', KEYS[1], me) == 1 then
+  return held_again(KEYS[1], KEYS[2], ARGV[2])
 end
+local t, now = server_time()
 if ARGV[4] ~= '0' then
-  redis.call('ZREM', KEYS[3], me)
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), me)
+  at_least(KEYS[3], ARGV[4])
 end
-local fence = next_fence(KEYS[2], (server_time()), ARGV[2], true)
-redis.call('HSET', KEYS[1], me, 1)
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return fence
+return held_reply(pttl, KEYS[2], t)

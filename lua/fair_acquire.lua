@@ -30,16 +30,28 @@
 -- Run twice: a take that succeeded answers the same fence; a queued caller
 -- keeps its place (its arrival is not renewed).
 local me = ARGV[1]
+-- The common case first: a free lock nobody waits for is taken with the
+-- least the script defines and calls.
+local n, queued
+if ARGV[3] ~= '1' then
+  n = redis.call('HLEN', KEYS[1])
+  queued = redis.call('ZCARD', KEYS[3]) -- type checks, before any write
+  if n == 0 and queued == 0 then
+    local fence = next_fence(KEYS[2], redis.call('TIME'), ARGV[2], true)
+    redis.call('HSET', KEYS[1], me, 1)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return fence
+  end
+end
+-- (shared functions the rest calls)
 if ARGV[3] == '1' then
   return reenter(KEYS[1], me, ARGV[4])
 end
-local n = redis.call('HLEN', KEYS[1])
 if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
   return held_again(KEYS[1], KEYS[2], ARGV[2])
 end
 local free = n == 0
-redis.call('ZCARD', KEYS[3]) -- type checks, before any write
-redis.call('HLEN', KEYS[4])
+redis.call('HLEN', KEYS[4]) -- a type check, before any write
 local t, now = server_time()
 -- The first live waiter; lapsed ones ahead of it are dropped.
 local head, lapse = live_waiters(KEYS[3], KEYS[4], now, nil, me)()

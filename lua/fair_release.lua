@@ -16,20 +16,28 @@
 --
 -- Returns, and runs twice, as release.lua does.
 local mode = ARGV[3]
-local queued = redis.call('ZCARD', KEYS[3]) -- type checks, before any write
+-- Every WRONGTYPE comes before the first write: the lock, then the queue.
+local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+local queued = redis.call('ZCARD', KEYS[3])
+if mode == '1' and held and queued == 0 then
+  -- The common case, with the least the script defines and calls.
+  redis.call('SET', KEYS[5], 1, 'PX', ARGV[6])
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+-- (shared functions the rest calls)
 redis.call('HLEN', KEYS[4])
 if queued > 0 then
-  redis.call('STRLEN', KEYS[2])
+  redis.call('STRLEN', KEYS[2]) -- a grant writes it
 end
 if mode == '2' then
-  local granted = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[4], ARGV[1])
-  if not granted then
+  if not held then
     return 0
   end
 else
-  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[5])
+  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[5], held)
   if code then
     return code
   end
@@ -39,7 +47,6 @@ redis.call('DEL', KEYS[1])
 if queued == 0 then
   return 1
 end
--- The first live waiter; lapsed ones ahead of it are dropped.
 local t, now = server_time()
 local head = live_waiters(KEYS[3], KEYS[4], now)()
 if head then

@@ -51,9 +51,28 @@ end
 -- rising when the key is gone (it expired, or Redis restarted without it).
 -- The key lives ms from now if exact is true (a lock with one holder, whose
 -- fence key lives as long as its lock), else at least ms. Raises before
--- writing if key holds anything but an integer.
+-- writing if key is not a string; a key that holds anything but an integer
+-- is put back as it was, but for its expiry, and raises.
 local function next_fence(key, t, ms, exact)
   local f = micros(t)
+  if exact then
+    -- One command reads the last fence and writes this one, which is
+    -- almost always the later: only fences handed out faster than the
+    -- clock ticks, or a clock set back, need a second.
+    local v = redis.call('SET', key, f, 'PX', ms, 'GET')
+    if v then
+      local last = tonumber(v)
+      if not last then
+        redis.call('SET', key, v, 'KEEPTTL')
+        error({err = 'ERR dlock: fence key ' .. key .. ' holds a non-integer'})
+      end
+      if last >= f then
+        f = last + 1
+        redis.call('SET', key, f, 'PX', ms)
+      end
+    end
+    return f
+  end
   local v = redis.call('GET', key)
   if v then
     local last = tonumber(v)
@@ -64,12 +83,8 @@ local function next_fence(key, t, ms, exact)
       f = last + 1
     end
   end
-  if exact then
-    redis.call('SET', key, f, 'PX', ms)
-  else
-    redis.call('SET', key, f, 'KEEPTTL')
-    at_least(key, ms)
-  end
+  redis.call('SET', key, f, 'KEEPTTL')
+  at_least(key, ms)
   return f
 end
 
@@ -147,15 +162,16 @@ local function reenter(lock, owner, count)
   return 0
 end
 
--- give_back gives back holds of owner on the lock hash lock: mode "0" sets
+-- give_back gives back holds of owner on the lock hash lock, where held
+-- tells whether owner holds it (HEXISTS, read by the caller): mode "0" sets
 -- its hold count to count (it keeps the lock), mode "1" gives back its last
 -- hold. It returns the code to return at once: 2 when owner keeps the lock;
 -- 1 when owner's release already happened (its marker exists: this is a
 -- retry); 0 when another owner holds the lock or it is kept for a waiter; -1
 -- when nobody holds it; or nil when owner's last hold goes and the caller is
 -- to free the lock.
-local function give_back(lock, owner, mode, count, marker)
-  if redis.call('HEXISTS', lock, owner) == 0 then
+local function give_back(lock, owner, mode, count, marker, held)
+  if not held then
     if redis.call('EXISTS', marker) == 1 then
       return 1
     end

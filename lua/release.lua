@@ -34,18 +34,26 @@
 -- again (the lock is not granted twice); mode "0" sets the same count; mode
 -- "2" finds nothing more to do.
 local mode = ARGV[3]
-local waiting = redis.call('ZCARD', KEYS[3]) -- type checks, before any write
+-- Every WRONGTYPE comes before the first write: the lock, then the queue.
+local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+local waiting = redis.call('ZCARD', KEYS[3])
+if mode == '1' and held and waiting == 0 then
+  -- The common case, with the least the script defines and calls.
+  redis.call('SET', KEYS[4], 1, 'PX', ARGV[6])
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+-- (shared functions the rest calls)
 if waiting > 0 then
-  redis.call('STRLEN', KEYS[2])
+  redis.call('STRLEN', KEYS[2]) -- a grant writes it
 end
 if mode == '2' then
-  local granted = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
   redis.call('ZREM', KEYS[3], ARGV[1])
-  if not granted then
+  if not held then
     return 0
   end
 else
-  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[4])
+  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[4], held)
   if code then
     return code
   end
