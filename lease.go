@@ -67,7 +67,7 @@ func (l *Lease) Done() <-chan struct{} {
 	if l == nil || l.h == nil {
 		return closedChan
 	}
-	return l.h.t.ctx.Done()
+	return l.h.t.ending.Done()
 }
 
 var closedChan = func() chan struct{} {
@@ -83,10 +83,7 @@ func (l *Lease) Err() error {
 	if l == nil || l.h == nil {
 		return errNilLease
 	}
-	if l.h.t.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(l.h.t.ctx)
+	return l.h.t.ending.cause()
 }
 
 // Context returns a copy of parent that is cancelled when parent is, or when
@@ -104,8 +101,8 @@ func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel con
 		cancelCause(errNilLease)
 		return ctx, func() {}
 	}
-	lctx := l.h.t.ctx
-	stop := context.AfterFunc(lctx, func() { cancelCause(context.Cause(lctx)) })
+	end := &l.h.t.ending
+	stop := end.AfterFunc(func() { cancelCause(end.cause()) })
 	ctx = context.WithValue(ctx, heldKey{}, &heldEntry{h: l.h, next: heldIn(parent)})
 	return ctx, func() {
 		stop()
@@ -236,7 +233,7 @@ func heldIn(ctx context.Context) *heldEntry {
 // match too: an RWMutex's read and write holds share its keys.
 func (c *heldEntry) find(e *engine, k keys) *hold {
 	for ; c != nil; c = c.next {
-		if c.h.e == e && c.h.t.k.tag == k.tag && c.h.t.k.kind == k.kind && c.h.t.ctx.Err() == nil {
+		if c.h.e == e && c.h.t.k.tag == k.tag && c.h.t.k.kind == k.kind && c.h.t.ending.cause() == nil {
 			return c.h
 		}
 	}

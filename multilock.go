@@ -172,8 +172,8 @@ func newMultiLease(names []string, leases []*Lease) *MultiLease {
 	l := &MultiLease{names: names, leases: leases, ctx: ctx, cancel: cancel}
 	l.stops = make([]func() bool, len(leases))
 	for i, sub := range leases {
-		lctx := sub.h.t.ctx
-		l.stops[i] = context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
+		end := &sub.h.t.ending
+		l.stops[i] = end.AfterFunc(func() { cancel(end.cause()) })
 	}
 	return l
 }

@@ -19,16 +19,18 @@ import (
 )
 
 // term is the life of one lease: what it is, its TTL and local deadline, its
-// renewal schedule, and the context that ends with it.
+// renewal schedule, and its ending.
 type term struct {
 	// Set when the lease begins, never changed.
-	node   *node
-	k      *keys
-	owner  string
-	fence  int64
-	begun  time.Time // when the acquire was sent: the latest Redis can have started the TTL
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	node  *node
+	k     *keys
+	owner string
+	fence int64
+	begun time.Time // when the acquire was sent: the latest Redis can have started the TTL
+
+	// Ends, once, when the lease does, with the reason; safe for concurrent
+	// use on its own.
+	ending ending
 
 	// Guarded by renewer.mu.
 	renew bool
@@ -65,10 +67,11 @@ func (t *term) wake() time.Time {
 // endedErr returns nil while t is held, else an error matching ErrNotHeld and
 // the reason it ended.
 func (t *term) endedErr(op string) error {
-	if t.ctx.Err() == nil {
+	cause := t.ending.cause()
+	if cause == nil {
 		return nil
 	}
-	return opErr(ErrNotHeld, context.Cause(t.ctx), "%s %q", op, t.k.name)
+	return opErr(ErrNotHeld, cause, "%s %q", op, t.k.name)
 }
 
 // lostErr describes a script's "not yours" answer.
@@ -111,8 +114,7 @@ func newRenewer(log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
 // the grant was made, and counts as lost drift(grant) before that. The
 // renewer lengthens it to ttl at once.
 func (r *renewer) begin(n *node, k *keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*term, error) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	t := &term{node: n, k: k, owner: owner, fence: fence, begun: sent, ctx: ctx, cancel: cancel,
+	t := &term{node: n, k: k, owner: owner, fence: fence, begun: sent,
 		renew: renew, ttl: ttl, deadline: sent.Add(ttl - drift(ttl)),
 		due: sent.Add(renewEvery(ttl)), slack: renewSlack(ttl)}
 	if grant > 0 {
@@ -122,9 +124,7 @@ func (r *renewer) begin(n *node, k *keys, owner string, fence int64, ttl time.Du
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
-		err := opErr(ErrClosed, nil, "lock %q acquired while closing", k.name)
-		cancel(err)
-		return nil, err
+		return nil, opErr(ErrClosed, nil, "lock %q acquired while closing", k.name)
 	}
 	heap.Push(&r.queue, t)
 	if !r.started {
@@ -192,7 +192,7 @@ func (r *renewer) end(t *term, cause error, report func()) bool {
 	if report != nil {
 		report()
 	}
-	t.cancel(cause)
+	t.ending.end(cause)
 	return true
 }
 
@@ -336,7 +336,7 @@ func (r *renewer) tick() {
 	for _, t := range lost {
 		err := r.deadlineErr(t)
 		r.lost(t, err)
-		t.cancel(err)
+		t.ending.end(err)
 	}
 	if len(due) > 0 {
 		r.renew(due)
@@ -582,7 +582,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 	}
 	for _, l := range lost {
 		r.lost(l.t, l.err)
-		l.t.cancel(l.err)
+		l.t.ending.end(l.err)
 	}
 }
 
