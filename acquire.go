@@ -27,7 +27,10 @@ type engine struct {
 	prefix  string
 	closing chan struct{} // closed when Close starts
 
-	id  string        // random, unique per Client: the stem of every owner id
+	id string // random, unique per Client: the stem of every owner id
+	// own is ":" and id: a lock's wake-up channel stem followed by it is
+	// where this Client's waiters are told of grants.
+	own string
 	seq atomic.Uint64 // makes each acquisition's owner id unique
 
 	checked sync.Once   // the eviction policy has been looked at
@@ -166,7 +169,6 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 	e := a.e
 	start := time.Now()
 	owner := e.newOwner()
-	channel := a.k.own // where this Client's waiters are told of grants
 	var (
 		g          *gate
 		w          *waiter
@@ -198,7 +200,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 	// Subscribed already (others wait for this lock here, or did lately):
 	// every attempt can be followed by a sleep.
 	if wait {
-		if g = e.note.joinSubscribed(channel); g != nil {
+		if g = e.note.joinSubscribed(a.k.channel, e.own); g != nil {
 			if err := enter(); err != nil {
 				return nil, err
 			}
@@ -254,7 +256,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		if g == nil {
 			// Subscribe, then try again at once: the lock may have been
 			// released before the subscription took.
-			if g, err = e.note.join(ctx, a.k, a.ttl, channel); err != nil {
+			if g, err = e.note.join(ctx, a.k, a.ttl, a.k.channel+e.own); err != nil {
 				g = nil
 				switch {
 				case ended(ctx):

@@ -168,7 +168,7 @@ func (c *Client) adminKeys(op string, kind Kind, name string) (keys, string, err
 	if err := c.adminCheck(op); err != nil {
 		return keys{}, "", err
 	}
-	return newKeys(c.cfg.prefix, ak.k, name, ""), ak.code, nil
+	return newKeys(c.cfg.prefix, ak.k, name), ak.code, nil
 }
 
 // adminCheck rejects an administrative call the Client cannot make.

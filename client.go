@@ -75,6 +75,7 @@ func newClient(n *node, cfg config, op string) (*Client, error) {
 			ren:  newRenewer(cfg.logger, cfg.hooks, events),
 			note: newNotifier(n, bg, cfg.logger, closing),
 			id:   hex.EncodeToString(id[:]),
+			own:  ":" + hex.EncodeToString(id[:]),
 		},
 		cfg:    cfg,
 		events: events,
@@ -161,7 +162,7 @@ func (c *Client) acquirer(k *kind, name string, opts []Option) acquirer {
 			unsupported = true
 		}
 	}
-	a := acquirer{e: c.e, k: newKeys(c.cfg.prefix, k, name, c.e.id)}
+	a := acquirer{e: c.e, k: newKeys(c.cfg.prefix, k, name)}
 	cfg, err := c.cfg, error(nil)
 	if len(opts) > 0 { // with makes a copy of the config escape
 		cfg, err = c.cfg.with(opts, false)

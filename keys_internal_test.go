@@ -11,10 +11,10 @@ import (
 func TestNewKeys(t *testing.T) {
 	for _, k := range []*kind{mutexKind, fairKind, semKind, rwReadKind, rwWriteKind, latchKind} {
 		for _, name := range []string{"x", "{a}b%", ""} {
-			ks := newKeys("p:", k, name, "c1")
+			ks := newKeys("p:", k, name)
 			tag := "p:" + k.space + "{" + nameEscaper.Replace(name) + "}"
-			if ks.tag != tag || ks.channel != tag+":wake" || ks.own != tag+":wake:c1" || ks.channelArg != any(tag+":wake") {
-				t.Errorf("%s %q: tag %q, channel %q, own %q", k.name, name, ks.tag, ks.channel, ks.own)
+			if ks.tag != tag || ks.channel != tag+":wake" || ks.channelArg != any(tag+":wake") {
+				t.Errorf("%s %q: tag %q, channel %q", k.name, name, ks.tag, ks.channel)
 			}
 			for _, l := range []struct {
 				got, names []string
@@ -34,8 +34,5 @@ func TestNewKeys(t *testing.T) {
 				t.Errorf("%s %q: an append wrote into another key list", k.name, name)
 			}
 		}
-	}
-	if ks := newKeys("p:", mutexKind, "x", ""); ks.own != "" {
-		t.Errorf("own channel %q without a Client", ks.own)
 	}
 }

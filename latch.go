@@ -43,7 +43,7 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	if c == nil || c.e == nil {
 		return &CountDownLatch{k: keys{name: name}, err: errors.New("dlock: CountDownLatch of a nil or zero Client")}
 	}
-	l := &CountDownLatch{e: c.e, k: newKeys(c.cfg.prefix, latchKind, name, "")}
+	l := &CountDownLatch{e: c.e, k: newKeys(c.cfg.prefix, latchKind, name)}
 	switch {
 	case c.e.node.q != nil:
 		l.err = opErr(errors.ErrUnsupported, nil, "CountDownLatch %q on a RedLock Client: only Mutex and MultiLock are", name)
@@ -141,7 +141,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 			}
 		}
 	}
-	g := e.note.joinSubscribed(channel)
+	g := e.note.joinSubscribed(l.k.tag, latchSuffix)
 	for g == nil {
 		// Not subscribed yet: an open latch needs no subscription at all.
 		if n, err := count(); err != nil || n == 0 {

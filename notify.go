@@ -268,12 +268,15 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 	return nil
 }
 
-// joinSubscribed is join for a channel whose subscription is in place
-// already; it returns nil, and joins nothing, otherwise.
-func (n *notifier) joinSubscribed(channel string) *gate {
+// joinSubscribed is join for the channel stem + suffix, if its subscription
+// is in place already; it returns nil, and joins nothing, otherwise. Every
+// wait starts here, so the name is put together without an allocation.
+func (n *notifier) joinSubscribed(stem, suffix string) *gate {
+	var buf [128]byte
+	channel := append(append(buf[:0], stem...), suffix...)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	g := n.gates[channel]
+	g := n.gates[string(channel)]
 	if n.closed || g == nil || !g.readyOK || g.subErr != nil {
 		return nil
 	}

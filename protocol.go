@@ -189,18 +189,15 @@ type keys struct {
 	tag     string // prefix, namespace and {hash tag}: the stem of every key and channel
 	channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
 	// channelArg is channel as a script argument, boxed once.
-	channelArg any
-	// own is the wake-up channel of the Client newKeys was given; "" if none.
-	own string
-
+	channelArg                          any
 	acquireKeys, releaseKeys, leaseKeys []string
 }
 
-// newKeys names the keys of kind k's lock called name, and the wake-up
-// channel of the Client whose id is client ("" for none). Every key and
-// channel is a slice of one string, and the key lists share one array, so
-// that a lock's names cost a few allocations, not one each.
-func newKeys(prefix string, k *kind, name, client string) keys {
+// newKeys names the keys of kind k's lock called name, and its wake-up
+// channel stem. Every key and the stem are slices of one string, and the key
+// lists share one array, so that a lock's names cost a few allocations, not
+// one each.
+func newKeys(prefix string, k *kind, name string) keys {
 	esc := nameEscaper.Replace(name)
 	lists := [...][]string{k.acquireKeys, k.releaseKeys, k.leaseKeys}
 	var names [8]string // each key's name once, in order of appearance
@@ -214,36 +211,30 @@ func newKeys(prefix string, k *kind, name, client string) keys {
 		}
 	}
 	stem := len(prefix) + len(k.space) + len(esc) + 2
-	size := stem + (stem + len(":wake")) + (stem + len(":wake:") + len(client))
+	size := stem + len(":wake") // the tag is the start of every name
 	for _, kn := range names[:n] {
 		size += stem + len(keyNames[kn])
 	}
 	var b strings.Builder
 	b.Grow(size)
-	var at [len(names) + 2][2]int // where each name and the two channels are in b
-	put := func(i int, suffix ...string) {
+	var at [len(names) + 1][2]int // where each name and the channel stem are in b
+	put := func(i int, suffix string) {
 		at[i][0] = b.Len()
 		b.WriteString(prefix)
 		b.WriteString(k.space)
 		b.WriteByte('{')
 		b.WriteString(esc)
 		b.WriteByte('}')
-		for _, s := range suffix {
-			b.WriteString(s)
-		}
+		b.WriteString(suffix)
 		at[i][1] = b.Len()
 	}
 	for i, kn := range names[:n] {
 		put(i, keyNames[kn])
 	}
 	put(len(names), ":wake")
-	put(len(names)+1, ":wake:", client)
 	all := b.String()
 	cut := func(i int) string { return all[at[i][0]:at[i][1]] }
 	ks := keys{kind: k, name: name, tag: all[:stem], channel: cut(len(names))}
-	if client != "" {
-		ks.own = cut(len(names) + 1)
-	}
 	ks.channelArg = ks.channel
 	// A list that begins another one built before is a slice of it (a
 	// Mutex's three lists are one).
@@ -987,7 +978,9 @@ func (n *node) latch(ctx context.Context, k keys, id string, mode latchMode, cou
 }
 
 // latchChannel is where a latch's opening is published.
-func latchChannel(k keys) string { return k.tag + ":zero" }
+func latchChannel(k keys) string { return k.tag + latchSuffix }
+
+const latchSuffix = ":zero"
 
 // latchCount reads a latch's count: 0 when it has none.
 func (n *node) latchCount(ctx context.Context, k keys) (int64, error) {
