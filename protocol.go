@@ -28,7 +28,9 @@ import (
 type node struct {
 	rdb redis.UniversalClient
 	// cmd runs the scripts: rdb itself, or its autopipeliner
-	// (WithAutoPipeline); proc is the same, for commands built here.
+	// (WithAutoPipeline); proc sends the acquire and release calls built
+	// here: the autopipeliner, or rdb through a batcher, or, if rdb gives
+	// up a request at its context's end, rdb itself.
 	cmd  redis.Scripter
 	proc interface {
 		Process(context.Context, redis.Cmder) error
@@ -64,12 +66,17 @@ func newNode(rdb redis.UniversalClient, autoPipeline bool) (*node, error) {
 	case *redis.Ring:
 		n.ctxAware, n.cluster = r.Options().ContextTimeoutEnabled, true
 	}
-	if autoPipeline {
+	switch {
+	case autoPipeline:
 		ap, err := rdb.AutoPipeline()
 		if err != nil {
 			return nil, err
 		}
 		n.cmd, n.proc, n.ctxAware = ap, ap, false
+	case !n.ctxAware:
+		// Its requests do not give up at their context's end anyway, so
+		// that a request waits for a batch changes nothing for the caller.
+		n.proc = newBatcher(rdb)
 	}
 	return n, nil
 }

@@ -1,0 +1,132 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// pipelineCounter is a go-redis hook that counts the pipelines of script
+// calls a client sends, and the commands in the largest.
+type pipelineCounter struct {
+	pipelines, largest atomic.Int64
+}
+
+func (pc *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (pc *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+
+func (pc *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() != "evalsha" {
+			return next(ctx, cmds) // a connection's handshake
+		}
+		pc.pipelines.Add(1)
+		for n := int64(len(cmds)); ; {
+			l := pc.largest.Load()
+			if n <= l || pc.largest.CompareAndSwap(l, n) {
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestBatching: a lone caller's requests go one by one; the acquires and
+// releases of 64 goroutines on one Client go together in pipelines, whose
+// lost replies go-redis retries whole; and through all of it each lock has
+// one holder at a time, its fences rise, and every Unlock succeeds.
+func TestBatching(t *testing.T) {
+	srv := redistest.Start(t)
+	p := faultproxy.Start(t, srv.Addr)
+	direct := srv.Client(t)
+	loadScripts(t, direct)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), PoolSize: 64})
+	t.Cleanup(func() { rdb.Close() })
+	var pc pipelineCounter
+	rdb.AddHook(&pc)
+	c := clientOn(t, rdb, dlock.WithTTL(5*time.Second))
+	ctx := context.Background()
+
+	for range 20 {
+		l, err := c.Mutex("alone").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := pc.pipelines.Load(); n != 0 {
+		t.Fatalf("a lone caller's requests went in %d pipelines", n)
+	}
+
+	// Lost replies, inside pipelines once the goroutines crowd in.
+	drops := []*faultproxy.Injection{
+		p.Inject(faultproxy.Rule{Match: script("acquire"), Fault: faultproxy.DropReply, Times: 3}),
+		p.Inject(faultproxy.Rule{Match: script("release"), Fault: faultproxy.DropReply, Times: 3}),
+	}
+	const names, perName, rounds = 16, 4, 40
+	type guard struct {
+		holders atomic.Int32
+		mu      sync.Mutex
+		fence   int64
+	}
+	guards := make([]guard, names)
+	var wg sync.WaitGroup
+	var failures atomic.Int64
+	fail := func(format string, args ...any) {
+		if failures.Add(1) <= 5 {
+			t.Errorf(format, args...)
+		}
+	}
+	for g := range names * perName {
+		wg.Go(func() {
+			i := g % names
+			m := c.Mutex(fmt.Sprintf("n%d", i))
+			gd := &guards[i]
+			for range rounds {
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				l, err := m.Lock(wctx)
+				cancel()
+				if err != nil {
+					fail("Lock n%d: %v", i, err)
+					return
+				}
+				if h := gd.holders.Add(1); h != 1 {
+					fail("n%d: %d holders at once", i, h)
+				}
+				gd.mu.Lock()
+				if l.Fence() <= gd.fence {
+					fail("n%d: fence %d after %d", i, l.Fence(), gd.fence)
+				}
+				gd.fence = l.Fence()
+				gd.mu.Unlock()
+				gd.holders.Add(-1)
+				if err := l.Unlock(ctx); err != nil {
+					fail("Unlock n%d: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, in := range drops {
+		checkHit(t, in)
+	}
+	if pc.pipelines.Load() == 0 || pc.largest.Load() < 2 {
+		t.Errorf("%d pipelines, the largest of %d commands: the goroutines' requests did not go together", pc.pipelines.Load(), pc.largest.Load())
+	}
+	if held := stateKeys(direct, "dlock:{n*}"); len(held) != 0 {
+		t.Errorf("left in Redis: %v", held)
+	}
+	t.Logf("%d pipelines, the largest of %d commands", pc.pipelines.Load(), pc.largest.Load())
+}
