@@ -42,9 +42,10 @@ func (pc *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 }
 
 // TestBatching: a lone caller's requests go one by one; the acquires and
-// releases of 64 goroutines on one Client go together in pipelines, whose
-// lost replies go-redis retries whole; and through all of it each lock has
-// one holder at a time, its fences rise, and every Unlock succeeds.
+// releases of 64 goroutines on one Client go together in pipelines, which
+// go-redis sends again whole when a request or reply in them is lost; and
+// through all of it, and late replies, each lock has one holder at a time,
+// its fences rise, and every Unlock succeeds.
 func TestBatching(t *testing.T) {
 	srv := redistest.Start(t)
 	p := faultproxy.Start(t, srv.Addr)
@@ -70,10 +71,13 @@ func TestBatching(t *testing.T) {
 		t.Fatalf("a lone caller's requests went in %d pipelines", n)
 	}
 
-	// Lost replies, inside pipelines once the goroutines crowd in.
-	drops := []*faultproxy.Injection{
-		p.Inject(faultproxy.Rule{Match: script("acquire"), Fault: faultproxy.DropReply, Times: 3}),
-		p.Inject(faultproxy.Rule{Match: script("release"), Fault: faultproxy.DropReply, Times: 3}),
+	// Lost requests and replies, and late replies, inside pipelines once the
+	// goroutines crowd in.
+	var drops []*faultproxy.Injection
+	for _, op := range []string{"acquire", "release"} {
+		for _, f := range []faultproxy.Fault{faultproxy.DropReply, faultproxy.DropRequest, faultproxy.DelayReply} {
+			drops = append(drops, p.Inject(faultproxy.Rule{Match: script(op), Fault: f, Delay: 50 * time.Millisecond, Times: 3}))
+		}
 	}
 	const names, perName, rounds = 16, 4, 40
 	type guard struct {
