@@ -23,6 +23,7 @@ type batcher struct {
 	rdb   redis.UniversalClient
 	limit int
 
+	wg       sync.WaitGroup // the goroutines that send pipelines
 	mu       sync.Mutex
 	inFlight int        // calls and pipelines sent and not yet answered
 	queue    []*batched // calls waiting for a slot
@@ -61,7 +62,7 @@ func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 		b.mu.Unlock()
 		err := b.rdb.Process(ctx, cmd)
 		if batch := b.next(); batch != nil {
-			go b.send(batch)
+			b.wg.Go(func() { b.send(batch) })
 		}
 		return err
 	}
@@ -91,7 +92,8 @@ func (b *batcher) next() []*batched {
 }
 
 // send sends batch as one pipeline, and then each batch that has queued
-// meanwhile, until none has.
+// meanwhile, until none has. Callers wait for each of its calls, so it ends
+// when they have their replies; Client.Close waits for it (node.settle).
 func (b *batcher) send(batch []*batched) {
 	ctx := context.Background()
 	for batch != nil {

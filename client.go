@@ -131,9 +131,7 @@ func (c *Client) Close() error {
 		e.bg.close()
 		c.events.close()
 		e.note.close()
-		if q := e.node.q; q != nil {
-			q.wg.Wait()
-		}
+		e.node.settle()
 		err = errors.Join(errs...)
 	})
 	return err

@@ -35,6 +35,8 @@ type node struct {
 	proc interface {
 		Process(context.Context, redis.Cmder) error
 	}
+	// batch, if not nil, is the batcher proc sends through.
+	batch *batcher
 	// ctxAware: cmd gives up a request at its context's deadline by itself
 	// (rdb made with ContextTimeoutEnabled, and no autopipeliner).
 	ctxAware bool
@@ -76,9 +78,25 @@ func newNode(rdb redis.UniversalClient, autoPipeline bool) (*node, error) {
 	case !n.ctxAware:
 		// Its requests do not give up at their context's end anyway, so
 		// that a request waits for a batch changes nothing for the caller.
-		n.proc = newBatcher(rdb)
+		n.batch = newBatcher(rdb)
+		n.proc = n.batch
 	}
 	return n, nil
+}
+
+// settle waits for the goroutines that requests to n started and that
+// outlive their callers: a RedLock's requests to its slower members, and
+// the pipelines of each batcher.
+func (n *node) settle() {
+	if n.batch != nil {
+		n.batch.wg.Wait()
+	}
+	if n.q != nil {
+		n.q.wg.Wait()
+		for _, m := range n.q.members {
+			m.settle()
+		}
+	}
 }
 
 // setWait makes every write that grants or lengthens a hold wait for w's
