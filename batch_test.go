@@ -79,6 +79,41 @@ func TestBatching(t *testing.T) {
 			drops = append(drops, p.Inject(faultproxy.Rule{Match: script(op), Fault: f, Delay: 50 * time.Millisecond, Times: 3}))
 		}
 	}
+	crowd(t, c)
+	for _, in := range drops {
+		checkHit(t, in)
+	}
+	if pc.pipelines.Load() == 0 || pc.largest.Load() < 2 {
+		t.Errorf("%d pipelines, the largest of %d commands: the goroutines' requests did not go together", pc.pipelines.Load(), pc.largest.Load())
+	}
+	if held := stateKeys(direct, "dlock:{n*}"); len(held) != 0 {
+		t.Errorf("left in Redis: %v", held)
+	}
+	t.Logf("%d pipelines, the largest of %d commands", pc.pipelines.Load(), pc.largest.Load())
+}
+
+// TestBatchingCluster: on a Cluster, a pipeline of the crowd's requests
+// spans the primaries (go-redis splits it by slot), and each lock still has
+// one holder at a time and rising fences.
+func TestBatchingCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	rdb := cl.Client(t)
+	var pc pipelineCounter
+	rdb.AddHook(&pc)
+	c := clientOn(t, rdb, dlock.WithTTL(5*time.Second))
+	crowd(t, c)
+	if pc.pipelines.Load() == 0 || pc.largest.Load() < 2 {
+		t.Errorf("%d pipelines, the largest of %d commands: the goroutines' requests did not go together", pc.pipelines.Load(), pc.largest.Load())
+	}
+	t.Logf("%d pipelines, the largest of %d commands", pc.pipelines.Load(), pc.largest.Load())
+}
+
+// crowd has 64 goroutines take and release 16 Mutexes, 4 on each, 40 times
+// each, and fails the test if a lock has two holders at once, a fence does
+// not rise, or a Lock or Unlock fails.
+func crowd(t *testing.T, c *dlock.Client) {
+	t.Helper()
+	ctx := context.Background()
 	const names, perName, rounds = 16, 4, 40
 	type guard struct {
 		holders atomic.Int32
@@ -123,14 +158,4 @@ func TestBatching(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	for _, in := range drops {
-		checkHit(t, in)
-	}
-	if pc.pipelines.Load() == 0 || pc.largest.Load() < 2 {
-		t.Errorf("%d pipelines, the largest of %d commands: the goroutines' requests did not go together", pc.pipelines.Load(), pc.largest.Load())
-	}
-	if held := stateKeys(direct, "dlock:{n*}"); len(held) != 0 {
-		t.Errorf("left in Redis: %v", held)
-	}
-	t.Logf("%d pipelines, the largest of %d commands", pc.pipelines.Load(), pc.largest.Load())
 }
