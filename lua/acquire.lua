@@ -42,10 +42,7 @@ if ARGV[3] ~= '1' then
     if ARGV[4] ~= '0' then
       redis.call('ZREM', KEYS[3], me)
     end
-    local fence = next_fence(KEYS[2], redis.call('TIME'), ARGV[2], true)
-    redis.call('HSET', KEYS[1], me, 1)
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return fence
+    return take(KEYS[1], KEYS[2], me, ARGV[2], redis.call('TIME'))
   end
 end
 -- (shared functions the rest calls)

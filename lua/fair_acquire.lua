@@ -37,10 +37,7 @@ if ARGV[3] ~= '1' then
   n = redis.call('HLEN', KEYS[1])
   queued = redis.call('ZCARD', KEYS[3]) -- type checks, before any write
   if n == 0 and queued == 0 then
-    local fence = next_fence(KEYS[2], redis.call('TIME'), ARGV[2], true)
-    redis.call('HSET', KEYS[1], me, 1)
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return fence
+    return take(KEYS[1], KEYS[2], me, ARGV[2], redis.call('TIME'))
   end
 end
 -- (shared functions the rest calls)

@@ -127,6 +127,17 @@ local function held_again(lock, fence, ms)
   return f
 end
 
+-- take makes owner the holder of the free lock hash lock: one hold, lapsing
+-- ms from now, and a new fence (next_fence on the string key fence, living as
+-- long, or at least as long if shared is true; t is from TIME), which it
+-- returns.
+local function take(lock, fence, owner, ms, t, shared)
+  local f = next_fence(fence, t, ms, not shared)
+  redis.call('HSET', lock, owner, 1)
+  redis.call('PEXPIRE', lock, ms)
+  return f
+end
+
 -- tell publishes msg, or owner if msg is nil, on the channel of owner's
 -- Client: stem, ':' and the part of owner before its first ':' (the Client's
 -- id). The channel is a shard channel (SPUBLISH), in the lock's slot: on a
@@ -137,16 +148,13 @@ local function tell(stem, owner, msg)
 end
 
 -- grant gives the free lock hash lock to the waiter w, which the caller has
--- taken out of its queue: one hold, lapsing ms from now, and a new fence (the
--- string key fence, living as long, or at least as long if shared is true;
--- t is from TIME), which it returns. Only w's Client is told,
+-- taken out of its queue, as take does, and returns its fence. Only w's
+-- Client is told,
 -- on the stem's channel, as tell does: the message is w, the fence, ms and
 -- the server time in microseconds, separated by spaces, so that w's Lock can
 -- return on it without another request.
 local function grant(lock, fence, w, ms, t, stem, shared)
-  local f = next_fence(fence, t, ms, not shared)
-  redis.call('HSET', lock, w, 1)
-  redis.call('PEXPIRE', lock, ms)
+  local f = take(lock, fence, w, ms, t, shared)
   tell(stem, w, w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms .. ' ' .. string.format('%.0f', micros(t)))
   return f
 end
