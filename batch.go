@@ -23,11 +23,12 @@ type batcher struct {
 	rdb   redis.UniversalClient
 	limit int
 
-	wg       sync.WaitGroup // the goroutines that send pipelines
 	mu       sync.Mutex
 	inFlight int        // calls and pipelines sent and not yet answered
 	queue    []*batched // calls waiting for a slot
 	spare    []*batched // a drained queue's array, for the next
+	sending  int        // goroutines that send pipelines
+	idle     sync.Cond  // signalled when sending drops to zero
 }
 
 // batched is a call waiting in a batcher's queue.
@@ -41,7 +42,9 @@ var batchedPool = sync.Pool{New: func() any { return &batched{done: make(chan st
 // newBatcher returns a batcher on rdb that keeps at most limit requests in
 // flight before it starts to batch them.
 func newBatcher(rdb redis.UniversalClient) *batcher {
-	return &batcher{rdb: rdb, limit: batchLimit()}
+	b := &batcher{rdb: rdb, limit: batchLimit()}
+	b.idle.L = &b.mu
+	return b
 }
 
 // batchLimit is how many requests a batcher sends one by one before it
@@ -61,8 +64,8 @@ func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 		b.inFlight++
 		b.mu.Unlock()
 		err := b.rdb.Process(ctx, cmd)
-		if batch := b.next(); batch != nil {
-			b.wg.Go(func() { b.send(batch) })
+		if batch := b.next(false); batch != nil {
+			go b.send(batch)
 		}
 		return err
 	}
@@ -76,24 +79,42 @@ func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 	return cmd.Err()
 }
 
-// next is called when a request of the batcher has been answered: it
-// returns the calls waiting by then, which keep its slot, or nil, and frees
-// the slot, if none is.
-func (b *batcher) next() []*batched {
+// next is called when a request of the batcher has been answered, by send
+// if sending is set, else by the caller that made it: it returns the calls
+// waiting by then, which keep the request's slot and which that caller is
+// to send on a new goroutine (send), or nil, and frees the slot, if none is.
+func (b *batcher) next(sending bool) []*batched {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
 		b.inFlight--
+		if sending {
+			if b.sending--; b.sending == 0 {
+				b.idle.Broadcast()
+			}
+		}
 		return nil
 	}
 	batch := b.queue
 	b.queue, b.spare = b.spare[:0], nil
+	if !sending {
+		b.sending++
+	}
 	return batch
+}
+
+// settle waits until no goroutine of b sends a pipeline.
+func (b *batcher) settle() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.sending > 0 {
+		b.idle.Wait()
+	}
 }
 
 // send sends batch as one pipeline, and then each batch that has queued
 // meanwhile, until none has. Callers wait for each of its calls, so it ends
-// when they have their replies; Client.Close waits for it (node.settle).
+// when they have their replies; Client.Close waits for it (settle).
 func (b *batcher) send(batch []*batched) {
 	ctx := context.Background()
 	for batch != nil {
@@ -111,6 +132,6 @@ func (b *batcher) send(batch []*batched) {
 			b.spare = batch[:0]
 		}
 		b.mu.Unlock()
-		batch = b.next()
+		batch = b.next(true)
 	}
 }

@@ -89,7 +89,7 @@ func newNode(rdb redis.UniversalClient, autoPipeline bool) (*node, error) {
 // the pipelines of each batcher.
 func (n *node) settle() {
 	if n.batch != nil {
-		n.batch.wg.Wait()
+		n.batch.settle()
 	}
 	if n.q != nil {
 		n.q.wg.Wait()
