@@ -59,7 +59,9 @@
 // 10s), and a latch's CountDown counts once. A reply that comes more than 9s
 // after its request was first sent cannot rely on the marker; an Unlock that
 // then finds the lock no longer its owner's says so with an error matching
-// ErrNotHeld.
+// ErrNotHeld. The acquires and releases of goroutines that lock at once may
+// share one pipeline (see New); go-redis sends a pipeline that failed on the
+// network again whole, which the same rule covers.
 //
 // # Fences and clocks
 //
