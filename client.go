@@ -77,6 +77,7 @@ func newClient(n *node, cfg config, op string) (*Client, error) {
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, opErr(nil, err, "%s: make client id", op)
 	}
+	hexID := hex.EncodeToString(id[:])
 	events := &dispatcher{}
 	closing := make(chan struct{})
 	bg := &background{}
@@ -85,8 +86,8 @@ func newClient(n *node, cfg config, op string) (*Client, error) {
 			node: n, bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
 			ren:  newRenewer(cfg.logger, cfg.hooks, events),
 			note: newNotifier(n, bg, cfg.logger, closing),
-			id:   hex.EncodeToString(id[:]),
-			own:  ":" + hex.EncodeToString(id[:]),
+			id:   hexID,
+			own:  ":" + hexID,
 		},
 		cfg:    cfg,
 		events: events,
