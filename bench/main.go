@@ -137,8 +137,8 @@ func main() {
 	vs := allVariants()
 	var res []result
 
-	fmt.Fprintln(os.Stderr, "uncontended + PING floor ...")
-	r, p50, p99, err := runUncontended(cfg, vs)
+	fmt.Fprintln(os.Stderr, "uncontended + floors ...")
+	r, fl, err := runUncontended(cfg, vs)
 	if err != nil {
 		exitErr(err)
 	}
@@ -220,7 +220,8 @@ func main() {
 		Machine: map[string]any{
 			"go": runtime.Version(), "goos": runtime.GOOS, "goarch": runtime.GOARCH,
 			"num_cpu": runtime.NumCPU(), "gomaxprocs": runtime.GOMAXPROCS(0),
-			"redis_server": serverVersion(ctx, cfg.admin), "ping_p50_us": us(p50), "ping_p99_us": us(p99),
+			"redis_server": serverVersion(ctx, cfg.admin), "ping_p50_us": us(fl.pingP50), "ping_p99_us": us(fl.pingP99),
+			"noop_scripts_p50_us": us(fl.scriptsP50), "noop_scripts_vs_raw": fl.scriptsVsRaw,
 			"command": commandLine(), "quick": *quick, "started": began.UTC().Format(time.RFC3339),
 			"duration_s": time.Since(began).Seconds(),
 		},

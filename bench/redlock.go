@@ -127,7 +127,7 @@ func runRedLock(cfg config, stops *stopper) ([]result, error) {
 	defer c.admin.Close()
 	vs := redLockVariants()
 	var res []result
-	un, _, _, err := runUncontended(c, vs)
+	un, _, err := runUncontended(c, vs)
 	if err != nil {
 		return nil, err
 	}

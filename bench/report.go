@@ -115,6 +115,10 @@ func report(o output, scales []scaleResult) string {
 
 	w("## 4. Floor\n\nPING on one go-redis connection, interleaved with the uncontended slices: p50 %.0f µs, p99 %.0f µs (1 RTT; over all its slices).\n\n",
 		o.Machine["ping_p50_us"], o.Machine["ping_p99_us"])
+	if v, ok := o.Machine["noop_scripts_vs_raw"].(float64); ok && v > 0 {
+		w("Two EVALSHA of a script that does nothing (`return 1`), with the keys and arguments of dlock's acquire and release scripts, interleaved likewise and paired with raw's operations as the libraries are: p50 %.0f µs, %.2f× raw. That is dlock's two round trips with none of its scripts' work; the rest of dlock's p50 over raw is the work its scripts do in Redis.\n\n",
+			o.Machine["noop_scripts_p50_us"], v)
+	}
 
 	w("%s", targets(o, scales))
 

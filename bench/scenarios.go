@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +28,36 @@ type config struct {
 	// cluster-renewal: leases held on the cluster
 	clusterLocks int
 	// noPing: addr is not one server (the RedLock section's five), so the
-	// uncontended run measures no PING floor.
+	// uncontended run measures no floors.
 	noPing bool
+}
+
+// floors are what the uncontended run measures beside the libraries: PING,
+// and two EVALSHA of a script that does nothing, with the keys and
+// arguments of dlock's acquire and release scripts (what dlock's two round
+// trips cost before its scripts do any work), paired with raw's operations
+// as the libraries are.
+type floors struct {
+	pingP50, pingP99 time.Duration
+	scriptsP50       time.Duration
+	scriptsVsRaw     float64
+}
+
+// noopPair returns a step that runs a script that does nothing twice, with
+// the keys and arguments of dlock's acquire and then of its release.
+func noopPair(rdb *redis.Client) func(ctx context.Context) error {
+	noop := redis.NewScript("return 1")
+	const tag = "dlock:{floor}"
+	acquireKeys := []string{tag, tag + ":fence", tag + ":waiters"}
+	var seq uint64
+	return func(ctx context.Context) error {
+		seq++
+		owner := "00112233445566778899aabbccddeeff:" + strconv.FormatUint(seq, 10)
+		if err := noop.Run(ctx, rdb, acquireKeys, owner, "30000", "0", "0").Err(); err != nil {
+			return err
+		}
+		return noop.Run(ctx, rdb, append(acquireKeys, tag+":r:"+owner), owner, tag+":wake", "1", "1000", "0", "60000").Err()
+	}
 }
 
 func pct(d []time.Duration, p float64) time.Duration {
@@ -131,7 +160,7 @@ type seqRunner struct {
 	bytes    uint64    // and their bytes
 }
 
-func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 time.Duration, err error) {
+func runUncontended(cfg config, vs []variant) (res []result, fl floors, err error) {
 	ctx := context.Background()
 	var runners []*seqRunner
 	for i := range vs {
@@ -142,7 +171,7 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 		rc := &reqCounter{}
 		lk, err := v.open(cfg.addr, rc)
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("%s: %w", v.label(), err)
+			return nil, fl, fmt.Errorf("%s: %w", v.label(), err)
 		}
 		key := "unc:" + v.label()
 		runners = append(runners, &seqRunner{name: v.label(), v: v, rc: rc, close: lk.close, step: func(ctx context.Context) error {
@@ -156,6 +185,8 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 	if !cfg.noPing {
 		ping := redis.NewClient(&redis.Options{Addr: cfg.addr, PoolSize: 1})
 		runners = append(runners, &seqRunner{name: "ping", rc: &reqCounter{}, close: func() { ping.Close() }, step: func(ctx context.Context) error { return ping.Ping(ctx).Err() }})
+		scripts := redis.NewClient(&redis.Options{Addr: cfg.addr, PoolSize: 1})
+		runners = append(runners, &seqRunner{name: "scripts", rc: &reqCounter{}, close: func() { scripts.Close() }, step: noopPair(scripts)})
 	}
 	defer func() {
 		for _, r := range runners {
@@ -218,7 +249,7 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 		for s := range slicesN {
 			for k := range runners {
 				r := runners[(k+s)%len(runners)]
-				if r.v == nil || r == raw {
+				if (r.v == nil && r.name != "scripts") || r == raw {
 					continue
 				}
 				var mine, theirs []time.Duration
@@ -247,8 +278,15 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 		if r.errs > 0 {
 			fmt.Fprintf(os.Stderr, "uncontended %s: %d errors\n", r.name, r.errs)
 		}
-		if r.v == nil {
-			pingP50, pingP99 = pct(r.lats, .5), pct(r.lats, .99)
+		switch r.name {
+		case "ping":
+			fl.pingP50, fl.pingP99 = pct(r.lats, .5), pct(r.lats, .99)
+			continue
+		case "scripts":
+			fl.scriptsP50 = pct(r.lats, .5)
+			if len(paired[r]) > 0 {
+				fl.scriptsVsRaw = median(paired[r])
+			}
 			continue
 		}
 		x := result{Scenario: "uncontended", Library: r.v.lib, Variant: r.v.name, P99us: f(us(pct(r.lats, .99))),
@@ -269,7 +307,7 @@ func runUncontended(cfg config, vs []variant) (res []result, pingP50, pingP99 ti
 		}
 		res = append(res, x)
 	}
-	return res, pingP50, pingP99, nil
+	return res, fl, nil
 }
 
 // ---------- parallel ----------
