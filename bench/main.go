@@ -150,6 +150,7 @@ func main() {
 	}
 	res = append(res, r...)
 	for _, think := range []bool{false, true} {
+		settle(cfg.admin)
 		fmt.Fprintln(os.Stderr, "contended, think =", think, "...")
 		r, err = runContended(cfg, vs, 16, think)
 		if err != nil {
@@ -157,6 +158,7 @@ func main() {
 		}
 		res = append(res, r...)
 	}
+	settle(cfg.admin)
 	fmt.Fprintln(os.Stderr, "multilock ...")
 	mr, err := runMulti(cfg, 8, 4)
 	if err != nil {

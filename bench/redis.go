@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -86,4 +87,41 @@ func mustSnapshot(rdb *redis.Client) stats {
 		os.Exit(1)
 	}
 	return st
+}
+
+// settle waits, for at most 15 s, until at most 1,000 keys with an expiry
+// are left on the server: the keys a section leaves to expire (dlock's
+// release markers live 10 s) then expire before the next section starts
+// instead of during it, where Redis's expiry cycle would stall whichever
+// library runs then.
+func settle(rdb *redis.Client) {
+	ctx := context.Background()
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		txt, err := rdb.Info(ctx, "keyspace").Result()
+		if err != nil {
+			return
+		}
+		if expiring(txt) <= 1000 {
+			return
+		}
+	}
+}
+
+// expiring returns the keys with an expiry that INFO keyspace's reply txt
+// counts over every database.
+func expiring(txt string) int64 {
+	var n int64
+	for _, line := range strings.Split(txt, "\n") {
+		_, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(line, "db") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "expires="); ok {
+				e, _ := strconv.ParseInt(v, 10, 64)
+				n += e
+			}
+		}
+	}
+	return n
 }
