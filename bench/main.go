@@ -93,7 +93,7 @@ type output struct {
 }
 
 func main() {
-	quick := flag.Bool("quick", false, "short run (under a minute)")
+	quick := flag.Bool("quick", false, "short run (about two minutes)")
 	addr := flag.String("redis", "", "use this redis-server (host:port) instead of starting one; it must be private")
 	out := flag.String("out", "", "also write the Markdown report to this file")
 	jsonPath := flag.String("json", "results/latest.json", "write JSON results here (empty: skip)")
