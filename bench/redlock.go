@@ -122,7 +122,7 @@ func runRedLock(cfg config, stops *stopper) ([]result, error) {
 		addrs = append(addrs, srv.Addr)
 	}
 	c := cfg
-	c.addr, c.noPing = strings.Join(addrs, ","), true
+	c.addr, c.noFloors = strings.Join(addrs, ","), true
 	c.admin = redis.NewClient(&redis.Options{Addr: addrs[0], PoolSize: 1})
 	defer c.admin.Close()
 	vs := redLockVariants()

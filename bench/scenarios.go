@@ -27,9 +27,9 @@ type config struct {
 	admin      *redis.Client
 	// cluster-renewal: leases held on the cluster
 	clusterLocks int
-	// noPing: addr is not one server (the RedLock section's five), so the
+	// noFloors: addr is not one server (the RedLock section's five), so the
 	// uncontended run measures no floors.
-	noPing bool
+	noFloors bool
 }
 
 // floors are what the uncontended run measures beside the libraries: PING,
@@ -49,6 +49,8 @@ func noopPair(rdb *redis.Client) func(ctx context.Context) error {
 	noop := redis.NewScript("return 1")
 	const tag = "dlock:{floor}"
 	acquireKeys := []string{tag, tag + ":fence", tag + ":waiters"}
+	releaseKeys := make([]string, 4)
+	copy(releaseKeys, acquireKeys)
 	var seq uint64
 	return func(ctx context.Context) error {
 		seq++
@@ -56,7 +58,8 @@ func noopPair(rdb *redis.Client) func(ctx context.Context) error {
 		if err := noop.Run(ctx, rdb, acquireKeys, owner, "30000", "0", "0").Err(); err != nil {
 			return err
 		}
-		return noop.Run(ctx, rdb, append(acquireKeys, tag+":r:"+owner), owner, tag+":wake", "1", "1000", "0", "60000").Err()
+		releaseKeys[3] = tag + ":done:" + owner
+		return noop.Run(ctx, rdb, releaseKeys, owner, tag+":wake", "1", "1000", "0", "10000").Err()
 	}
 }
 
@@ -182,7 +185,7 @@ func runUncontended(cfg config, vs []variant) (res []result, fl floors, err erro
 			return rel(ctx)
 		}})
 	}
-	if !cfg.noPing {
+	if !cfg.noFloors {
 		ping := redis.NewClient(&redis.Options{Addr: cfg.addr, PoolSize: 1})
 		runners = append(runners, &seqRunner{name: "ping", rc: &reqCounter{}, close: func() { ping.Close() }, step: func(ctx context.Context) error { return ping.Ping(ctx).Err() }})
 		scripts := redis.NewClient(&redis.Options{Addr: cfg.addr, PoolSize: 1})
