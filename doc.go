@@ -317,6 +317,11 @@
 //	dlock:{N}:fence           string: the last fence handed out; expires no sooner than the lock
 //	dlock:{N}:waiters         sorted set: waiting owner ids, scored by when they lapse;
 //	                          expires when the last registration would
+//	dlock:{N}:extends         hash: owner id -> how many Extends of its lease have run, so
+//	                          that a renewal or Extend sent before the latest one changes
+//	                          nothing, however late it runs; written by Lease.Extend only,
+//	                          expires no sooner than the lease and at most its TTL after
+//	                          its last renewal
 //	dlock:{N}:done:<owner>    string: the owner's release happened; expires after 10s
 //	dlock:{N}:wake:<id>       shard channel of the Client with that id, in the lock's slot
 //
@@ -326,7 +331,8 @@
 // when each waiter lapses), "dlock:rw:{N}..." for an RWMutex (":readers" is a
 // sorted set of read holds scored by when their lease lapses, ":fences" each
 // holder's fence, ":writers" the waiting writers alone), "dlock:sem:{N}..." for a Semaphore (":holders", likewise
-// for its holders; ":total" the total set with SetPermits). A CountDownLatch
+// for its holders; ":total" the total set with SetPermits); each has its
+// ":extends" hash, as a Mutex has. A CountDownLatch
 // is the string "dlock:latch:{N}", its count while above zero, with no expiry;
 // its opening is published on the channel "dlock:latch:{N}:zero".
 //

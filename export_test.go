@@ -73,10 +73,10 @@ var extendMutants = map[string]string{
 	// extends a lock its holder no longer has.
 	"extend-ignores-owner": `
 local res, k = {}, 1
-for i = 1, #ARGV / 5 do
-  redis.call('PEXPIRE', KEYS[k], ARGV[5 * i - 2])
+for i = 1, #ARGV / 6 do
+  redis.call('PEXPIRE', KEYS[k], ARGV[6 * i - 3])
   res[i] = 1
-  k = k + tonumber(ARGV[5 * i])
+  k = k + tonumber(ARGV[6 * i])
 end
 return res`,
 }

@@ -146,9 +146,13 @@ func (l *Lease) Release(ctx context.Context) error { return l.Unlock(ctx) }
 // what is left shortens the lease. If the lease was found lost, the error
 // matches ErrNotHeld and ErrLockLost.
 //
-// Extends of one lease, and its renewals, reach Redis one at a time, so the
-// newest intent is what Redis keeps; while one is in flight the lease counts
-// as ending no later than the shorter of the old and the new TTL allow.
+// The newest intent is what Redis keeps: no renewal or Extend sent before
+// this one undoes it, however late Redis runs it (a lost reply retried, a
+// script sent again) or its reply comes. While it is in flight, and after
+// it failed, the lease counts as ending no later than the shorter of the old
+// and the new TTL allow. If its reply comes after the lease it asked for has
+// run out, the lease is lost, and the error matches ErrLockLost. An Extend
+// during Unlock returns an error matching ErrNotHeld.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil || l.h == nil {
 		return errNilLease

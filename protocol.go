@@ -136,8 +136,9 @@ type kind struct {
 	acquireKeys []string // KEYS of acquire
 	releaseKeys []string // KEYS of release but the last, the call's marker
 	// leaseKeys is a lease's group of KEYS in extend.lua: the key that
-	// carries each holder's lease, then those that must outlive it. The
-	// first is also ttl.lua's KEYS[1].
+	// carries each holder's lease, then those that must outlive it, the
+	// extends hash last. The first is also ttl.lua's KEYS[1], the first two
+	// raise_fence.lua's.
 	leaseKeys []string
 	zlease    bool // each holder's lease is its member of a sorted set of holders, not the lock hash
 	// grants: a release that frees the lock grants it to the next waiter
@@ -156,23 +157,24 @@ var keyNames = map[string]string{
 	"lock": "", "semaphore": "", "count": "",
 	"fence": ":fence", "waiters": ":waiters", "alive": ":alive",
 	"holders": ":holders", "total": ":total", "readers": ":readers", "fences": ":fences", "writers": ":writers",
+	"extends": ":extends",
 }
 
 var (
 	mutexKind = &kind{name: "Mutex", acquire: scripts.acquire, release: scripts.release,
 		acquireKeys: []string{"lock", "fence", "waiters"},
 		releaseKeys: []string{"lock", "fence", "waiters"},
-		leaseKeys:   []string{"lock", "fence"},
+		leaseKeys:   []string{"lock", "fence", "extends"},
 		grants:      true, reentrant: true}
 	fairKind = &kind{name: "FairMutex", space: "fair:", acquire: scripts.fairAcquire, release: scripts.fairRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
 		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
-		leaseKeys:   []string{"lock", "fence"},
+		leaseKeys:   []string{"lock", "fence", "extends"},
 		grants:      true, reentrant: true}
 	semKind = &kind{name: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease,
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
 		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total"},
-		leaseKeys:   []string{"holders", "fence", "semaphore"},
+		leaseKeys:   []string{"holders", "fence", "semaphore", "extends"},
 		zlease:      true}
 	// The two kinds of hold of an RWMutex share its keys, scripts and
 	// wake-up channel; a read hold's lease is its member of the readers set,
@@ -180,12 +182,12 @@ var (
 	rwReadKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
 		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
-		leaseKeys:   []string{"readers", "fence", "fences"},
+		leaseKeys:   []string{"readers", "fence", "fences", "extends"},
 		zlease:      true, reentrant: true}
 	rwWriteKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
 		acquireKeys: rwReadKind.acquireKeys,
 		releaseKeys: rwReadKind.releaseKeys,
-		leaseKeys:   []string{"lock", "fence", "fences"},
+		leaseKeys:   []string{"lock", "fence", "fences", "extends"},
 		grants:      true, reentrant: true}
 	latchKind = &kind{name: "CountDownLatch", space: "latch:"}
 	// redMutexKind is a Mutex on a RedLock: its keys and scripts, but no
@@ -368,6 +370,7 @@ const (
 	codeOther = 0  // another owner holds the lock
 	codeDone  = 1  // release: the lock is free; extend: extended
 	codeHeld  = 2  // release: one hold given back, the lock still held
+	codeStale = 2  // extend: not extended, for a later Extend of the lease ran first
 )
 
 // acquireResult is what an acquire script answered, decoded.
@@ -726,6 +729,10 @@ type extendItem struct {
 	// exact: the lease lapses ttl from now even if it would have lapsed later
 	// (Lease.Extend); otherwise it is only lengthened (a renewal).
 	exact bool
+	// gen is how many Extends of the lease had been sent when this request
+	// was, itself included: Redis ignores a request of an earlier generation
+	// than the latest Extend it ran (codeStale), whenever it arrives.
+	gen int64
 }
 
 // maxBatch is the most leases renewed by one script call, and by one
@@ -835,14 +842,14 @@ func extendArgs(items []extendItem) (ks []string, args []any) {
 		nk += len(it.k.leaseKeys)
 	}
 	ks = make([]string, 0, nk)
-	args = make([]any, 0, 5*len(items))
+	args = make([]any, 0, 6*len(items))
 	for _, it := range items {
 		how := "gt"
 		if it.exact {
 			how = "set"
 		}
 		ks = append(ks, it.k.leaseKeys...)
-		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds(), how, len(it.k.leaseKeys))
+		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds(), how, it.gen, len(it.k.leaseKeys))
 	}
 	return ks, args
 }

@@ -495,18 +495,21 @@ func (q *quorum) release(ctx context.Context, k keys, owner string, mode release
 // extendAll runs every call on every member, each member in one pipeline.
 // A lease is extended when a majority extended it; it is lost (with the code
 // of a member that refused it) when the refusals leave no majority that
-// could have; otherwise its call fails, to be tried again.
+// could have; it is stale (codeStale) when the refusals and the members
+// that ran a later Extend leave none; otherwise its call fails, to be tried
+// again.
 func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
 	n := len(q.members)
 	ok := make([][]int, len(calls))
 	not := make([][]int, len(calls))
+	stale := make([][]int, len(calls))
 	for i, items := range calls {
-		ok[i], not[i] = make([]int, len(items)), make([]int, len(items))
+		ok[i], not[i], stale[i] = make([]int, len(items)), make([]int, len(items)), make([]int, len(items))
 	}
 	settled := func() bool {
 		for i := range calls {
 			for j := range calls[i] {
-				if ok[i][j] < q.need && not[i][j] <= n-q.need {
+				if ok[i][j] < q.need && not[i][j]+stale[i][j] <= n-q.need {
 					return false
 				}
 			}
@@ -528,9 +531,12 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 					continue
 				}
 				for j, c := range r.v.codes[i] {
-					if c == codeDone {
+					switch c {
+					case codeDone:
 						ok[i][j]++
-					} else {
+					case codeStale:
+						stale[i][j]++
+					default:
 						not[i][j]++
 					}
 				}
@@ -552,6 +558,8 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 						codes[i][j] = codeOther
 					}
 				}
+			case not[i][j]+stale[i][j] > n-q.need:
+				codes[i][j] = codeStale
 			case errs[i] == nil:
 				var merrs []error
 				for _, r := range replies {

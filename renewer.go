@@ -38,6 +38,14 @@ type term struct {
 	// renewer lengthens to ttl at once, whether or not it renews.
 	lengthen bool
 	ended    bool
+	// retired: its owner is giving it up (Unlock): the release's answer
+	// decides how it ends, not a renewal's that Redis ran after the release.
+	retired bool
+	// gen is how many Extends of the lease have been sent. Every request
+	// about the lease carries it, so that Redis ignores one sent before the
+	// latest Extend it ran, and the client the reply to one sent before the
+	// latest Extend it sent, whenever either arrives.
+	gen      int64
 	wakeDue  bool // the renewer looks at it next at due, else at deadline
 	ttl      time.Duration
 	deadline time.Time // after this, without a renewal, the lease counts as lost
@@ -168,7 +176,7 @@ func (r *renewer) reschedule(t *term) {
 func (r *renewer) retire(t *term) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t.renew, t.lengthen = false, false
+	t.renew, t.lengthen, t.retired = false, false, true
 	if t.index >= 0 {
 		heap.Remove(&r.queue, t.index)
 	}
@@ -210,9 +218,12 @@ func (r *renewer) lost(t *term, err error) {
 }
 
 // extend makes t lapse ttl from now, and ttl its TTL from then on (Lease.Extend).
-// It waits for a renewal of t in flight, so that Redis keeps the newer intent;
-// while it is in flight itself, t counts as ending no later than ttl from
-// when it was sent.
+// It waits for a renewal of t in flight; while it is in flight itself, t
+// counts as ending no later than ttl from when it was sent. It is of a new
+// generation (term.gen): no request about t sent before it, however late
+// Redis runs it or its reply comes, undoes it or lengthens what the client
+// counts on. If its outcome is unknown, t counts on the shorter of the two
+// TTLs from then on, which holds whether or not Redis ran it.
 func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error {
 	r.mu.Lock()
 	for t.busy != nil && !t.ended {
@@ -229,7 +240,13 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 		r.mu.Unlock()
 		return t.endedErr("extend")
 	}
+	if t.retired {
+		r.mu.Unlock()
+		return opErr(ErrNotHeld, nil, "extend %q: it is being unlocked", t.k.name)
+	}
 	t.busy = make(chan struct{})
+	t.gen++
+	gen := t.gen
 	sent := time.Now()
 	if d := sent.Add(ttl - drift(ttl)); d.Before(t.deadline) {
 		t.deadline = d
@@ -237,7 +254,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	r.reschedule(t)
 	r.mu.Unlock()
 
-	codes, err := t.node.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true}})
+	codes, err := t.node.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true, gen: gen}})
 
 	r.mu.Lock()
 	close(t.busy)
@@ -245,10 +262,20 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	var lost error
 	switch {
 	case t.ended:
+	case t.retired:
+		// Unlocked meanwhile: the release decides how the lease ends.
+		err = opErr(ErrNotHeld, nil, "extend %q: unlocked while the Extend was in flight", t.k.name)
 	case err != nil:
-		t.due = time.Now() // renew soon, with the TTL Redis may still hold
+		// Redis may or may not run it, now or later: renew soon, counting
+		// on what holds either way.
+		t.ttl, t.due = min(t.ttl, ttl), time.Now()
+	case codes[0] == codeStale:
+		err = opErr(nil, nil, "extend %q: Redis has run a later Extend of the lease", t.k.name)
 	case codes[0] != codeDone:
 		lost = t.lostErr(codes[0])
+	case !time.Now().Before(sent.Add(ttl - drift(ttl))):
+		// The lease, shortened, ran out before the reply came.
+		lost = opErr(ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.k.name, ttl)
 	default:
 		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-drift(ttl)), nil, false
 		t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
@@ -419,7 +446,7 @@ func (r *renewer) renewCalls(n *node, calls [][]*term) {
 		items[i] = make([]extendItem, len(batch))
 		busy[i] = make([]chan struct{}, len(batch))
 		for j, t := range batch {
-			items[i][j] = extendItem{k: *t.k, owner: t.owner, ttl: t.ttl}
+			items[i][j] = extendItem{k: *t.k, owner: t.owner, ttl: t.ttl, gen: t.gen}
 			busy[i][j] = t.busy
 			if t.deadline.After(latest) {
 				latest = t.deadline
@@ -499,7 +526,8 @@ func (r *renewer) stalled(calls [][]*term, busy [][]chan struct{}) {
 // renewed records the outcome of the renewal of batch, sent at sent; busy
 // are the terms' busy channels when it was sent. A term whose renewal was
 // given up as stalled meanwhile takes from it only what it proves: a lease
-// renewed since sent, or lost.
+// renewed since sent, unless an Extend was sent since (its generation
+// decides), or lost, unless its owner is unlocking it (its release decides).
 func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendItem, sent time.Time, codes []int64, err error) {
 	var extended []*term
 	type loss struct {
@@ -523,6 +551,14 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 			close(t.busy)
 			t.busy = nil
 		}
+		if t.retired {
+			// Its owner is unlocking it: whatever Redis ran this renewal
+			// after, the release tells whether the lease ended freed or lost.
+			continue
+		}
+		// An Extend sent since this renewal was: what this one proves of
+		// the lease's TTL, the Extend may have undone.
+		current := items[i].gen == t.gen
 		switch {
 		case err != nil && !mine:
 			// The try that replaced this one decides; its error says more
@@ -540,7 +576,15 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 				wait = min(wait, time.Until(t.deadline)/4)
 			}
 			t.due, t.slack = time.Now().Add(wait), 0
-		case codes[i] == codeDone:
+		case codes[i] == codeDone || codes[i] == codeStale:
+			if !current || codes[i] == codeStale {
+				// Older than the lease's latest Extend: it proves nothing.
+				if mine {
+					t.due, t.slack = time.Now(), 0
+					break
+				}
+				continue
+			}
 			d := sent.Add(ttl - drift(ttl))
 			if !mine && (ttl != t.ttl || !d.After(t.deadline)) {
 				// A later try renewed it already, or Lease.Extend set

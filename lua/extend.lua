@@ -2,73 +2,99 @@
 --
 -- The keys come in one group per lease: first the key that carries the lease,
 -- then the keys that must live at least as long as it (the lock's fence, and
--- for some kinds a hash of holders).
+-- for some kinds a hash of holders), and last the lock's extends hash.
 --
--- KEYS        lease: group i, ARGV[5i] keys, the first of which carries lease i: a
+-- KEYS        lease: group i, ARGV[6i] keys, the first of which carries lease i: a
 --             lock hash (owner id -> hold count, with a PX expiry), or a
 --             sorted set of holders (owner id -> server time in ms at which
---             that holder's lease lapses)
--- ARGV[5i-4]  type: "h" for a lock hash, "z" for a sorted set of holders
--- ARGV[5i-3]  owner: the owner id expected to hold lease i
--- ARGV[5i-2]  ttl: the TTL of lease i in milliseconds
--- ARGV[5i-1]  how: "gt" to make lease i lapse TTL from now unless it lapses later
+--             that holder's lease lapses); the last is the extends hash
+--             (owner id -> the generation of that holder's latest
+--             Lease.Extend), which exists only once an Extend has run
+-- ARGV[6i-5]  type: "h" for a lock hash, "z" for a sorted set of holders
+-- ARGV[6i-4]  owner: the owner id expected to hold lease i
+-- ARGV[6i-3]  ttl: the TTL of lease i in milliseconds
+-- ARGV[6i-2]  how: "gt" to make lease i lapse TTL from now unless it lapses later
 --             already (a renewal: never shortens a lease); "set": make it
 --             lapse TTL from now (Lease.Extend)
--- ARGV[5i]    keys: how many keys group i has
+-- ARGV[6i-1]  gen: the generation of the request: how many Extends of lease i
+--             the client had sent when it sent this one (an Extend counts
+--             itself)
+-- ARGV[6i]    keys: how many keys group i has
 --
 -- Returns one code per lease, in order:
 --    1  extended: the owner holds it, and it now lapses TTL from now (or
 --       later, for "gt"); every key of its group expires no sooner
 --    0  not extended: another owner holds it (or a key of another type is there)
 --   -1  not extended: nobody holds it (for "z": the owner's lease lapsed)
+--    2  not extended: the owner holds it, but an Extend of a later
+--       generation has run: this request is older than what Redis keeps
 --
 -- A key of a foreign type is reported, not raised, so that it cannot make the
--- renewal of the other keys in the batch fail. Run twice, it extends again
--- from a later time, which the client, counting from before it sent the first
--- run, never relies on; and since a renewal never shortens a lease, a renewal
--- that reaches Redis late cannot undo a longer Lease.Extend.
+-- renewal of the other keys in the batch fail.
+--
+-- Run twice, or late: a request runs again when its reply is lost (the
+-- client's retry), when the server did not know the script (EVAL after
+-- NOSCRIPT), or when the client sends a renewal again after it went
+-- unanswered; any of these may reach Redis after a newer request about the
+-- same lease. Each run extends from a later time, which the client, counting
+-- from before it sent the first run, never relies on. A renewal never
+-- shortens a lease, and a request of an earlier generation than the lease's
+-- latest Extend changes nothing (code 2): a renewal or Extend sent before an
+-- Extend that shortened the lease cannot lengthen it again, whenever it runs.
 local res = {}
 local now
 local k = 1
-for i = 1, #ARGV / 5 do
-  local kind, owner, ttl, nk = ARGV[5 * i - 4], ARGV[5 * i - 3], tonumber(ARGV[5 * i - 2]), tonumber(ARGV[5 * i])
-  local gt = ARGV[5 * i - 1] == 'gt'
-  local key = KEYS[k]
+for i = 1, #ARGV / 6 do
+  local kind, owner, ttl, gen, nk = ARGV[6 * i - 5], ARGV[6 * i - 4], tonumber(ARGV[6 * i - 3]), tonumber(ARGV[6 * i - 1]), tonumber(ARGV[6 * i])
+  local gt = ARGV[6 * i - 2] == 'gt'
+  local key, extends = KEYS[k], KEYS[k + nk - 1]
   local t = redis.call('TYPE', key).ok
   local ok = false
   if t == 'none' then
     res[i] = -1
-  elseif kind == 'h' then
-    if t == 'hash' and redis.call('HEXISTS', key, owner) == 1 then
+  elseif (kind == 'h' and t ~= 'hash') or (kind ~= 'h' and t ~= 'zset') then
+    res[i] = 0
+  elseif kind == 'h' and redis.call('HEXISTS', key, owner) == 0 then
+    res[i] = 0
+  else
+    if kind ~= 'h' then
+      if not now then
+        now = now_ms()
+      end
+      local lapse = tonumber(redis.call('ZSCORE', key, owner))
+      if not (lapse and lapse > now) then
+        res[i] = -1
+      end
+    end
+    if not res[i] then
+      local last = redis.pcall('HGET', extends, owner)
+      if type(last) == 'table' and last.err then
+        res[i] = 0
+      elseif gen < (tonumber(last) or 0) then
+        res[i] = 2
+      else
+        ok = true
+        if not gt and gen > (tonumber(last) or 0) then
+          redis.call('HSET', extends, owner, gen)
+        end
+      end
+    end
+  end
+  if ok then
+    if kind == 'h' then
       if gt then
         redis.call('PEXPIRE', key, ttl, 'GT')
       else
         redis.call('PEXPIRE', key, ttl)
       end
-      ok = true
     else
-      res[i] = 0
-    end
-  elseif t ~= 'zset' then
-    res[i] = 0
-  else
-    if not now then
-      now = now_ms()
-    end
-    local lapse = tonumber(redis.call('ZSCORE', key, owner))
-    if lapse and lapse > now then
       if gt then
         redis.call('ZADD', key, 'XX', 'GT', now + ttl, owner)
       else
         redis.call('ZADD', key, 'XX', now + ttl, owner)
       end
       at_least(key, ttl)
-      ok = true
-    else
-      res[i] = -1
     end
-  end
-  if ok then
     for j = k + 1, k + nk - 1 do
       at_least(KEYS[j], ttl)
     end
