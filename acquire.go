@@ -229,12 +229,12 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			pttl = a.ttl // it waits, registered, for the total to be raised
 		case err != nil && wait && out.rideOut(ctx, e, a.k, err):
 			if err := out.pause(ctx, e); err != nil {
-				a.abandon(ctx, owner)
+				a.abandon(ctx, owner, sent)
 				return nil, a.interrupted(ctx, op, err, &out)
 			}
 			continue
 		case err != nil:
-			a.abandon(ctx, owner)
+			a.abandon(ctx, owner, sent)
 			if ended(ctx) && wait && transient(err) {
 				// The context ended while Redis could not be reached: say so.
 				out.err = err
@@ -371,7 +371,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 			// The caller has gone: undo whatever the script did for it. Its
 			// own unregistration may have run before this script did.
 			if err != nil || r.fence > 0 {
-				a.abandon(context.Background(), owner)
+				a.abandon(context.Background(), owner, sent)
 			}
 			if register > 0 {
 				e.note.unregister(a.k, a.ttl, owner)
@@ -399,7 +399,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 	}
 	t, err := e.ren.begin(e.node, &a.k, owner, r.fence, a.ttl, a.renew, sent, 0)
 	if err != nil {
-		a.abandon(ctx, owner)
+		a.abandon(ctx, owner, sent)
 		return nil, 0, acquireResult{}, err
 	}
 	if e.log.Enabled(ctx, slog.LevelDebug) { // the arguments would escape even if discarded
@@ -408,20 +408,41 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 	return &Lease{h: &hold{e: e, t: t, holds: 1}}, 0, acquireResult{}, nil
 }
 
-// abandon releases whatever owner may hold after an acquire whose outcome is
-// unknown: the script may have run even though its reply never arrived. If
-// ctx has ended, the release goes on in the background, so that a stalled
-// Redis does not hold the caller.
-func (a *acquirer) abandon(ctx context.Context, owner string) {
-	release := func() {
-		cctx, cancel := cleanupContext(ctx, a.ttl)
-		defer cancel()
-		if _, err := a.e.node.release(cctx, a.k, owner, releaseLast, a.ttl, 0); err != nil {
-			a.e.log.Debug("dlock: cleanup after failed acquire", "lock", a.k.name, "err", err)
-		}
+// abandon releases whatever owner may hold after an acquire, sent at sent,
+// whose outcome is unknown: the script may have run even though its reply
+// never arrived. If ctx has ended, the release goes on in the background, so
+// that a stalled Redis does not hold the caller. A release that fails is
+// retried in the background, as a failed Unlock is, until Redis answers or
+// the lock's TTL from sent has run out.
+func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time) {
+	e := a.e
+	release := func(ctx context.Context) error {
+		_, err := e.node.release(ctx, a.k, owner, releaseLast, a.ttl, 0)
+		return err
 	}
-	if !ended(ctx) || !a.e.bg.goDo(release) {
-		release()
+	first := func() {
+		cctx, cancel := cleanupContext(ctx, a.ttl)
+		err := release(cctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		e.log.Debug("dlock: cleanup after failed acquire failed; retrying in the background", "lock", a.k.name, "err", err)
+		// The script may have taken the lock: left alone, it would be held
+		// by nobody, and refuse everyone, for its whole TTL.
+		e.bg.doSoon(func() {
+			switch err := retryRelease(e.closing, sent.Add(a.ttl), a.ttl, release); {
+			case err == nil:
+				e.log.Debug("dlock: cleanup after failed acquire done in the background", "lock", a.k.name)
+			case errors.Is(err, errReleaseLapsed):
+				e.log.Debug("dlock: cleanup after failed acquire not retried: the TTL has run out by now", "lock", a.k.name)
+			default:
+				e.log.Warn("dlock: cleanup after failed acquire failed; Redis frees what it took when its TTL runs out", "lock", a.k.name, "err", err)
+			}
+		})
+	}
+	if !ended(ctx) || !e.bg.goDo(first) {
+		first()
 	}
 }
 
@@ -743,37 +764,21 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 }
 
 // releaseLater retries the release of a hold whose last Unlock could not
-// reach Redis, every retryDelay, until it succeeds, Redis says the lock is no
-// longer this owner's, or the lease's local deadline passes (Redis then frees
-// the lock by itself). Once the Client closes, it makes one last attempt.
+// reach Redis (retryRelease) until Redis answers or the lease's local
+// deadline passes; once the Client closes, it makes one last attempt.
 func (h *hold) releaseLater(ttl time.Duration) {
 	t, e := h.t, h.e
-	deadline := e.ren.deadlineOf(t)
-	timer := time.NewTimer(retryDelay(ttl))
-	defer timer.Stop()
-	for {
-		closing := false
-		select {
-		case <-timer.C:
-		case <-e.closing:
-			closing = true
-		}
-		if !time.Now().Before(deadline) {
-			e.log.Info("dlock: release not retried: the lease has expired by now", "lock", t.k.name, "fence", t.fence)
-			return
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	err := retryRelease(e.closing, e.ren.deadlineOf(t), ttl, func(ctx context.Context) error {
 		_, err := e.node.release(ctx, *t.k, t.owner, releaseLast, ttl, 0)
-		cancel()
-		if err == nil {
-			e.log.Info("dlock: released in the background", "lock", t.k.name, "fence", t.fence)
-			return
-		}
-		if closing {
-			e.log.Warn("dlock: release failed; Redis frees the lock when its TTL runs out", "lock", t.k.name, "fence", t.fence, "err", err)
-			return
-		}
-		timer.Reset(retryDelay(ttl))
+		return err
+	})
+	switch {
+	case err == nil:
+		e.log.Info("dlock: released in the background", "lock", t.k.name, "fence", t.fence)
+	case errors.Is(err, errReleaseLapsed):
+		e.log.Info("dlock: release not retried: the lease has expired by now", "lock", t.k.name, "fence", t.fence)
+	default:
+		e.log.Warn("dlock: release failed; Redis frees the lock when its TTL runs out", "lock", t.k.name, "fence", t.fence, "err", err)
 	}
 }
 

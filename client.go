@@ -81,6 +81,9 @@ func newClient(n *node, cfg config, op string) (*Client, error) {
 	events := &dispatcher{}
 	closing := make(chan struct{})
 	bg := &background{}
+	if n.q != nil {
+		n.q.closing = closing
+	}
 	return &Client{
 		e: &engine{
 			node: n, bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,

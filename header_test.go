@@ -212,27 +212,33 @@ func TestScriptHeaders(t *testing.T) {
 	}
 }
 
-// checkExtend checks an extend.lua request: groups of five ARGV, each
+// checkExtend checks an extend.lua request: groups of six ARGV, each
 // naming how many KEYS its lease has, which add up to the KEYS sent, and
-// each group's keys sharing one tag.
+// each group's keys sharing one tag, the extends hash last.
 func checkExtend(t *testing.T, h header, call scriptCall) {
 	t.Helper()
-	if len(call.args)%5 != 0 || len(call.args) == 0 {
-		t.Errorf("extend: %d ARGV, not groups of five", len(call.args))
+	if len(call.args)%6 != 0 || len(call.args) == 0 {
+		t.Errorf("extend: %d ARGV, not groups of six", len(call.args))
 		return
 	}
 	k := 0
-	for g := 0; g < len(call.args); g += 5 {
-		n, err := strconv.Atoi(call.args[g+4])
-		if err != nil || k+n > len(call.keys) {
-			t.Errorf("extend: group %d names %q keys; %d sent", g/5, call.args[g+4], len(call.keys))
+	for g := 0; g < len(call.args); g += 6 {
+		n, err := strconv.Atoi(call.args[g+5])
+		if err != nil || n < 2 || k+n > len(call.keys) {
+			t.Errorf("extend: group %d names %q keys; %d sent", g/6, call.args[g+5], len(call.keys))
 			return
+		}
+		if _, err := strconv.ParseInt(call.args[g+4], 10, 64); err != nil {
+			t.Errorf("extend: group %d's generation %q is not an integer", g/6, call.args[g+4])
 		}
 		tag := call.keys[k][:strings.IndexByte(call.keys[k], '}')+1]
 		for _, key := range call.keys[k : k+n] {
 			if !strings.HasPrefix(key, tag) {
-				t.Errorf("extend: group %d mixes locks: %v", g/5, call.keys[k:k+n])
+				t.Errorf("extend: group %d mixes locks: %v", g/6, call.keys[k:k+n])
 			}
+		}
+		if last := call.keys[k+n-1]; !strings.HasSuffix(last, "}:extends") {
+			t.Errorf("extend: group %d's last key is %q, not the extends hash", g/6, last)
 		}
 		k += n
 	}

@@ -701,7 +701,7 @@ func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMo
 // raiseFence runs raise_fence.lua on a RedLock's member: owner's fence on k
 // there becomes at least fence. It returns a result code.
 func (n *node) raiseFence(ctx context.Context, k keys, owner string, fence int64, ttl time.Duration) (int64, error) {
-	code, err := n.eval(ctx, scripts.raiseFence, k.leaseKeys, "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
+	code, err := n.eval(ctx, scripts.raiseFence, k.leaseKeys[:2], "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
 	if err != nil {
 		n.failed(err)
 		return 0, opErr(nil, err, "raise the fence of %q", k.name)

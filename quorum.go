@@ -37,6 +37,9 @@ type quorum struct {
 	ended map[string]bool
 
 	wg sync.WaitGroup // every request to a member; Close waits for them
+	// closing is closed when the Client's Close starts: an undo retried in
+	// the background then makes its last try.
+	closing <-chan struct{}
 }
 
 type busyKey struct {
@@ -267,13 +270,30 @@ func (q *quorum) isBusy(owner string, i int) bool {
 // not reach a majority.
 func (q *quorum) undoTimeout() time.Duration { return max(q.timeout, time.Second) }
 
-// undo gives back what owner may hold on member i: its registration and, if
-// it holds the lock there, the lock (passed on to that member's next waiter),
-// without a release marker.
-func (q *quorum) undo(k keys, owner string, i int, ttl time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), q.undoTimeout())
-	defer cancel()
-	_, _ = q.members[i].release(ctx, k, owner, releaseLeave, ttl, 0)
+// undo gives back what owner may hold on member i after an acquisition sent
+// at sent: its registration and, if it holds the lock there, the lock
+// (passed on to that member's next waiter), without a release marker. If the
+// member does not answer, the undo is retried in the background
+// (retryRelease) until it does or the part's TTL from sent has run out, and
+// owner's later attempts keep off the member until then. It runs on a
+// goroutine q.wg counts.
+func (q *quorum) undo(k keys, owner string, i int, ttl time.Duration, sent time.Time) {
+	release := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, q.undoTimeout())
+		defer cancel()
+		_, err := q.members[i].release(ctx, k, owner, releaseLeave, ttl, 0)
+		return err
+	}
+	if release(context.Background()) == nil {
+		return
+	}
+	// The part may be there: left alone, it would count against every other
+	// owner's majority for its whole TTL.
+	q.markBusy(owner, i)
+	q.wg.Go(func() {
+		defer q.unbusy(owner, i)
+		_ = retryRelease(q.closing, sent.Add(ttl), ttl, release)
+	})
 }
 
 // acquire takes k's lock on a majority of the members, or registers owner as
@@ -288,6 +308,10 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 	sent := time.Now()
 	n := len(q.members)
 	var won, held, failed int
+	// ran marks the members whose answer says the script may have taken a
+	// part there: a fence, or an error (the script may have run though its
+	// reply was lost). A failed acquisition undoes these.
+	ran := make([]bool, n)
 	// A part that comes late belongs to the lock if the acquire succeeded
 	// (renewals and the release go to every member); otherwise it is undone,
 	// and the owner's later attempts keep off that member until that is
@@ -309,13 +333,14 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 			default:
 				held++
 			}
+			ran[r.i] = r.err != nil || r.v.fence > 0
 			return won >= q.need || held+failed > n-q.need
 		},
 		leftBehind: func(i int) { q.markBusy(owner, i) },
 		late: func(r memberReply[acquireResult]) {
 			<-decided
 			if (!kept || q.hasEnded(owner)) && (r.err != nil || r.v.fence > 0) {
-				q.undo(k, owner, r.i, ttl)
+				q.undo(k, owner, r.i, ttl, sent)
 			}
 			q.unbusy(owner, r.i)
 		},
@@ -326,13 +351,13 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 			kept = true
 			return acquireResult{fence: fence}, nil
 		}
-		q.undoAll(k, owner, ttl, replies)
+		q.undoAll(k, owner, ttl, sent, ran)
 		if err == nil {
 			err = fmt.Errorf("a majority took %v to grant it, past the lease's validity", time.Since(sent).Round(time.Millisecond))
 		}
 		return acquireResult{}, opErr(ErrNotAcquired, err, "acquire %q", k.name)
 	}
-	q.undoAll(k, owner, ttl, replies)
+	q.undoAll(k, owner, ttl, sent, ran)
 	if won+held < q.need {
 		return acquireResult{}, opErr(ErrNotAcquired, q.short(won+held, errsOf(replies)), "acquire %q", k.name)
 	}
@@ -353,16 +378,16 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 	return r, nil
 }
 
-// undoAll undoes owner's parts of an acquisition on the members that
-// granted it, at once, and waits for them.
-func (q *quorum) undoAll(k keys, owner string, ttl time.Duration, replies []memberReply[acquireResult]) {
+// undoAll undoes owner's parts of an acquisition sent at sent on the
+// members marked in ran, at once, and waits for each one's first try.
+func (q *quorum) undoAll(k keys, owner string, ttl time.Duration, sent time.Time, ran []bool) {
 	var wg sync.WaitGroup
-	for _, r := range replies {
-		if r.err == nil && r.v.fence > 0 {
+	for i := range ran {
+		if ran[i] {
 			q.wg.Add(1)
 			wg.Go(func() {
 				defer q.wg.Done()
-				q.undo(k, owner, r.i, ttl)
+				q.undo(k, owner, i, ttl, sent)
 			})
 		}
 	}
