@@ -27,7 +27,8 @@ import (
 //   - "late reply": R's reply arrives while the Extend's is still out (the
 //     Extend's reply comes after the shortened lease has run out);
 //   - "go-redis retry": R's reply never comes, and go-redis sends R again
-//     after its read timeout, after the Extend ran;
+//     after its read timeout, after the Extend ran (and once more with the
+//     Extend's reply late, so that R's reply comes while it is out);
 //   - "EVAL after NOSCRIPT": Redis lost its scripts; R's NOSCRIPT answer
 //     comes late, and R's body is sent after the Extend ran.
 //
@@ -61,6 +62,14 @@ func TestRenewalBeforeExtend(t *testing.T) {
 			name:        "go-redis retry",
 			readTimeout: 1500 * time.Millisecond,
 			fault:       faultproxy.Rule{Match: renewal, Fault: faultproxy.SwallowReply, Times: 1},
+		},
+		{
+			// The Extend's reply comes after the shortened lease ran
+			// out, shortly before go-redis's read timeout.
+			name:        "go-redis retry, Extend's reply late",
+			readTimeout: 1500 * time.Millisecond,
+			fault:       faultproxy.Rule{Match: renewal, Fault: faultproxy.SwallowReply, Times: 1},
+			extendFault: &faultproxy.Rule{Match: extend, Fault: faultproxy.DelayReply, Delay: 1200 * time.Millisecond, Times: 1},
 		},
 		{
 			name:  "EVAL after NOSCRIPT",
