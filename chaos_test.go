@@ -39,12 +39,21 @@ func TestChaos(t *testing.T) {
 	}
 	for _, fair := range []bool{false, true} {
 		t.Run(map[bool]string{false: "Mutex", true: "FairMutex"}[fair], func(t *testing.T) {
-			total := chaos(t, "", workerParams{Name: "chaos", TTL: time.Second, Goroutines: 4, Fair: fair, For: d}, 8)
+			total := chaos(t, "", workerParams{Name: "chaos", TTL: time.Second, Goroutines: 4, Fair: fair, For: d, Extend: true}, 8)
 			for _, v := range total.Unnoticed {
 				t.Error(v)
 			}
 		})
 	}
+	// 32 goroutines a process over 8 locks: the Client batches their
+	// acquires and releases into pipelines, and renews many leases in one
+	// call, so that the faults hit requests that share a pipeline.
+	t.Run("batched", func(t *testing.T) {
+		total := chaos(t, "", workerParams{Name: "chaos", TTL: time.Second, Goroutines: 32, Names: 8, For: d, Extend: true}, 8)
+		for _, v := range total.Unnoticed {
+			t.Error(v)
+		}
+	})
 	// The same checks catch a renewal that extends whatever holds the lock:
 	// after Redis restarted empty, the holder goes on believing it holds the
 	// lock that another has taken. Restarts are made frequent here.
@@ -161,11 +170,12 @@ func chaos(t *testing.T, mutant string, p workerParams, restarts int) chaosRepor
 		total.Stale += rep.Stale
 		total.Noticed += rep.Noticed
 		total.LostInside += rep.LostInside
+		total.Extends += rep.Extends
 		total.Unnoticed = append(total.Unnoticed, rep.Unnoticed...)
-		t.Logf("worker %d: lock errors %v, unlock errors %v %s", i, rep.LockErrors, rep.UnlockErrs, rep.FirstOther)
+		t.Logf("worker %d: lock errors %v, extend errors %v, unlock errors %v %s", i, rep.LockErrors, rep.ExtendErrs, rep.UnlockErrs, rep.FirstOther)
 	}
-	t.Logf("%d critical sections, %d fenced writes accepted, %d stale (%d noticed as lost), %d leases lost inside",
-		total.Sections, total.Accepted, total.Stale, total.Noticed, total.LostInside)
+	t.Logf("%d critical sections, %d Extends, %d fenced writes accepted, %d stale (%d noticed as lost), %d leases lost inside",
+		total.Sections, total.Extends, total.Accepted, total.Stale, total.Noticed, total.LostInside)
 	if total.Sections < int64(p.For/time.Second) {
 		t.Errorf("only %d critical sections in %v", total.Sections, p.For)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,8 @@ import (
 // chaosReport is what a chaos worker prints when done.
 type chaosReport struct {
 	Sections   int64 // critical sections entered
+	Extends    int64 // Lease.Extend calls that succeeded
+	ExtendErrs map[string]int64
 	Accepted   int64 // fenced writes the resource accepted
 	Stale      int64 // fenced writes it rejected: another holder had written with a higher fence
 	Noticed    int64 // stale writes whose lease was reported lost within TTL/3 + 300ms
@@ -28,16 +31,24 @@ type chaosReport struct {
 	FirstOther string // the first error that is none of the package's
 }
 
-// chaosWorker runs p.Goroutines goroutines that take p's lock over and over
-// for p.For, each critical section a fenced write to the resource. A write the
-// resource rejects means another holder got the lock, with a higher fence,
-// while this one thought it held it: the lease must then be reported lost
-// within one renewal period (TTL/3) and a margin, or the client believed
-// longer than Redis held it.
+// chaosWorker runs p.Goroutines goroutines that take p's lock (or one of
+// p.Names locks) over and over for p.For, each critical section a fenced
+// write to the lock's resource, some (with p.Extend) after a Lease.Extend
+// that shortens or lengthens the lease. A write the resource rejects means
+// another holder got the lock, with a higher fence, while this one thought
+// it held it: the lease must then be reported lost within one renewal period
+// (a third of the longest TTL it asked for) and a margin, or the client
+// believed longer than Redis held it.
 func chaosWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
 	ctx := context.Background()
-	m := p.lock(c)
-	rep := chaosReport{LockErrors: map[string]int64{}, UnlockErrs: map[string]int64{}}
+	locks := []locker{p.lock(c)}
+	resources := []string{"resource"}
+	for i := 1; i < p.Names; i++ {
+		q := p
+		q.Name = fmt.Sprintf("%s%d", p.Name, i)
+		locks, resources = append(locks, q.lock(c)), append(resources, "resource"+strconv.Itoa(i))
+	}
+	rep := chaosReport{LockErrors: map[string]int64{}, UnlockErrs: map[string]int64{}, ExtendErrs: map[string]int64{}}
 	var mu sync.Mutex
 	count := func(into map[string]int64, err error) {
 		key := "other"
@@ -63,8 +74,9 @@ func chaosWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
 	for range p.Goroutines {
 		wg.Go(func() {
 			for time.Now().Before(end) {
+				i := rand.IntN(len(locks))
 				lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				l, err := m.Lock(lctx)
+				l, err := locks[i].Lock(lctx)
 				cancel()
 				if err != nil {
 					count(rep.LockErrors, err)
@@ -79,7 +91,20 @@ func chaosWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
 					work = time.Duration(200+rand.IntN(400)) * time.Millisecond // across a renewal
 				}
 				time.Sleep(work)
-				acc, err := fencedWrite.Run(ctx, resRDB, []string{"resource"}, l.Fence()).Int()
+				longest := p.TTL
+				if p.Extend && rand.IntN(4) == 0 {
+					// Between a third of the TTL and twice the TTL: the
+					// renewals that follow, and those in flight, run with
+					// the old TTL or the new one.
+					ttl := p.TTL/3 + time.Duration(rand.Int64N(int64(5*p.TTL/3)))
+					longest = max(longest, ttl)
+					if err := l.Extend(ctx, ttl); err != nil {
+						count(rep.ExtendErrs, err)
+					} else {
+						atomic.AddInt64(&rep.Extends, 1)
+					}
+				}
+				acc, err := fencedWrite.Run(ctx, resRDB, []string{resources[i]}, l.Fence()).Int()
 				switch {
 				case err != nil:
 					count(rep.LockErrors, err)
@@ -90,7 +115,7 @@ func chaosWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
 					select {
 					case <-l.Done():
 						atomic.AddInt64(&rep.Noticed, 1)
-					case <-time.After(p.TTL/3 + 300*time.Millisecond):
+					case <-time.After(longest/3 + 300*time.Millisecond):
 						mu.Lock()
 						rep.Unnoticed = append(rep.Unnoticed, fmt.Sprintf("fence %d: lease still held after a higher fence wrote", l.Fence()))
 						mu.Unlock()

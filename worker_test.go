@@ -52,6 +52,11 @@ type workerParams struct {
 	Abandon, Waits int
 	// For is how long the "chaos" worker keeps taking the lock.
 	For time.Duration
+	// Names: the "chaos" worker's goroutines each take one of this many
+	// locks at a time (0 or 1: the one lock Name); Extend: they call
+	// Lease.Extend in some critical sections, shortening or lengthening it.
+	Names  int
+	Extend bool
 	// Deploy is where runWorkers puts the locks.
 	Deploy deployment
 	// WaitReplicas: the worker's Client waits for one replica
