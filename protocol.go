@@ -135,10 +135,10 @@ type kind struct {
 
 	acquireKeys []string // KEYS of acquire
 	releaseKeys []string // KEYS of release but the last, the call's marker
-	// leaseKeys is a lease's group of KEYS in extend.lua: the key that
-	// carries each holder's lease, then those that must outlive it, the
-	// extends hash last. The first is also ttl.lua's KEYS[1], the first two
-	// raise_fence.lua's.
+	// leaseKeys is a lease's group of KEYS in extend.lua but the last (the
+	// extends hash, extendsKey): the key that carries each holder's lease,
+	// then those that must outlive it. The first is also ttl.lua's KEYS[1],
+	// the first two raise_fence.lua's.
 	leaseKeys []string
 	zlease    bool // each holder's lease is its member of a sorted set of holders, not the lock hash
 	// grants: a release that frees the lock grants it to the next waiter
@@ -157,24 +157,23 @@ var keyNames = map[string]string{
 	"lock": "", "semaphore": "", "count": "",
 	"fence": ":fence", "waiters": ":waiters", "alive": ":alive",
 	"holders": ":holders", "total": ":total", "readers": ":readers", "fences": ":fences", "writers": ":writers",
-	"extends": ":extends",
 }
 
 var (
 	mutexKind = &kind{name: "Mutex", acquire: scripts.acquire, release: scripts.release,
 		acquireKeys: []string{"lock", "fence", "waiters"},
 		releaseKeys: []string{"lock", "fence", "waiters"},
-		leaseKeys:   []string{"lock", "fence", "extends"},
+		leaseKeys:   []string{"lock", "fence"},
 		grants:      true, reentrant: true}
 	fairKind = &kind{name: "FairMutex", space: "fair:", acquire: scripts.fairAcquire, release: scripts.fairRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
 		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
-		leaseKeys:   []string{"lock", "fence", "extends"},
+		leaseKeys:   []string{"lock", "fence"},
 		grants:      true, reentrant: true}
 	semKind = &kind{name: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease,
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
 		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total"},
-		leaseKeys:   []string{"holders", "fence", "semaphore", "extends"},
+		leaseKeys:   []string{"holders", "fence", "semaphore"},
 		zlease:      true}
 	// The two kinds of hold of an RWMutex share its keys, scripts and
 	// wake-up channel; a read hold's lease is its member of the readers set,
@@ -182,12 +181,12 @@ var (
 	rwReadKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
 		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
-		leaseKeys:   []string{"readers", "fence", "fences", "extends"},
+		leaseKeys:   []string{"readers", "fence", "fences"},
 		zlease:      true, reentrant: true}
 	rwWriteKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
 		acquireKeys: rwReadKind.acquireKeys,
 		releaseKeys: rwReadKind.releaseKeys,
-		leaseKeys:   []string{"lock", "fence", "fences", "extends"},
+		leaseKeys:   []string{"lock", "fence", "fences"},
 		grants:      true, reentrant: true}
 	latchKind = &kind{name: "CountDownLatch", space: "latch:"}
 	// redMutexKind is a Mutex on a RedLock: its keys and scripts, but no
@@ -731,9 +730,17 @@ type extendItem struct {
 	exact bool
 	// gen is how many Extends of the lease had been sent when this request
 	// was, itself included: Redis ignores a request of an earlier generation
-	// than the latest Extend it ran (codeStale), whenever it arrives.
-	gen int64
+	// than the latest Extend it ran (codeStale), whenever it arrives. extends
+	// is the key where Redis keeps it (extendsKey).
+	gen     int64
+	extends string
 }
+
+// extendsKey names the hash in which Redis keeps, for each holder of k's
+// lock, the generation of its latest Extend (extend.lua). It is named only
+// for a lease that lives to be renewed or extended, not for every
+// acquisition.
+func (k *keys) extendsKey() string { return k.tag + ":extends" }
 
 // maxBatch is the most leases renewed by one script call, and by one
 // pipeline. A renewal pass takes the leases due by then, not a multiple of
@@ -839,7 +846,7 @@ func (n *node) extendWaited(ctx context.Context, calls [][]extendItem) ([][]int6
 func extendArgs(items []extendItem) (ks []string, args []any) {
 	nk := 0
 	for _, it := range items {
-		nk += len(it.k.leaseKeys)
+		nk += len(it.k.leaseKeys) + 1
 	}
 	ks = make([]string, 0, nk)
 	args = make([]any, 0, 6*len(items))
@@ -848,8 +855,8 @@ func extendArgs(items []extendItem) (ks []string, args []any) {
 		if it.exact {
 			how = "set"
 		}
-		ks = append(ks, it.k.leaseKeys...)
-		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds(), how, it.gen, len(it.k.leaseKeys))
+		ks = append(append(ks, it.k.leaseKeys...), it.extends)
+		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds(), how, it.gen, len(it.k.leaseKeys)+1)
 	}
 	return ks, args
 }

@@ -44,8 +44,10 @@ type term struct {
 	// gen is how many Extends of the lease have been sent. Every request
 	// about the lease carries it, so that Redis ignores one sent before the
 	// latest Extend it ran, and the client the reply to one sent before the
-	// latest Extend it sent, whenever either arrives.
+	// latest Extend it sent, whenever either arrives. extends is the key
+	// Redis keeps it in, named on the lease's first renewal or Extend.
 	gen      int64
+	extends  string
 	wakeDue  bool // the renewer looks at it next at due, else at deadline
 	ttl      time.Duration
 	deadline time.Time // after this, without a renewal, the lease counts as lost
@@ -54,6 +56,15 @@ type term struct {
 	busy     chan struct{} // while an extend is in flight: closed when its reply is in
 	lastErr  error         // of the last renewal, for the loss message
 	index    int           // in renewer.queue; -1 when not in it
+}
+
+// extendsKey returns the name of t's lock's extends hash (keys.extendsKey).
+// renewer.mu must be held.
+func (t *term) extendsKey() string {
+	if t.extends == "" {
+		t.extends = t.k.extendsKey()
+	}
+	return t.extends
 }
 
 // info names the lock, for hooks.
@@ -246,7 +257,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	}
 	t.busy = make(chan struct{})
 	t.gen++
-	gen := t.gen
+	gen, extends := t.gen, t.extendsKey()
 	sent := time.Now()
 	if d := sent.Add(ttl - drift(ttl)); d.Before(t.deadline) {
 		t.deadline = d
@@ -254,7 +265,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	r.reschedule(t)
 	r.mu.Unlock()
 
-	codes, err := t.node.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true, gen: gen}})
+	codes, err := t.node.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true, gen: gen, extends: extends}})
 
 	r.mu.Lock()
 	close(t.busy)
@@ -446,7 +457,7 @@ func (r *renewer) renewCalls(n *node, calls [][]*term) {
 		items[i] = make([]extendItem, len(batch))
 		busy[i] = make([]chan struct{}, len(batch))
 		for j, t := range batch {
-			items[i][j] = extendItem{k: *t.k, owner: t.owner, ttl: t.ttl, gen: t.gen}
+			items[i][j] = extendItem{k: *t.k, owner: t.owner, ttl: t.ttl, gen: t.gen, extends: t.extendsKey()}
 			busy[i][j] = t.busy
 			if t.deadline.After(latest) {
 				latest = t.deadline
