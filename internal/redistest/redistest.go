@@ -24,7 +24,30 @@ import (
 )
 
 // InstallHint says how to get redis-server when it is missing.
-const InstallHint = "redis-server was not found on PATH; install it (Debian/Ubuntu: apt-get install redis-server, macOS: brew install redis) and run again"
+const InstallHint = "redis-server was not found on PATH; install it (Debian/Ubuntu: apt-get install redis-server, macOS: brew install redis) and run again, or set " + ServerEnv + " to the server to run"
+
+// ServerEnv names the environment variable that chooses the server binary
+// the tests run: a name on PATH or a path ("valkey-server", say); by
+// default redis-server.
+const ServerEnv = "DLOCK_REDIS_SERVER"
+
+// Binary returns the path of the server binary the tests run: the one
+// ServerEnv names, else redis-server on PATH.
+func Binary() (string, error) {
+	name := os.Getenv(ServerEnv)
+	if name == "" {
+		bin, err := exec.LookPath("redis-server")
+		if err != nil {
+			return "", errors.New(InstallHint)
+		}
+		return bin, nil
+	}
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s=%q: %w", ServerEnv, name, err)
+	}
+	return bin, nil
+}
 
 // Server is one redis-server process started by Launch or Start.
 type Server struct {
@@ -54,9 +77,9 @@ func Launch(dir string, extra ...string) (*Server, error) {
 // server gets and then those extra returns for that port. It tries five ports
 // before it gives up.
 func launch(dir string, pick func() (int, error), extra func(port int) []string) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := Binary()
 	if err != nil {
-		return nil, errors.New(InstallHint)
+		return nil, err
 	}
 	var lastErr error
 	for range 5 {
@@ -167,9 +190,9 @@ func (s *Server) Restart() error {
 	if err := s.Kill(); err != nil {
 		return err
 	}
-	bin, err := exec.LookPath("redis-server")
+	bin, err := Binary()
 	if err != nil {
-		return errors.New(InstallHint)
+		return err
 	}
 	var lastErr error
 	for range 50 { // the port may take a moment to be free again

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -150,9 +149,9 @@ func StartSentinel(t testing.TB, replicas, sentinels int, extra ...string) *Sent
 // file, which a sentinel rewrites as it learns, is in dir. It tries five
 // ports before it gives up.
 func launchSentinel(dir string, primary *Server, quorum int, password string, parallel int) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
+	bin, err := Binary()
 	if err != nil {
-		return nil, errors.New(InstallHint)
+		return nil, err
 	}
 	var lastErr error
 	for range 5 {
