@@ -730,16 +730,14 @@ type extendItem struct {
 	exact bool
 	// gen is how many Extends of the lease had been sent when this request
 	// was, itself included: Redis ignores a request of an earlier generation
-	// than the latest Extend it ran (codeStale), whenever it arrives. extends
-	// is the key where Redis keeps it (extendsKey).
-	gen     int64
-	extends string
+	// than the latest Extend it ran (codeStale), whenever it arrives.
+	gen uint32
 }
 
 // extendsKey names the hash in which Redis keeps, for each holder of k's
-// lock, the generation of its latest Extend (extend.lua). It is named only
-// for a lease that lives to be renewed or extended, not for every
-// acquisition.
+// lock, the generation of its latest Extend (extend.lua). It is named for
+// each request that renews or extends a lease, not with the lock's other
+// names, which every acquisition builds.
 func (k *keys) extendsKey() string { return k.tag + ":extends" }
 
 // maxBatch is the most leases renewed by one script call, and by one
@@ -855,7 +853,7 @@ func extendArgs(items []extendItem) (ks []string, args []any) {
 		if it.exact {
 			how = "set"
 		}
-		ks = append(append(ks, it.k.leaseKeys...), it.extends)
+		ks = append(append(ks, it.k.leaseKeys...), it.k.extendsKey())
 		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds(), how, it.gen, len(it.k.leaseKeys)+1)
 	}
 	return ks, args

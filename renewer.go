@@ -40,14 +40,7 @@ type term struct {
 	ended    bool
 	// retired: its owner is giving it up (Unlock): the release's answer
 	// decides how it ends, not a renewal's that Redis ran after the release.
-	retired bool
-	// gen is how many Extends of the lease have been sent. Every request
-	// about the lease carries it, so that Redis ignores one sent before the
-	// latest Extend it ran, and the client the reply to one sent before the
-	// latest Extend it sent, whenever either arrives. extends is the key
-	// Redis keeps it in, named on the lease's first renewal or Extend.
-	gen      int64
-	extends  string
+	retired  bool
 	wakeDue  bool // the renewer looks at it next at due, else at deadline
 	ttl      time.Duration
 	deadline time.Time // after this, without a renewal, the lease counts as lost
@@ -55,16 +48,12 @@ type term struct {
 	slack    time.Duration
 	busy     chan struct{} // while an extend is in flight: closed when its reply is in
 	lastErr  error         // of the last renewal, for the loss message
-	index    int           // in renewer.queue; -1 when not in it
-}
-
-// extendsKey returns the name of t's lock's extends hash (keys.extendsKey).
-// renewer.mu must be held.
-func (t *term) extendsKey() string {
-	if t.extends == "" {
-		t.extends = t.k.extendsKey()
-	}
-	return t.extends
+	index    int32         // in renewer.queue; -1 when not in it
+	// gen is how many Extends of the lease have been sent. Every request
+	// about the lease carries it, so that Redis ignores one sent before the
+	// latest Extend it ran, and the client the reply to one sent before the
+	// latest Extend it sent, whenever either arrives.
+	gen uint32
 }
 
 // info names the lock, for hooks.
@@ -175,7 +164,7 @@ func (r *renewer) reschedule(t *term) {
 		return
 	}
 	t.setWake()
-	heap.Fix(&r.queue, t.index)
+	heap.Fix(&r.queue, int(t.index))
 	if !r.stopped {
 		r.arm(t.wake())
 	}
@@ -189,7 +178,7 @@ func (r *renewer) retire(t *term) time.Duration {
 	defer r.mu.Unlock()
 	t.renew, t.lengthen, t.retired = false, false, true
 	if t.index >= 0 {
-		heap.Remove(&r.queue, t.index)
+		heap.Remove(&r.queue, int(t.index))
 	}
 	return t.ttl
 }
@@ -205,7 +194,7 @@ func (r *renewer) end(t *term, cause error, report func()) bool {
 	}
 	t.ended = true
 	if t.index >= 0 {
-		heap.Remove(&r.queue, t.index)
+		heap.Remove(&r.queue, int(t.index))
 	}
 	r.mu.Unlock()
 	if report != nil {
@@ -257,7 +246,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	}
 	t.busy = make(chan struct{})
 	t.gen++
-	gen, extends := t.gen, t.extendsKey()
+	gen := t.gen
 	sent := time.Now()
 	if d := sent.Add(ttl - drift(ttl)); d.Before(t.deadline) {
 		t.deadline = d
@@ -265,7 +254,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	r.reschedule(t)
 	r.mu.Unlock()
 
-	codes, err := t.node.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true, gen: gen, extends: extends}})
+	codes, err := t.node.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true, gen: gen}})
 
 	r.mu.Lock()
 	close(t.busy)
@@ -457,7 +446,7 @@ func (r *renewer) renewCalls(n *node, calls [][]*term) {
 		items[i] = make([]extendItem, len(batch))
 		busy[i] = make([]chan struct{}, len(batch))
 		for j, t := range batch {
-			items[i][j] = extendItem{k: *t.k, owner: t.owner, ttl: t.ttl, gen: t.gen, extends: t.extendsKey()}
+			items[i][j] = extendItem{k: *t.k, owner: t.owner, ttl: t.ttl, gen: t.gen}
 			busy[i][j] = t.busy
 			if t.deadline.After(latest) {
 				latest = t.deadline
@@ -610,7 +599,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 		default:
 			t.ended = true
 			if t.index >= 0 {
-				heap.Remove(&r.queue, t.index)
+				heap.Remove(&r.queue, int(t.index))
 			}
 			lost = append(lost, loss{t, t.lostErr(codes[i])})
 			continue
@@ -648,11 +637,11 @@ func (q termQueue) Len() int           { return len(q) }
 func (q termQueue) Less(i, j int) bool { return q[i].wake().Before(q[j].wake()) }
 func (q termQueue) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
+	q[i].index, q[j].index = int32(i), int32(j)
 }
 func (q *termQueue) Push(x any) {
 	t := x.(*term)
-	t.index = len(*q)
+	t.index = int32(len(*q))
 	*q = append(*q, t)
 }
 func (q *termQueue) Pop() any {

@@ -23,7 +23,8 @@
 --
 -- Returns one code per lease, in order:
 --    1  extended: the owner holds it, and it now lapses TTL from now (or
---       later, for "gt"); every key of its group expires no sooner
+--       later, for "gt"); every key of its group expires no sooner (the
+--       extends hash: if it holds the owner's entry)
 --    0  not extended: another owner holds it (or a key of another type is there)
 --   -1  not extended: nobody holds it (for "z": the owner's lease lapsed)
 --    2  not extended: the owner holds it, but an Extend of a later
@@ -49,7 +50,7 @@ for i = 1, #ARGV / 6 do
   local gt = ARGV[6 * i - 2] == 'gt'
   local key, extends = KEYS[k], KEYS[k + nk - 1]
   local t = redis.call('TYPE', key).ok
-  local ok = false
+  local ok, tracked = false, false
   if t == 'none' then
     res[i] = -1
   elseif (kind == 'h' and t ~= 'hash') or (kind ~= 'h' and t ~= 'zset') then
@@ -73,9 +74,10 @@ for i = 1, #ARGV / 6 do
       elseif gen < (tonumber(last) or 0) then
         res[i] = 2
       else
-        ok = true
+        ok, tracked = true, last ~= false
         if not gt and gen > (tonumber(last) or 0) then
           redis.call('HSET', extends, owner, gen)
+          tracked = true
         end
       end
     end
@@ -95,8 +97,12 @@ for i = 1, #ARGV / 6 do
       end
       at_least(key, ttl)
     end
-    for j = k + 1, k + nk - 1 do
+    for j = k + 1, k + nk - 2 do
       at_least(KEYS[j], ttl)
+    end
+    if tracked then
+      -- Only a lease that has been extended has an entry to keep.
+      at_least(extends, ttl)
     end
     res[i] = 1
   end
