@@ -129,6 +129,21 @@ func TestBusyAndBadNames(t *testing.T) {
 	if code, _ := get(t, short.URL+"/?order=7"); code != http.StatusLocked || time.Since(start) < 100*time.Millisecond {
 		t.Errorf("Wait(100ms) on a held lock: %d after %v", code, time.Since(start))
 	}
+	// The waiter that gave up leaves the queue in the background; until it
+	// has, a release would grant it the lock (no barging), and it would pass
+	// the lock on as it leaves.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		st, err := c.Inspect(t.Context(), dlock.KindMutex, "order:7")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Waiters) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter that gave up is still queued: %+v", st.Waiters)
+		}
+	}
 	if err := l.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}

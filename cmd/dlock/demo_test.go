@@ -139,6 +139,7 @@ func TestDemoStartsPrivateRedis(t *testing.T) {
 
 func TestDemoWithoutRedisServer(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
+	t.Setenv(redistest.ServerEnv, "") // no server of any kind
 	err := run(t.Context(), []string{"demo", "--redis", "redis://127.0.0.1:1"}, nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), redistest.InstallHint) {
 		t.Fatalf("run without redis-server: %v, want the install hint", err)
