@@ -308,10 +308,11 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 	sent := time.Now()
 	n := len(q.members)
 	var won, held, failed int
-	// ran marks the members whose answer says the script may have taken a
-	// part there: a fence, or an error (the script may have run though its
-	// reply was lost). A failed acquisition undoes these.
-	ran := make([]bool, n)
+	// parts marks what the acquisition may have left on each member: a
+	// part it took (its answer was a fence), or one it may have taken (its
+	// reply was an error, though the script may have run). A failed
+	// acquisition undoes both.
+	parts := make([]part, n)
 	// A part that comes late belongs to the lock if the acquire succeeded
 	// (renewals and the release go to every member); otherwise it is undone,
 	// and the owner's later attempts keep off that member until that is
@@ -333,7 +334,12 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 			default:
 				held++
 			}
-			ran[r.i] = r.err != nil || r.v.fence > 0
+			switch {
+			case r.err != nil:
+				parts[r.i] = partUnknown
+			case r.v.fence > 0:
+				parts[r.i] = partTaken
+			}
 			return won >= q.need || held+failed > n-q.need
 		},
 		leftBehind: func(i int) { q.markBusy(owner, i) },
@@ -351,13 +357,13 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 			kept = true
 			return acquireResult{fence: fence}, nil
 		}
-		q.undoAll(k, owner, ttl, sent, ran)
+		q.undoAll(k, owner, ttl, sent, parts)
 		if err == nil {
 			err = fmt.Errorf("a majority took %v to grant it, past the lease's validity", time.Since(sent).Round(time.Millisecond))
 		}
 		return acquireResult{}, opErr(ErrNotAcquired, err, "acquire %q", k.name)
 	}
-	q.undoAll(k, owner, ttl, sent, ran)
+	q.undoAll(k, owner, ttl, sent, parts)
 	if won+held < q.need {
 		return acquireResult{}, opErr(ErrNotAcquired, q.short(won+held, errsOf(replies)), "acquire %q", k.name)
 	}
@@ -378,15 +384,33 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 	return r, nil
 }
 
-// undoAll undoes owner's parts of an acquisition sent at sent on the
-// members marked in ran, at once, and waits for each one's first try.
-func (q *quorum) undoAll(k keys, owner string, ttl time.Duration, sent time.Time, ran []bool) {
+// part is what an acquisition may have left on a member.
+type part int8
+
+const (
+	partNone    part = iota
+	partTaken        // the member answered with a fence
+	partUnknown      // the member's reply was an error: the script may have run
+)
+
+// undoAll undoes owner's parts of an acquisition sent at sent: on the
+// members that took it at once, waiting for each one's first try; on those
+// whose reply was an error in the background, since they may not answer for
+// a while, keeping owner's later attempts off them until it is done.
+func (q *quorum) undoAll(k keys, owner string, ttl time.Duration, sent time.Time, parts []part) {
 	var wg sync.WaitGroup
-	for i := range ran {
-		if ran[i] {
+	for i, p := range parts {
+		switch p {
+		case partTaken:
 			q.wg.Add(1)
 			wg.Go(func() {
 				defer q.wg.Done()
+				q.undo(k, owner, i, ttl, sent)
+			})
+		case partUnknown:
+			q.markBusy(owner, i)
+			q.wg.Go(func() {
+				defer q.unbusy(owner, i)
 				q.undo(k, owner, i, ttl, sent)
 			})
 		}
