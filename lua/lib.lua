@@ -1,5 +1,6 @@
--- lib.lua: functions the other scripts share. scripts.go puts in front of a
--- script each function it calls, and each function those call, in this
+-- lib.lua: functions the other scripts share. internal/lualink (go generate)
+-- writes lua/gen/NAME.lua, the text Redis runs: lua/NAME.lua with, in front of
+-- it, each function it calls, and each function those call, in this
 -- file's order; so that it can, functions are separated by a blank line, have
 -- none inside, and call only functions defined above them.
 --
