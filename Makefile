@@ -16,9 +16,13 @@ chaos:
 # each round a Client acquires while the replicas lag, the primary is killed,
 # a lagging replica is promoted and another Client tries the lock; prints the
 # grants, refusals and double grants. Then 100 rounds in which the replica
-# that acknowledged dies with the primary. About 30 minutes.
+# that acknowledged dies with the primary. Then 10 rounds of each test that
+# the suite runs with one failover or a few restarts: a holder told of a lock
+# lost in a lossy failover (Sentinel and Cluster) and fences rising across
+# restarts. About 35 minutes.
 failover:
 	bash -o pipefail -c "DLOCK_FAILOVER_ROUNDS=100 go test -race -run 'TestSentinelWait(Rounds|NotConsensus)' -count=1 -timeout 90m -v . | grep -v '^redis: '"
+	bash -o pipefail -c "DLOCK_FAILOVER_ROUNDS=10 go test -race -run 'Test(SentinelLossyFailover|ClusterLossyFailoverFences|SentinelRestartFences)$$' -count=1 -timeout 30m -v . | grep -v '^redis: '"
 
 # dlock next to redsync, redislock, rueidislock and raw go-redis, in one run on
 # a private redis-server: bench/results/full.md, latest.json and latest.svg.

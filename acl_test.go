@@ -335,6 +335,7 @@ func TestACL(t *testing.T) {
 // TestACLPrefix runs the primitives as the user docs/acl.md gives for
 // another prefix, which must be the dlock user with the prefix's patterns.
 func TestACLPrefix(t *testing.T) {
+	t.Parallel()
 	const prefix = "billing:locks:"
 	cmd := aclCommand(t, "billing-locks", "reset")
 	want := strings.ReplaceAll(strings.Join(aclCommand(t, "dlock", "reset")[3:], " "), dlock.DefaultPrefix, prefix)
@@ -372,6 +373,7 @@ func refusal(err error) bool {
 // fails at once with Redis's refusal, and that the server's ACL LOG names
 // what was refused: no call waits for its context, no waiter for ever.
 func TestACLMissing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	cmd := aclCommand(t, "dlock", "reset")
@@ -481,6 +483,7 @@ func TestACLMissing(t *testing.T) {
 // replica acknowledges: the server has none), and Check can count the
 // replicas.
 func TestACLWaitReplicas(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -503,6 +506,7 @@ func TestACLWaitReplicas(t *testing.T) {
 // of docs/acl.md: nothing is refused, each command granted is used, and
 // taking or taking away a lock is refused.
 func TestACLOnCall(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -568,6 +572,7 @@ func TestACLOnCall(t *testing.T) {
 // docs/acl.md with its additions for a Cluster, made on every node: no node
 // refuses it anything it needs.
 func TestACLCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 0)
 	password := rand.Text()
 	var nodes []*redis.Client
@@ -598,6 +603,7 @@ func TestACLCluster(t *testing.T) {
 // server as the user of docs/acl.md and to the sentinel as its sentinel
 // user: neither refuses anything.
 func TestACLSentinel(t *testing.T) {
+	t.Parallel()
 	s := redistest.StartSentinel(t, 0, 1)
 	password, sentinelPassword := rand.Text(), rand.Text()
 	primary := s.Servers()[0].Client(t)

@@ -21,6 +21,7 @@ import (
 // served), fence, permits and count, as the leases and waiters themselves
 // know them.
 func TestInspect(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, rdb, _ := newClient(t, dlock.WithTTL(10*time.Second))
 	other := clientOn(t, rdb, dlock.WithTTL(10*time.Second))
@@ -194,6 +195,7 @@ func TestInspect(t *testing.T) {
 // filtered by a pattern; a key that holds no lock's state (a call's marker,
 // another prefix's) makes none appear; on a Cluster, locks on every primary.
 func TestLocks(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	collect := func(c *dlock.Client, pattern string) []dlock.LockID {
 		t.Helper()
@@ -303,6 +305,7 @@ func (s *fencedStore) write(fence int64) bool {
 // its next renewal (Done, ErrLockLost), and its Unlock says the lock was
 // lost. With no waiter, the fence still moves on.
 func TestForceRelease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const ttl = 600 * time.Millisecond // renewed every 200ms
 	kinds := []struct {
@@ -392,6 +395,7 @@ func TestForceRelease(t *testing.T) {
 // evicted holder's Unlock says the lock was lost; one of several Semaphore
 // holders goes alone.
 func TestForceReleaseOwners(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, _, _ := newClient(t)
 	l, err := c.Mutex("m").Lock(ctx)
@@ -449,6 +453,7 @@ func TestForceReleaseOwners(t *testing.T) {
 // (go-redis retries it) and answers as the first run did: the holder
 // evicted, the waiter granted the lock once, the fence key at Eviction.Fence.
 func TestForceReleaseRetried(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, direct := proxied(t)
 	holder := clientOn(t, direct)
@@ -495,6 +500,7 @@ func waiterOwner(t *testing.T, c *dlock.Client, name string) string {
 // TestForceReleaseReaders: every read hold of an RWMutex is evicted, and the
 // writer waiting behind them is granted the lock.
 func TestForceReleaseReaders(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, rdb, _ := newClient(t)
 	writer := clientOn(t, rdb)

@@ -17,6 +17,7 @@ import (
 // exclusion, leases are renewed, and a stopped Redis ends in errors and lost
 // leases, not in a hang.
 func TestAutoPipeline(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	newAP := func() *dlock.Client {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second})

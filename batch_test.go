@@ -47,6 +47,7 @@ func (pc *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 // through all of it, and late replies, each lock has one holder at a time,
 // its fences rise, and every Unlock succeeds.
 func TestBatching(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	p := faultproxy.Start(t, srv.Addr)
 	direct := srv.Client(t)
@@ -96,6 +97,7 @@ func TestBatching(t *testing.T) {
 // spans the primaries (go-redis splits it by slot), and each lock still has
 // one holder at a time and rising fences.
 func TestBatchingCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 0)
 	rdb := cl.Client(t)
 	var pc pipelineCounter

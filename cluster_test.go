@@ -23,6 +23,7 @@ import (
 // TestClusterScripts: every script request of every primitive, in every
 // mode, touches keys of one hash slot only, and goes through on a Cluster.
 func TestClusterScripts(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	rdb := cl.Client(t)
 	var rec scriptRecorder
@@ -98,6 +99,7 @@ func (h shardHook) count(cmds ...redis.Cmder) {
 // their renewals are one script call per slot, and each primary gets about
 // one round trip per 128 of its leases per renewal period.
 func TestClusterRenewal(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	rdb := cl.Client(t)
 	ctx := context.Background()
@@ -221,6 +223,7 @@ func releaseTo(t *testing.T, l *dlock.Lease, got <-chan time.Time) {
 // on the shard that holds the lock (SPUBLISH), not a broadcast over the
 // cluster bus (PUBLISH), and the waiter gets the lock at once.
 func TestClusterHandOffOnShard(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	holder := clientOn(t, cl.Client(t))
@@ -257,6 +260,7 @@ func TestClusterHandOffOnShard(t *testing.T) {
 // over (the server drops its shard channels) is subscribed again on the new
 // primary, and the next release wakes it at once.
 func TestClusterFailoverWakeUps(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := cl.Client(t)
@@ -297,6 +301,7 @@ func TestClusterFailoverWakeUps(t *testing.T) {
 // is told it lost it; the waiter does not hang; and a Client locks the
 // shard's names again within seconds.
 func TestClusterPrimaryKilled(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := cl.Client(t)
@@ -414,19 +419,21 @@ func TestClusterPrimaryKilled(t *testing.T) {
 	}
 }
 
-// TestClusterLossyFailoverFences: ten times, a holder takes a lock whose
-// primary then fails over to a replica that never got the lock. The holder is
-// told it lost the lock within a renewal period of the failover, the next
-// holder gets it, and its fence is above the lost holder's, though the new
-// primary never saw that fence.
+// TestClusterLossyFailoverFences: a holder takes a lock whose primary then
+// fails over to a replica that never got the lock (each of
+// DLOCK_FAILOVER_ROUNDS rounds, 1 by default). The holder is told it lost the
+// lock within a renewal period of the failover, the next holder gets it, and
+// its fence is above the lost holder's, though the new primary never saw that
+// fence.
 func TestClusterLossyFailoverFences(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := cl.Client(t)
 	ttl := 3 * time.Second
 	c := clientOn(t, rdb, dlock.WithTTL(ttl))
 	var last int64
-	for round := range 10 {
+	for round := range failoverRounds(t, 1) {
 		name := "lossy" + strconv.Itoa(round%3)
 		primary, err := cl.PrimaryFor(ctx, "dlock:{"+name+"}")
 		if err != nil {
@@ -502,6 +509,7 @@ func namesOnPrimaries(t *testing.T, cl *redistest.Cluster, stem string) []string
 // any primary), its leases are renewed on each for several TTLs, and Extend
 // and Unlock reach every one.
 func TestClusterMultiLock(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := cl.Client(t)
@@ -561,6 +569,7 @@ func TestClusterMultiLock(t *testing.T) {
 // TestRequirepass: a Client works on a Redis and on a Cluster that require a
 // password, wake-ups included.
 func TestRequirepass(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t, "--requirepass", "s3cret")
 	cl := redistest.StartCluster(t, 3, 0, "--requirepass", "s3cret")
@@ -606,6 +615,7 @@ func TestRequirepass(t *testing.T) {
 // the old owner dropped, is subscribed again on the new one and woken by the
 // release.
 func TestClusterSlotMigration(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := cl.Client(t)
@@ -652,6 +662,7 @@ func TestClusterSlotMigration(t *testing.T) {
 // their replicas acknowledge, and with one replica paused only the locks of
 // its primary are refused.
 func TestClusterWaitReplicas(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	ttl := 600 * time.Millisecond

@@ -17,6 +17,7 @@ import (
 // TestRedisErrors: Redis failures come back wrapped, saying what was being
 // done, never as a panic or a false success.
 func TestRedisErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 
 	t.Run("connection refused", func(t *testing.T) {
@@ -100,6 +101,7 @@ func TestRedisErrors(t *testing.T) {
 // lost (renewal finds it gone), and a waiter whose release message was lost
 // with the connection still gets the lock.
 func TestRedisRestart(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	c := clientOn(t, rdb, dlock.WithTTL(300*time.Millisecond))
@@ -142,6 +144,7 @@ func TestRedisRestart(t *testing.T) {
 // TestRenewalBatches: 250 held locks are renewed with one script call per 128
 // locks per renewal period, by the Client's one renewal goroutine.
 func TestRenewalBatches(t *testing.T) {
+	t.Parallel()
 	for _, bySlot := range []bool{false, true} {
 		t.Run(map[bool]string{false: "one server", true: "by hash slot"}[bySlot], func(t *testing.T) {
 			renewalBatches(t, bySlot)
@@ -218,6 +221,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // takes the lock once Redis resumes, releases it at once instead of leaving it
 // held for a TTL.
 func TestLockHonorsContextWhileRedisStalls(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		ctxTimeouts bool // the Redis client honors context deadlines itself
@@ -289,6 +293,7 @@ func TestLockHonorsContextWhileRedisStalls(t *testing.T) {
 // comes first returns by it and says why; TryLock, and a Client that never
 // reached Redis, fail at once.
 func TestWaitRidesOutOutage(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const outage = 1500 * time.Millisecond
 	// A Redis client that gives up on a refused connection after about

@@ -13,6 +13,7 @@ import (
 )
 
 func TestFairLockUnlock(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	m := c.FairMutex("f")
@@ -62,6 +63,7 @@ func TestFairLockUnlock(t *testing.T) {
 // get the lock in the order they arrived, and a newcomer, TryLock included,
 // never jumps the queue, even when the lock is free for a moment.
 func TestFairGrantOrder(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	rdb := srv.Client(t)
@@ -120,6 +122,7 @@ func TestFairGrantOrder(t *testing.T) {
 // TestFairCancelLeavesNothing: a queued waiter whose context ends leaves the
 // queue, and the next waiter is served at the release without delay.
 func TestFairCancelLeavesNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -151,6 +154,7 @@ func TestFairCancelLeavesNothing(t *testing.T) {
 // TestFairDeadWaiter: a queued waiter process killed with SIGKILL holds the
 // queue up for at most about half the TTL, not forever.
 func TestFairDeadWaiter(t *testing.T) {
+	t.Parallel()
 	p := workerParams{Name: "deadwaiter", TTL: time.Second, Fair: true}
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
 	ctx := context.Background()
@@ -195,6 +199,7 @@ func TestFairDeadWaiter(t *testing.T) {
 // TestFairProcessesHammer: the multi-process hammer of TestProcessesHammer,
 // on a FairMutex, on one server and on a Cluster.
 func TestFairProcessesHammer(t *testing.T) {
+	t.Parallel()
 	const procs = 4
 	for _, d := range deployments {
 		t.Run(d.String(), func(t *testing.T) {

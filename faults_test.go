@@ -87,6 +87,7 @@ func checkHit(t *testing.T, in *faultproxy.Injection) {
 // succeed at once, Redis holds exactly one hold, and nothing is left behind
 // after Unlock.
 func TestRetriedAcquire(t *testing.T) {
+	t.Parallel()
 	type kind struct {
 		name, acquire, prefix string
 		lock                  func(c *dlock.Client, wait bool) (*dlock.Lease, error)
@@ -177,6 +178,7 @@ func TestRetriedAcquire(t *testing.T) {
 // counts its permits once: while held, the others are available; after
 // Release, all of them are, for good.
 func TestRetriedSemaphoreAcquire(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, _ := proxied(t)
 	s := c.Semaphore("s", 3)
@@ -205,6 +207,7 @@ func TestRetriedSemaphoreAcquire(t *testing.T) {
 // TestRetriedRelease: a release whose reply is lost runs again; the retry
 // finds the release's marker and Unlock reports success, for every kind.
 func TestRetriedRelease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cases := []struct {
 		name, release string
@@ -241,6 +244,7 @@ func TestRetriedRelease(t *testing.T) {
 // TestRetriedReentry: re-entry and the partial release whose replies are lost
 // leave Redis's hold count exact.
 func TestRetriedReentry(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, rdb := proxied(t)
 	m := c.Mutex("x")
@@ -283,6 +287,7 @@ func TestRetriedReentry(t *testing.T) {
 
 // TestRetriedRenewal: renewals whose replies are lost keep the lease.
 func TestRetriedRenewal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, rdb := proxied(t)
 	in := p.Inject(faultproxy.Rule{Match: script("extend"), Fault: faultproxy.DropReply, Times: 3})
@@ -308,6 +313,7 @@ func TestRetriedRenewal(t *testing.T) {
 // TestRetriedLatch: a CountDown or TrySetCount whose reply is lost counts
 // once and answers as it did.
 func TestRetriedLatch(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, _ := proxied(t)
 	l := c.CountDownLatch("x")
@@ -329,6 +335,7 @@ func TestRetriedLatch(t *testing.T) {
 // TestRetriedSemaphoreDelete: a Semaphore's Delete whose reply is lost
 // reports the total it removed.
 func TestRetriedSemaphoreDelete(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, rdb := proxied(t)
 	s := c.Semaphore("s", 1)
@@ -348,6 +355,7 @@ func TestRetriedSemaphoreDelete(t *testing.T) {
 // TestFenceAcrossRestart: a Redis restarted without persistence forgets the
 // last fence, and still hands out higher ones.
 func TestFenceAcrossRestart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	c := clientOn(t, srv.Client(t))
@@ -389,6 +397,7 @@ func failRelease(p *faultproxy.Proxy, op string) *faultproxy.Injection {
 // soon after Redis is back: in a deferred Unlock, in Do, and in a MultiLock's
 // rollback.
 func TestFailedUnlock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ttl := 3 * time.Second
 	// renewedAfter counts the renewals sent from now on.
@@ -497,6 +506,7 @@ func TestFailedUnlock(t *testing.T) {
 // on more than Redis holds, so no other owner gets the lock while the lease
 // looks held.
 func TestExtendRacingRenewal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 
 	// noSecondHolder has another Client try the lock until deadline; if it
@@ -575,6 +585,7 @@ func TestExtendRacingRenewal(t *testing.T) {
 // TestCloseLeavesNoWaiter: Close wakes every waiting Lock, which leaves its
 // lock's queue in Redis before Close returns.
 func TestCloseLeavesNoWaiter(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
@@ -639,6 +650,7 @@ func TestCloseLeavesNoWaiter(t *testing.T) {
 // nobody up; TryAcquire says why it failed; a fresh semaphore's Available is
 // its total.
 func TestSemaphoreTooLarge(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, rdb, _ := newClient(t)
 	s := c.Semaphore("s", 2)
@@ -694,6 +706,7 @@ func TestSemaphoreTooLarge(t *testing.T) {
 // of small ones that keep the semaphore busy, is served once the permits
 // held when it arrived come back: the small ones after it wait behind it.
 func TestSemaphoreLargeNotStarved(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, _, _ := newClient(t)
 	s := c.Semaphore("s", 2)
@@ -736,6 +749,7 @@ func TestSemaphoreLargeNotStarved(t *testing.T) {
 // (here through context.WithoutCancel, which keeps its values) re-enters
 // nothing: Lock takes the free lock anew.
 func TestReentryOfEndedLease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, _, _ := newClient(t)
 	m := c.Mutex("x")
@@ -894,6 +908,7 @@ func TestHalfOpenWakeUpConnection(t *testing.T) {
 // TestSlowHookDelaysNoRenewal: an Extended hook that takes a second delays no
 // renewal: leases of 300ms stay held.
 func TestSlowHookDelaysNoRenewal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var slow sync.Once
 	c, _, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Extended: func(context.Context, dlock.LockInfo, int64) {
@@ -923,6 +938,7 @@ func TestSlowHookDelaysNoRenewal(t *testing.T) {
 // read timeout, so the loss is known about half a period later, well before
 // the lease's deadline.
 func TestRenewalStalledLearnsLoss(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const ttl = time.Second
 	renewed := make(chan struct{}, 1)
@@ -967,6 +983,7 @@ func TestRenewalStalledLearnsLoss(t *testing.T) {
 // renewal was sent again, and after that one's reply) changes nothing: the
 // lease stays held, in the Client and in Redis, through more periods.
 func TestRenewalLateReply(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const ttl = time.Second
 	c, p, rdb := proxied(t, dlock.WithTTL(ttl))
@@ -996,6 +1013,7 @@ func TestRenewalLateReply(t *testing.T) {
 // period its leases are renewed again on another connection, and the other
 // pipelines of the same pass are renewed on time.
 func TestRenewalStalledCall(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const ttl = time.Second
 	c, p, rdb := proxied(t, dlock.WithTTL(ttl))

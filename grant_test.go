@@ -56,6 +56,7 @@ func outcomeLease(t *testing.T, o lockOutcome) *dlock.Lease {
 // fence the release handed out, having sent no request after the release
 // but the lengthening extend, which then makes the lease the full TTL.
 func TestGrant(t *testing.T) {
+	t.Parallel()
 	for _, kind := range grantKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -119,6 +120,7 @@ func TestGrant(t *testing.T) {
 // server's clock: a lock held for 1.5s hands over without another request
 // (grant lease 1s).
 func TestGrantAfterLongWait(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	holder := clientOn(t, srv.Client(t))
@@ -154,6 +156,7 @@ func TestGrantAfterLongWait(t *testing.T) {
 // first and those sent again when it stays unanswered) loses the lease, and
 // is told.
 func TestGrantNotLengthened(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, rdb := proxied(t)
 	holder := clientOn(t, rdb)
@@ -187,6 +190,7 @@ func TestGrantNotLengthened(t *testing.T) {
 // grantee at most its keep-alive: its next try finds the lock (granted, or
 // free once the grant lapsed) and takes it with a fence above the releaser's.
 func TestGrantMessageLost(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, rdb := proxied(t)
 	holder := clientOn(t, rdb)
@@ -226,6 +230,7 @@ func TestGrantMessageLost(t *testing.T) {
 // request (its fence at or below that request's fence floor) does not make
 // its Lock return: the grant may have lapsed long ago.
 func TestGrantOldMessage(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	holder := clientOn(t, srv.Client(t))
@@ -279,6 +284,7 @@ func TestGrantOldMessage(t *testing.T) {
 // Lock is giving up just then loses nothing: the leaving waiter's
 // unregistration passes the grant on to the next waiter at once.
 func TestGrantToLeavingWaiter(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, rdb := proxied(t)
 	holder := clientOn(t, rdb)
@@ -339,6 +345,7 @@ func TestGrantToLeavingWaiter(t *testing.T) {
 // the message alone: it confirms the grant with a request that waits for the
 // replica, and a grant its replica never acknowledges is given back.
 func TestGrantWaitReplicas(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	primary, rs := replicated(t, 1)
 	opts := []dlock.Option{dlock.WithWaitReplicas(1, 200*time.Millisecond)}
@@ -374,6 +381,7 @@ func TestGrantWaitReplicas(t *testing.T) {
 // and answers "released": the lock is granted once, to the first waiter, and
 // the second waits on until that one unlocks.
 func TestGrantRetriedRelease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, rdb := proxied(t)
 	waiters := clientOn(t, rdb)

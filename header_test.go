@@ -136,6 +136,7 @@ func suffixes(name string) []string {
 // ARGV its script's header lists, each key the one the header names: the
 // key lists of every kind match their scripts.
 func TestScriptHeaders(t *testing.T) {
+	t.Parallel()
 	headers := readHeaders(t)
 	var rec scriptRecorder
 	c, rdb, _ := newClient(t, dlock.WithTTL(300*time.Millisecond))

@@ -31,6 +31,7 @@ func subscribers(rdb *redis.Client, channel string) int64 {
 }
 
 func TestLatch(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	l := c.CountDownLatch("jobs")
@@ -107,6 +108,7 @@ func TestLatch(t *testing.T) {
 }
 
 func TestLatchBadInput(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	for _, count := range []int64{0, -1, math.MinInt64} {
@@ -160,6 +162,7 @@ func TestLatchBadInput(t *testing.T) {
 // 150ms of the CountDown, having sent one request (its check of the count)
 // since.
 func TestLatchWakesAll(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	const clients, perClient = 3, 5
@@ -230,6 +233,7 @@ func TestLatchWakesAll(t *testing.T) {
 }
 
 func TestLatchWaitContext(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	l := c.CountDownLatch("ctx")
 	if _, err := l.TrySetCount(context.Background(), 1); err != nil {
@@ -278,6 +282,7 @@ func TestLatchWaitContext(t *testing.T) {
 }
 
 func TestLatchClose(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	c, err := dlock.New(rdb)
@@ -330,6 +335,7 @@ func TestLatchClose(t *testing.T) {
 // not send (a waiter's name, "*" while the count is above zero) neither open
 // it nor harm the process.
 func TestLatchStrayMessage(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	l := c.CountDownLatch("stray")
@@ -495,6 +501,7 @@ func latchProcesses(t *testing.T, mode string, procs int, d deployment) latchOut
 // have begun, with the count at zero. A count down that opens the latch at
 // once must be caught by the same checks.
 func TestLatchProcesses(t *testing.T) {
+	t.Parallel()
 	const procs = 4
 	for _, d := range deployments {
 		t.Run(d.String(), func(t *testing.T) {
@@ -544,6 +551,7 @@ func expectLine(t *testing.T, ch <-chan string, want string, d time.Duration) {
 // in Redis, and the latch still opens for the waiters of another process and
 // of this one.
 func TestLatchKilledWaiter(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()

@@ -114,6 +114,7 @@ func allKeys(t *testing.T, rdb *redis.Client) []string {
 // the state set on purpose: Semaphore totals set with SetPermits and armed
 // latches, which Delete removes. A name used again gets a higher fence.
 func TestNothingLeftBehind(t *testing.T) {
+	t.Parallel()
 	const (
 		ttl      = time.Second
 		abandon  = 1500 // held by the killed worker, per kind: 6,000 names
@@ -387,6 +388,7 @@ func errorsJoin(errs ...error) error {
 // TestEvictionPolicy: Check reports a maxmemory-policy that may evict locks,
 // and a Client logs it on first use; noeviction passes.
 func TestEvictionPolicy(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t, "--maxmemory-policy", "volatile-lru")
 	var logged strings.Builder

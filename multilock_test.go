@@ -53,6 +53,7 @@ func waiterKeys(rdb *redis.Client) []string {
 }
 
 func TestMultiLockUnlock(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	ml := c.MultiLock([]string{"c", "a", "b", "a"})
@@ -109,6 +110,7 @@ func TestMultiLockUnlock(t *testing.T) {
 }
 
 func TestMultiLockBadInput(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -171,6 +173,7 @@ func TestMultiLockBadInput(t *testing.T) {
 // TestMultiLockTryLockAllOrNothing: with one name held by another Client,
 // TryLock fails and leaves none of the other names held.
 func TestMultiLockTryLockAllOrNothing(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	other := clientOn(t, rdb)
 	ctx := context.Background()
@@ -196,6 +199,7 @@ func TestMultiLockTryLockAllOrNothing(t *testing.T) {
 // deadline gives up with ErrNotAcquired and DeadlineExceeded, and leaves
 // nothing of its own in Redis.
 func TestMultiLockDeadline(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	other := clientOn(t, rdb)
 	ctx := context.Background()
@@ -236,6 +240,7 @@ func TestMultiLockDeadline(t *testing.T) {
 // TestMultiLockWaits: Lock waits for a held name as Mutex.Lock does, and is
 // woken by its release.
 func TestMultiLockWaits(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	other := clientOn(t, rdb)
 	ctx := context.Background()
@@ -278,6 +283,7 @@ var multiSets = [][]string{{"a", "b", "c"}, {"c", "b"}, {"b", "d", "a"}, {"d", "
 // overlapping names given in different orders. All finish, and no name is
 // ever held twice at once.
 func TestMultiLockNoDeadlock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -338,6 +344,7 @@ func TestMultiLockNoDeadlock(t *testing.T) {
 // renewal period, Err and the derived context tell of the loss, and Unlock
 // frees the other names and leaves the new owner alone.
 func TestMultiLockLoss(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	ttl := 600 * time.Millisecond
@@ -389,6 +396,7 @@ func TestMultiLockLoss(t *testing.T) {
 // TestMultiLockReentry: a context from MultiLease.Context or Do re-enters
 // every name, through a MultiLock over any of them or a plain Mutex.
 func TestMultiLockReentry(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	ml := c.MultiLock([]string{"a", "b", "c"})
@@ -452,6 +460,7 @@ func TestMultiLockReentry(t *testing.T) {
 }
 
 func TestMultiLockExtend(t *testing.T) {
+	t.Parallel()
 	c, _, _ := newClient(t)
 	ctx := context.Background()
 	ttl := 300 * time.Millisecond
@@ -479,6 +488,7 @@ func TestMultiLockExtend(t *testing.T) {
 }
 
 func TestMultiLockClosed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	c, err := dlock.New(rdb)
@@ -512,6 +522,7 @@ func TestMultiLockClosed(t *testing.T) {
 // taken and is not taken for contention; an Unlock that Redis fails for one
 // name releases the others and may be retried for that one.
 func TestMultiLockRedisErrors(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	ml := c.MultiLock([]string{"a", "b", "c"})
@@ -742,6 +753,7 @@ func multiHammer(t *testing.T, role string, procs int, p workerParams) multiOutc
 // acquisitions and every fenced write must be accepted. A MultiLock that goes
 // on without the names it could not get must be caught by the same checks.
 func TestMultiLockProcesses(t *testing.T) {
+	t.Parallel()
 	p := workerParams{Name: "m:", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25}
 	const procs = 4
 	for _, d := range deployments {
@@ -799,6 +811,7 @@ func multiHoldWorker(c *dlock.Client, p workerParams) error {
 // TestMultiLockKilledHolder: a process holding a MultiLock with a 1s TTL is
 // killed with SIGKILL; all its names must be free within the TTL and a margin.
 func TestMultiLockKilledHolder(t *testing.T) {
+	t.Parallel()
 	p := workerParams{Name: "k:", TTL: time.Second}
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
 	line, killed := killAfterFirstLine(t, "multihold", lockSrv, resSrv, p)

@@ -50,6 +50,7 @@ func clientOn(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *dl
 }
 
 func TestLockUnlock(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	m := c.Mutex("orders")
@@ -101,6 +102,7 @@ func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	if _, err := dlock.New(nil); err == nil {
 		t.Error("New(nil) succeeded")
 	}
@@ -178,6 +180,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	c, err := dlock.New(rdb)
@@ -233,6 +236,7 @@ func TestClosed(t *testing.T) {
 // TestKeyLayout: every key of a lock shares one hash tag, whatever bytes the
 // name holds, and distinct names never share keys.
 func TestKeyLayout(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t, dlock.WithPrefix("app:"))
 	ctx := context.Background()
 	names := []string{"plain", "a{b}c", "}{", "{", "%7B", "50%", "\x00\xff bytes", "空"}
@@ -272,6 +276,7 @@ func TestKeyLayout(t *testing.T) {
 // TestFence: fences rise strictly across holders, Clients, expiry and the lock
 // key's deletion; a re-entry has its hold's fence.
 func TestFence(t *testing.T) {
+	t.Parallel()
 	c1, rdb, _ := newClient(t)
 	c2 := clientOn(t, rdb)
 	ctx := context.Background()
@@ -324,6 +329,7 @@ func TestFence(t *testing.T) {
 // TestReleaseNeverFreesAnother: a release by a former holder leaves the
 // current holder's lock alone, and tells "another owner" apart from "expired".
 func TestReleaseNeverFreesAnother(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -361,6 +367,7 @@ func TestReleaseNeverFreesAnother(t *testing.T) {
 }
 
 func TestRenewal(t *testing.T) {
+	t.Parallel()
 	var extended atomic.Int64
 	c, rdb, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Extended: func(context.Context, dlock.LockInfo, int64) { extended.Add(1) }}))
 	ctx := context.Background()
@@ -407,6 +414,7 @@ func TestRenewal(t *testing.T) {
 // TestLossSeenPromptly: when another owner takes the lock, the holder's Done
 // closes within one renewal period, and so does the context derived from it.
 func TestLossSeenPromptly(t *testing.T) {
+	t.Parallel()
 	var lost atomic.Int64
 	c, rdb, _ := newClient(t, dlock.WithHooks(dlock.Hooks{Lost: func(context.Context, dlock.LockInfo, int64, error) { lost.Add(1) }}))
 	ctx := context.Background()
@@ -449,6 +457,7 @@ func TestLossSeenPromptly(t *testing.T) {
 // TestRedisStalled: with Redis stopped, renewal cannot succeed; the lease is
 // lost at its local deadline, not later.
 func TestRedisStalled(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second})
 	t.Cleanup(func() { rdb.Close() })
@@ -479,6 +488,7 @@ func TestRedisStalled(t *testing.T) {
 }
 
 func TestFixedLease(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	ttl := 200 * time.Millisecond
@@ -523,6 +533,7 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 // TestMinTTLRenewed: a lease of the smallest TTL is kept alive by renewal for
 // many times its TTL.
 func TestMinTTLRenewed(t *testing.T) {
+	t.Parallel()
 	c, _, _ := newClient(t)
 	ctx := context.Background()
 	l, err := c.Mutex("min", dlock.WithTTL(dlock.MinTTL)).Lock(ctx)

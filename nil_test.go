@@ -13,6 +13,7 @@ import (
 // receiver and on a zero value, returns an error (or, for methods that return
 // none, a zero value or a closed channel) and never panics or blocks.
 func TestNilReceivers(t *testing.T) {
+	t.Parallel()
 	errType := reflect.TypeFor[error]()
 	receivers := []any{
 		(*dlock.Client)(nil), &dlock.Client{},

@@ -37,6 +37,7 @@ import (
 // the 6 s TTL would have let it), and the lease has ended by the time another
 // owner has the lock.
 func TestRenewalBeforeExtend(t *testing.T) {
+	t.Parallel()
 	const (
 		ttl   = 6 * time.Second
 		short = time.Second
@@ -110,6 +111,7 @@ func TestRenewalBeforeExtend(t *testing.T) {
 	} {
 		for _, k := range tc.kinds {
 			t.Run(tc.name+"/"+k.name, func(t *testing.T) {
+				t.Parallel()
 				ctx := context.Background()
 				srv := redistest.Start(t)
 				p := faultproxy.Start(t, srv.Addr)
@@ -222,6 +224,7 @@ func TestRenewalBeforeExtend(t *testing.T) {
 // it") comes back before the release's: the Unlock still reads as one, with
 // no loss reported.
 func TestRenewalAfterRelease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var lost atomic.Int32
 	c, p, rdb := proxied(t, dlock.WithHooks(dlock.Hooks{

@@ -75,6 +75,7 @@ var queueKinds = []struct {
 // 10 waiters, for every kind that queues; a release that lets every waiter
 // in (a writer's, with readers waiting) at most twice as many per waiter.
 func TestLongQueues(t *testing.T) {
+	t.Parallel()
 	for _, kind := range queueKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			cost := func(n int) (try, release int64) {

@@ -62,6 +62,7 @@ func holders(t *testing.T, rdbs []*redis.Client, name string) int {
 }
 
 func TestRedLockBadInput(t *testing.T) {
+	t.Parallel()
 	_, rdbs := redLockNodes(t, 3)
 	other := redis.NewClient(rdbs[0].Options())
 	t.Cleanup(func() { _ = other.Close() })
@@ -135,6 +136,7 @@ func TestRedLockBadInput(t *testing.T) {
 // fence on a majority of fence keys and rising, Do, and nothing left after
 // Unlock.
 func TestRedLockMutex(t *testing.T) {
+	t.Parallel()
 	_, rdbs := redLockNodes(t, 5)
 	c := redLockOn(t, rdbs, dlock.WithTTL(2*time.Second))
 	other := redLockOn(t, rdbs)
@@ -213,6 +215,7 @@ func TestRedLockMutex(t *testing.T) {
 // lock: every Lock returns, each critical section runs alone, and the waits
 // end on wake-ups, not on the holders' TTL running out.
 func TestRedLockWaiters(t *testing.T) {
+	t.Parallel()
 	_, rdbs := redLockNodes(t, 5)
 	const ttl = 10 * time.Second
 	var clients []*dlock.Client
@@ -273,6 +276,7 @@ func TestRedLockWaiters(t *testing.T) {
 // work; with 3 dead, a holder learns its lease is lost, and Lock and TryLock
 // fail with ErrNotAcquired within their context.
 func TestRedLockNodesDown(t *testing.T) {
+	t.Parallel()
 	srvs, rdbs := redLockNodes(t, 5)
 	const ttl = time.Second
 	c := redLockOn(t, rdbs, dlock.WithTTL(ttl))
@@ -342,6 +346,7 @@ func TestRedLockNodesDown(t *testing.T) {
 // take far less than the Redis clients' 3s read timeout: a node that does not
 // answer costs at most the per-node timeout.
 func TestRedLockPausedNodes(t *testing.T) {
+	t.Parallel()
 	srvs := redistest.StartN(t, 5)
 	rdbs := make([]*redis.Client, len(srvs))
 	for i, s := range srvs {
@@ -408,6 +413,7 @@ func TestRedLockPausedNodes(t *testing.T) {
 // failing at once as a Client that reached no node does: the nodes that
 // answered show the addresses are right.
 func TestRedLockFirstRequestShort(t *testing.T) {
+	t.Parallel()
 	srvs := redistest.StartN(t, 5)
 	rdbs := make([]*redis.Client, len(srvs))
 	for i, s := range srvs {
@@ -516,6 +522,7 @@ func TestRedLockFenceAfterRestart(t *testing.T) {
 // delayed restart), the first holder's lease has ended before the second
 // one's begins.
 func TestRedLockRestartWhileHeld(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("immediate-restart", func(t *testing.T) {
 		srvs, rdbs := redLockNodes(t, 5)
@@ -598,6 +605,7 @@ func TestRedLockRestartWhileHeld(t *testing.T) {
 // the same outcome as one run: one hold, a release reported as done, nothing
 // left behind.
 func TestRedLockFaults(t *testing.T) {
+	t.Parallel()
 	srvs := redistest.StartN(t, 5)
 	proxies := make([]*faultproxy.Proxy, len(srvs))
 	rdbs := make([]*redis.Client, len(srvs))

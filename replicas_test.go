@@ -95,9 +95,11 @@ func notReplicated(t *testing.T, what string, err error) {
 // when it is granted; one they do not acknowledge is refused and undone, and
 // a lease whose renewals they do not acknowledge is lost.
 func TestWaitReplicas(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 
 	t.Run("granted holds are on the replicas", func(t *testing.T) {
+		t.Parallel()
 		primary, rs := replicated(t, 2)
 		c := clientOn(t, primary.Client(t), dlock.WithWaitReplicas(2, time.Second))
 		if err := c.Check(ctx); err != nil {
@@ -123,6 +125,7 @@ func TestWaitReplicas(t *testing.T) {
 	})
 
 	t.Run("refused and undone", func(t *testing.T) {
+		t.Parallel()
 		primary, rs := replicated(t, 1)
 		rdb := primary.Client(t)
 		c := clientOn(t, rdb, dlock.WithWaitReplicas(1, 100*time.Millisecond))
@@ -171,6 +174,7 @@ func TestWaitReplicas(t *testing.T) {
 	})
 
 	t.Run("renewal not acknowledged: the lease is lost", func(t *testing.T) {
+		t.Parallel()
 		primary, rs := replicated(t, 1)
 		c := clientOn(t, primary.Client(t), dlock.WithWaitReplicas(1, 50*time.Millisecond))
 		const ttl = 600 * time.Millisecond
@@ -195,6 +199,7 @@ func TestWaitReplicas(t *testing.T) {
 	})
 
 	t.Run("Extend and re-entry", func(t *testing.T) {
+		t.Parallel()
 		primary, rs := replicated(t, 1)
 		rdb := primary.Client(t)
 		c := clientOn(t, rdb, dlock.WithWaitReplicas(1, 100*time.Millisecond))
@@ -222,6 +227,7 @@ func TestWaitReplicas(t *testing.T) {
 	})
 
 	t.Run("lost reply", func(t *testing.T) {
+		t.Parallel()
 		primary, _ := replicated(t, 1)
 		p := faultproxy.Start(t, primary.Addr)
 		rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -248,6 +254,7 @@ func TestWaitReplicas(t *testing.T) {
 	})
 
 	t.Run("lost reply, replica paused", func(t *testing.T) {
+		t.Parallel()
 		// The retried acquire finds its grant made and changes nothing
 		// else; its WAIT must still cover the grant's first run. Redis 7.0
 		// sets a connection's write offset after every command, so there
@@ -285,6 +292,7 @@ func TestWaitReplicas(t *testing.T) {
 	})
 
 	t.Run("Check counts the replicas", func(t *testing.T) {
+		t.Parallel()
 		primary, _ := replicated(t, 1)
 		c := clientOn(t, primary.Client(t), dlock.WithWaitReplicas(2, 100*time.Millisecond))
 		if err := c.Check(ctx); err == nil || !strings.Contains(err.Error(), "has 1 connected") {
@@ -307,6 +315,7 @@ func leaseOf(acquire func(context.Context) (*dlock.Lease, error)) func(context.C
 // TestWaitReplicasOptions: WithWaitReplicas's bad settings are New's clear
 // errors.
 func TestWaitReplicasOptions(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srv.Addr}})

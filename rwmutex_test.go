@@ -58,6 +58,7 @@ func queued(t *testing.T, rdb *redis.Client, name string, n int64) {
 }
 
 func TestRWMutex(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	c := clientOn(t, rdb)
@@ -159,6 +160,7 @@ func TestRWMutex(t *testing.T) {
 }
 
 func TestRWMutexBadInput(t *testing.T) {
+	t.Parallel()
 	c, _, _ := newClient(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -214,6 +216,7 @@ func TestRWMutexBadInput(t *testing.T) {
 // hold (count up in Redis), and a writer reads under its write lock with a
 // hold of its own.
 func TestRWMutexReentry(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	m := c.RWMutex("re")
@@ -312,6 +315,7 @@ func TestRWMutexReentry(t *testing.T) {
 // then unlocks the write lease; a writer waiting on another Client must not
 // get in between, and gets in once the read is given back.
 func TestRWMutexDowngrade(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -376,6 +380,7 @@ func TestRWMutexDowngrade(t *testing.T) {
 // TestRWMutexUpgradeFails: Lock with a read lease in its context fails at
 // once with a clear error, and changes nothing.
 func TestRWMutexUpgradeFails(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	m := c.RWMutex("up")
@@ -417,6 +422,7 @@ func TestRWMutexUpgradeFails(t *testing.T) {
 // read-held without a break; a writer still gets in within a bound each time
 // it asks, because readers that come after it wait behind it.
 func TestRWMutexWriterNotStarved(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx, stop := context.WithCancel(context.Background())
 	const name = "starve"
@@ -495,6 +501,7 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 // wakes nobody; the last wakes the writer only; the writer's release wakes
 // the last reader. Requests are counted on each waiter's Client.
 func TestRWMutexWakesOnlyWhoCanProceed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -583,6 +590,7 @@ func TestRWMutexWakesOnlyWhoCanProceed(t *testing.T) {
 // TestRWMutexCancelLeavesNothing: a writer or a reader whose context ends
 // while queued leaves the queue at once.
 func TestRWMutexCancelLeavesNothing(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -627,6 +635,7 @@ func TestRWMutexCancelLeavesNothing(t *testing.T) {
 // writer get in at once when that writer gives up, beside the readers that
 // hold the lock.
 func TestRWMutexWriterGivingUpLetsReadersIn(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -665,6 +674,7 @@ func TestRWMutexWriterGivingUpLetsReadersIn(t *testing.T) {
 // not renewed lapses at its TTL on its own: the writer waiting gets in, and
 // the lapsed reader learns of the loss.
 func TestRWMutexReadLease(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	ttl := 300 * time.Millisecond
@@ -839,6 +849,7 @@ func startHolder(t *testing.T, lockSrv, resSrv *redistest.Server, p workerParams
 // read hold after its own TTL, while the other readers keep theirs; it keeps
 // the lock from a writer no longer than that.
 func TestRWMutexCrashedReader(t *testing.T) {
+	t.Parallel()
 	const ttl = time.Second
 	p := workerParams{Name: "crashedreader", TTL: ttl}
 	t.Run("last-reader", func(t *testing.T) {
@@ -927,6 +938,7 @@ func TestRWMutexCrashedReader(t *testing.T) {
 // TestRWMutexKilledWriter: a writer process killed with SIGKILL leaves the
 // lock free, for readers and writers, within its TTL.
 func TestRWMutexKilledWriter(t *testing.T) {
+	t.Parallel()
 	p := workerParams{Name: "killedwriter", TTL: time.Second, Write: true}
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
 	cmd, fence := startHolder(t, lockSrv, resSrv, p)
@@ -997,6 +1009,7 @@ func rwHammer(t *testing.T, mutant string, procs int, p workerParams) rwOutcome 
 // accepted. An acquire script whose writers ignore readers must be caught by
 // the same check.
 func TestRWMutexProcesses(t *testing.T) {
+	t.Parallel()
 	p := workerParams{Name: "rwhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 40, ReadShare: 80}
 	const procs = 4
 	for _, d := range deployments {
@@ -1043,6 +1056,7 @@ func TestRWMutexProcesses(t *testing.T) {
 // beside a reader or another writer, and when all are done nothing is left in
 // Redis but the fence.
 func TestRWMutexChurn(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	var readers, writers, violations, acquired, gaveUp atomic.Int64

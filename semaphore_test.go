@@ -19,6 +19,7 @@ import (
 )
 
 func TestSemaphore(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	s := c.Semaphore("s", 3)
@@ -88,6 +89,7 @@ func TestSemaphore(t *testing.T) {
 // request is not starved by small ones, and a release wakes only those that
 // now fit.
 func TestSemaphoreOrderAndWakeUps(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	c := clientOn(t, srv.Client(t))
@@ -147,6 +149,7 @@ func TestSemaphoreOrderAndWakeUps(t *testing.T) {
 // TestSemaphoreNeverOverHeld: goroutines in several Clients take 1 or 2 of 3
 // permits; the permits held at once never exceed 3.
 func TestSemaphoreNeverOverHeld(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	var held, peak atomic.Int64
@@ -189,6 +192,7 @@ func TestSemaphoreNeverOverHeld(t *testing.T) {
 // TestSemaphoreLeaseExpires: the permits of a holder that stopped renewing
 // come back after its TTL, and its Release then reports the loss.
 func TestSemaphoreLeaseExpires(t *testing.T) {
+	t.Parallel()
 	c, _, _ := newClient(t)
 	ctx := context.Background()
 	ttl := 300 * time.Millisecond
@@ -218,6 +222,7 @@ func TestSemaphoreLeaseExpires(t *testing.T) {
 
 // TestSemaphoreRenewed: a held permit outlives its TTL while renewed.
 func TestSemaphoreRenewed(t *testing.T) {
+	t.Parallel()
 	c, _, _ := newClient(t)
 	ctx := context.Background()
 	ttl := 600 * time.Millisecond
@@ -241,6 +246,7 @@ func TestSemaphoreRenewed(t *testing.T) {
 // TestSemaphoreCancelLeavesNothing: a waiter whose context ends leaves the
 // queue, and the waiters behind it are not held up.
 func TestSemaphoreCancelLeavesNothing(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	s := c.Semaphore("q", 1)
@@ -338,6 +344,7 @@ func semHammer(t *testing.T, mutant string, procs int, p workerParams) (peak, ac
 // more than 3 holders are inside the resource at once. A semaphore that hands
 // out permits regardless must be caught by the same check.
 func TestSemaphoreProcesses(t *testing.T) {
+	t.Parallel()
 	p := workerParams{Name: "procs", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Permits: 3}
 	const procs = 4
 	for _, d := range deployments {
@@ -366,6 +373,7 @@ func TestSemaphoreProcesses(t *testing.T) {
 // TestSemaphoreKilledHolder: the permits of a process killed with SIGKILL
 // come back within their TTL.
 func TestSemaphoreKilledHolder(t *testing.T) {
+	t.Parallel()
 	p := workerParams{Name: "killed", TTL: time.Second, Permits: 2}
 	var killed time.Time
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
@@ -421,6 +429,7 @@ func BenchmarkSemaphore(b *testing.B) {
 // TestSemaphoreDeadWaiter: a queued waiter process killed with SIGKILL holds
 // up the waiters behind it for at most about half the TTL.
 func TestSemaphoreDeadWaiter(t *testing.T) {
+	t.Parallel()
 	p := workerParams{Name: "deadwaiter", TTL: time.Second, Permits: 1}
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
 	ctx := context.Background()

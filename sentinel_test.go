@@ -163,8 +163,8 @@ func TestSentinelFailover(t *testing.T) {
 	}
 }
 
-// TestSentinelLossyFailover: in 10 failovers to a replica that missed a
-// lock's acquisition, the holder is told it lost the lock within one renewal
+// TestSentinelLossyFailover: in a failover to a replica that missed a lock's
+// acquisition (each of DLOCK_FAILOVER_ROUNDS, 1 by default), the holder is told it lost the lock within one renewal
 // period of the new primary answering, a waiter gets the lock there, and its
 // fence is above every fence before it (server-time fences, DECISIONS §2).
 func TestSentinelLossyFailover(t *testing.T) {
@@ -177,7 +177,7 @@ func TestSentinelLossyFailover(t *testing.T) {
 	rdb := s.Client(t)
 	var last int64
 	var told, settled []time.Duration
-	for round := range 10 {
+	for round := range failoverRounds(t, 1) {
 		var l *dlock.Lease
 		var waited <-chan lockOutcome
 		replicas, err := s.Replicas(ctx)
@@ -247,15 +247,16 @@ func TestSentinelLossyFailover(t *testing.T) {
 		len(told), spread(settled), spread(told))
 }
 
-// TestSentinelRestartFences: across 20 restarts of the primary without
-// persistence, which empty every replica too, each acquisition's fence is
+// TestSentinelRestartFences: across restarts of the primary without
+// persistence (DLOCK_FAILOVER_ROUNDS, 3 by default), which empty every replica too, each acquisition's fence is
 // above the one before, and the Client goes on without being remade.
 func TestSentinelRestartFences(t *testing.T) {
+	t.Parallel()
 	s := redistest.StartSentinel(t, 2, 3)
 	ctx := context.Background()
 	c := clientOn(t, s.Client(t))
 	var last int64
-	for round := range 20 {
+	for round := range failoverRounds(t, 3) {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		l, err := c.Mutex("f").Lock(lctx)
 		cancel()
@@ -275,12 +276,13 @@ func TestSentinelRestartFences(t *testing.T) {
 	}
 }
 
-// failoverRounds is how many rounds TestSentinelWaitRounds makes of each
-// variant: DLOCK_FAILOVER_ROUNDS, or 2.
-func failoverRounds(t *testing.T) int {
+// failoverRounds is how many rounds a failover test makes:
+// DLOCK_FAILOVER_ROUNDS, or def. The suite makes one failover per test (two
+// for a test that compares variants); `make failover` makes many.
+func failoverRounds(t *testing.T, def int) int {
 	v := os.Getenv("DLOCK_FAILOVER_ROUNDS")
 	if v == "" {
-		return 2
+		return def
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
@@ -297,7 +299,7 @@ func failoverRounds(t *testing.T) int {
 // each; the package documentation gives the figures.
 func TestSentinelWaitRounds(t *testing.T) {
 	t.Parallel() // most of its time is the sentinels' timers
-	rounds := failoverRounds(t)
+	rounds := failoverRounds(t, 1)
 	s := redistest.StartSentinel(t, 2, 3)
 	ctx := context.Background()
 	const ttl = 10 * time.Second
@@ -390,7 +392,7 @@ func spread(ds []time.Duration) string {
 // granted the same lock.
 func TestSentinelWaitNotConsensus(t *testing.T) {
 	t.Parallel() // most of its time is the sentinels' timers
-	rounds := failoverRounds(t)
+	rounds := failoverRounds(t, 1)
 	s := redistest.StartSentinel(t, 2, 3)
 	ctx := context.Background()
 	const ttl = 10 * time.Second

@@ -32,6 +32,7 @@ func faultThenDown(p *faultproxy.Proxy, first faultproxy.Match, fault faultproxy
 // MultiLock's TryLock (every name freed), and for an acquire whose caller had
 // gone when its reply came.
 func TestLostAcquireFreed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const ttl = 10 * time.Second
 	const outage = time.Second
@@ -150,6 +151,7 @@ func TestLostAcquireFreed(t *testing.T) {
 // reply came back as an error, not only on the nodes that answered with a
 // fence; and an undo that fails is tried again until it succeeds.
 func TestRedLockErroredPartUndone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const ttl = 10 * time.Second
 	setup := func(t *testing.T) ([]*faultproxy.Proxy, []*redis.Client, *dlock.Client) {

@@ -27,6 +27,7 @@ func countRequests(rdb *redis.Client) *requestCounter {
 // TestWaitWokenByRelease: a waiting Lock is woken by the release, long before
 // the holder's 30s lease would have run out, and waiting sends no commands.
 func TestWaitWokenByRelease(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	holder := clientOn(t, srv.Client(t))
 	wrdb := srv.Client(t)
@@ -66,6 +67,7 @@ func TestWaitWokenByRelease(t *testing.T) {
 
 // TestWaitWakesOne: one release wakes one waiter of a Client, not all.
 func TestWaitWakesOne(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	holder := clientOn(t, srv.Client(t))
 	wrdb := srv.Client(t)
@@ -115,6 +117,7 @@ func TestWaitWakesOne(t *testing.T) {
 // TestWaitUntilExpiry: a holder that never releases (it stopped renewing)
 // frees the lock at its TTL, and the waiter, woken by its own timer, gets it.
 func TestWaitUntilExpiry(t *testing.T) {
+	t.Parallel()
 	c, _, _ := newClient(t)
 	ctx := context.Background()
 	ttl := 400 * time.Millisecond
@@ -136,6 +139,7 @@ func TestWaitUntilExpiry(t *testing.T) {
 // matching both ErrNotAcquired and the context's error, and leaves nothing
 // behind in Redis.
 func TestWaitGivesUp(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	l, err := c.Mutex("busy").Lock(ctx)
@@ -188,6 +192,7 @@ func TestWaitGivesUp(t *testing.T) {
 // TestMutualExclusionInProcess: many goroutines on several Clients; never two
 // inside at once.
 func TestMutualExclusionInProcess(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	var inside, max, total atomic.Int64
@@ -225,6 +230,7 @@ func TestMutualExclusionInProcess(t *testing.T) {
 // count up in Redis, same fence; the lock is free once all holds are given
 // back. Without such a context the same Client is another owner.
 func TestReentry(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	m := c.Mutex("re")
@@ -323,6 +329,7 @@ func TestReentry(t *testing.T) {
 // its cause, when the lease is lost; and then returns fn's error joined with
 // Unlock's, which matches ErrNotHeld.
 func TestDo(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	ttl := dlock.WithTTL(300 * time.Millisecond)
@@ -390,6 +397,7 @@ func TestDo(t *testing.T) {
 // TestUnlockWithCancelledContext: cleanup in a defer after the caller's
 // context ended still releases the lock.
 func TestUnlockWithCancelledContext(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := c.Mutex("cc").Lock(ctx)
@@ -409,6 +417,7 @@ func TestUnlockWithCancelledContext(t *testing.T) {
 // Start hook returns reaches its End hook and Contended; the results say
 // what happened.
 func TestHooksAndLog(t *testing.T) {
+	t.Parallel()
 	type spanKey struct{}
 	var mu sync.Mutex
 	events := map[string]int{}
@@ -553,6 +562,7 @@ func lockInBackground(t *testing.T, m locker) <-chan time.Time {
 // TestWaitersServedInOrder: waiters that arrive one after another get the
 // lock in that order, even against a newcomer that tries when it is freed.
 func TestWaitersServedInOrder(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	rdb := srv.Client(t)
@@ -610,6 +620,7 @@ func TestWaitersServedInOrder(t *testing.T) {
 // the release grants the lock to the next waiter (had the release granted it
 // to the one leaving first, the leaving would pass it on).
 func TestWakeUpPassedOn(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	holder := clientOn(t, srv.Client(t))
@@ -655,6 +666,7 @@ func TestWakeUpPassedOn(t *testing.T) {
 // waiter gets the lock after the grant lease lapses and its keep-alive fires,
 // within the TTL.
 func TestDeadWaiterCostsLittle(t *testing.T) {
+	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	ttl := 600 * time.Millisecond

@@ -124,6 +124,7 @@ func orderHandler(runs *atomic.Int64, pause time.Duration) http.Handler {
 // submission gets its response (status, header, body), and all but one are
 // replayed. A later one is replayed at once.
 func TestDuplicates(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	var runs atomic.Int64
 	urls := []string{
@@ -190,6 +191,7 @@ func startWorker(t *testing.T, redisAddr, mode string) (*exec.Cmd, string) {
 // to a server in another OS process and half to one here: the handler runs
 // once in all, and every submission gets its response.
 func TestDuplicatesAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	_, there := startWorker(t, srv.Addr, "serve")
@@ -217,6 +219,7 @@ func TestDuplicatesAcrossProcesses(t *testing.T) {
 // TestMismatch: the key sent again with another body, while the first runs
 // and after, gets 422; the handler runs once.
 func TestMismatch(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	var runs atomic.Int64
 	url := server(t, srv.Client(t), orderHandler(&runs, 200*time.Millisecond))
@@ -240,6 +243,7 @@ func TestMismatch(t *testing.T) {
 // TestInProgress: a Store made WithoutWaiting answers a duplicate that comes
 // while the first runs with 409 and Retry-After.
 func TestInProgress(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	var runs atomic.Int64
 	url := server(t, srv.Client(t), orderHandler(&runs, 300*time.Millisecond), idempotency.WithoutWaiting())
@@ -260,6 +264,7 @@ func TestInProgress(t *testing.T) {
 // mid-request; a duplicate sent to another process waits until the key's
 // lease (1s) runs out, then runs.
 func TestCrashedHandler(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	cmd, url0 := startWorker(t, srv.Addr, "hang")
@@ -298,6 +303,7 @@ func TestCrashedHandler(t *testing.T) {
 // with RequireKey); an oversized key 400; an oversized body 413; a 5xx
 // response is not stored; a stored response expires.
 func TestKeysAndBodies(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	var runs atomic.Int64
@@ -358,6 +364,7 @@ func TestKeysAndBodies(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	c, _ := dlock.New(rdb)
@@ -398,6 +405,7 @@ func TestBadInput(t *testing.T) {
 // its own response stored; the handler runs once and its caller is told it
 // ran (not that it was replayed); the next call replays it.
 func TestLostReplies(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	p := faultproxy.Start(t, srv.Addr)

@@ -76,6 +76,7 @@ func worker(arg string) int {
 // each: no id twice, each goroutine's ids increasing, and every id's second
 // within a second of the run.
 func TestUniqueAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	start := time.Now()
 	const procs, each = 4, 2000
@@ -124,6 +125,7 @@ func TestUniqueAcrossProcesses(t *testing.T) {
 // clock goes back (the stored second set ahead of the clock stands in for
 // that: clocks cannot be stepped here).
 func TestNeverBackwards(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 5})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -174,6 +176,7 @@ func TestNeverBackwards(t *testing.T) {
 // TestLostReply: a reservation whose reply is lost runs again when go-redis
 // retries it: the first block is skipped, no id is handed out twice.
 func TestLostReply(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	p := faultproxy.Start(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -215,6 +218,7 @@ func TestLostReply(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	for _, tc := range []struct {

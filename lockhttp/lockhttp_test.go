@@ -55,6 +55,7 @@ func get(t *testing.T, url string) (int, string) {
 // Clients), run one at a time; requests for another order run beside them.
 // The handler sees the lease and its fence.
 func TestOneAtATime(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	var inside, overlaps atomic.Int32
 	var fences sync.Map
@@ -106,6 +107,7 @@ func TestOneAtATime(t *testing.T) {
 // TestBusyAndBadNames: with NoWait a held lock answers 409 with
 // Retry-After; with Wait it answers after the wait; no name, 400.
 func TestBusyAndBadNames(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := client(t, srv)
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
@@ -158,6 +160,7 @@ func TestBusyAndBadNames(t *testing.T) {
 // TestLostLock: a handler whose lock is lost sees its context cancelled,
 // with the cause.
 func TestLostLock(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	c := client(t, srv)
 	cause := make(chan error, 1)

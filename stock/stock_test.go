@@ -95,6 +95,7 @@ func worker(w string) int {
 // on a sale of 100 items: exactly 100 sold, to 100 distinct users, one
 // order each, and the stream has exactly those 100 orders.
 func TestFlashSale(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -161,6 +162,7 @@ func TestFlashSale(t *testing.T) {
 // buyer is told "ordered" with the same order id, and one item is deducted,
 // with one stream entry. A GiveBack retried the same way gives back once.
 func TestRetriedBuy(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	p := faultproxy.Start(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -211,6 +213,7 @@ func TestRetriedBuy(t *testing.T) {
 // TestSaleOutcomes: sold out, no such sale, a sale created twice, and the
 // keys expiring with the sale.
 func TestSaleOutcomes(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -255,6 +258,7 @@ func TestSaleOutcomes(t *testing.T) {
 // TestOnCluster: a sale's keys share a slot, so its scripts run on a
 // Cluster.
 func TestOnCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t, 3, 0)
 	rdb := cl.Client(t)
 	ctx := context.Background()
@@ -274,6 +278,7 @@ func TestOnCluster(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ids, _ := idgen.New(rdb, "order")

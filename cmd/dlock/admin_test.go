@@ -60,6 +60,7 @@ func owner(t *testing.T, c *dlock.Client, kind dlock.Kind, name string) string {
 // TestLs: one line per lock, each kind with its holders, waiters and fence,
 // filtered by the pattern; -json gives the same locks as objects.
 func TestLs(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, _, flags := admin(t)
 	m, err := c.Mutex("order:1").Lock(ctx)
@@ -118,6 +119,7 @@ func itoa(n int64) string {
 // TestInspectCommand: holders, re-entries and waiters for people, and -json
 // for programs; a name nothing is held under is an error.
 func TestInspectCommand(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, rdb, flags := admin(t)
 	l, err := c.Mutex("job").Lock(ctx)
@@ -183,6 +185,7 @@ func (s *fencedStore) write(fence int64) bool {
 // fenced writes then make the resource reject the evicted holder's; the
 // evicted holder's Done closes at its next renewal.
 func TestReleaseCommand(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, rdb, flags := admin(t, dlock.WithTTL(600*time.Millisecond))
 	store := &fencedStore{}
@@ -252,6 +255,7 @@ func TestReleaseCommand(t *testing.T) {
 // TestWatchPiped: piped, watch prints a line when the lock changes hands,
 // counting the hand-offs it sees.
 func TestWatchPiped(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, rdb, flags := admin(t)
 	other := newLockClient(t, rdb)
@@ -300,6 +304,7 @@ func TestWatchPiped(t *testing.T) {
 // TestWatchTerminal: in a terminal (a tmux pane), watch redraws its view in
 // place as the lock changes hands.
 func TestWatchTerminal(t *testing.T) {
+	t.Parallel()
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
 		t.Fatal("tmux is needed to test watch in a terminal (apt-get install tmux)")

@@ -38,6 +38,7 @@ func smallSale(redisURL string) demoConfig {
 }
 
 func TestSale(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	cfg := smallSale("redis://" + srv.Addr)
@@ -87,6 +88,7 @@ func TestSale(t *testing.T) {
 }
 
 func TestRunDemoOutput(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	var stdout, stderr bytes.Buffer
 	err := run(t.Context(), []string{"demo", "--redis", "redis://" + srv.Addr,
@@ -117,6 +119,7 @@ func TestRunDemoOutput(t *testing.T) {
 }
 
 func TestDemoStartsPrivateRedis(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	err := run(t.Context(), []string{"demo", "--redis", "redis://127.0.0.1:1", "--strategies", "dlock",
 		"--vouchers", "5", "--buyers", "20", "--procs", "2", "--workers", "2"}, nil, &stdout, &stderr)
@@ -150,6 +153,7 @@ func TestDemoWithoutRedisServer(t *testing.T) {
 }
 
 func TestDemoRedisRefuses(t *testing.T) {
+	t.Parallel()
 	srv := requirePassword(t, redistest.Start(t))
 	err := run(t.Context(), []string{"demo", "--redis", "redis://" + srv.Addr}, nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "NOAUTH") {
@@ -171,6 +175,7 @@ func requirePassword(t *testing.T, srv *redistest.Server) *redistest.Server {
 // TestWorkerFailure has the workers connect to a Redis that refuses them: the
 // error names the worker and says what it said.
 func TestWorkerFailure(t *testing.T) {
+	t.Parallel()
 	open := redistest.Start(t)
 	closed := requirePassword(t, redistest.Start(t))
 	exe, err := os.Executable()
@@ -195,6 +200,7 @@ func TestWorkerFailure(t *testing.T) {
 // TestRedisDiesMidSale kills Redis while the workers buy: the error says
 // what a worker was doing when it failed.
 func TestRedisDiesMidSale(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	exe, err := os.Executable()
 	if err != nil {
@@ -213,6 +219,7 @@ func TestRedisDiesMidSale(t *testing.T) {
 }
 
 func TestDemoInterrupted(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	cfg := smallSale("redis://" + srv.Addr)
@@ -233,6 +240,7 @@ func TestDemoInterrupted(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string // in the error; "" for none
@@ -288,6 +296,7 @@ func TestUsage(t *testing.T) {
 // TestShare checks that the workers' shares make every click once, and put
 // the clicks of one buyer in different processes.
 func TestShare(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ buyers, clicks, procs int }{
 		{10, 3, 4}, {7, 1, 3}, {5, 4, 2}, {3, 2, 5}, {1, 1, 1},
 	} {
@@ -315,6 +324,7 @@ func TestShare(t *testing.T) {
 }
 
 func TestVerdict(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		r    saleResult
 		want string
@@ -333,6 +343,7 @@ func TestVerdict(t *testing.T) {
 }
 
 func TestPercentile(t *testing.T) {
+	t.Parallel()
 	var d []time.Duration
 	for i := 100; i >= 1; i-- {
 		d = append(d, time.Duration(i))

@@ -71,6 +71,7 @@ func withProto(proto int) func(*redis.Options) {
 }
 
 func TestForwarding(t *testing.T) {
+	t.Parallel()
 	protocols(t, func(t *testing.T, proto int) {
 		ctx := context.Background()
 		e := setup(t)
@@ -149,6 +150,7 @@ func TestForwarding(t *testing.T) {
 // pipeline of inline commands: the client must get exactly the bytes of all
 // replies before it, then EOF. A framing mistake moves the cut.
 func TestFraming(t *testing.T) {
+	t.Parallel()
 	push := ">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nx\r\n"
 	replies := []string{
 		"+OK\r\n",
@@ -242,6 +244,7 @@ func TestFraming(t *testing.T) {
 // TestRules checks rule order, Times, Remove and Clear, with Pass rules that
 // only count.
 func TestRules(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := setup(t)
 	c := e.client(t, func(o *redis.Options) { o.MaxRetries = -1 })
@@ -280,6 +283,7 @@ func TestRules(t *testing.T) {
 }
 
 func TestDropReply(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	script := redis.NewScript(incrSrc)
 	cases := []struct {
@@ -331,6 +335,7 @@ func TestDropReply(t *testing.T) {
 }
 
 func TestDropRequest(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := setup(t)
 	script := redis.NewScript(incrSrc)
@@ -352,6 +357,7 @@ func TestDropRequest(t *testing.T) {
 }
 
 func TestSwallowReply(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := setup(t)
 	script := redis.NewScript(incrSrc)
@@ -377,6 +383,7 @@ func TestSwallowReply(t *testing.T) {
 }
 
 func TestDelayReply(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := setup(t)
 	script := redis.NewScript(incrSrc)
@@ -434,6 +441,7 @@ func TestDelayReply(t *testing.T) {
 }
 
 func TestDelayRequest(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := setup(t)
 	const src = "return redis.call('RPUSH', KEYS[1], ARGV[1])"
@@ -462,6 +470,7 @@ func TestDelayRequest(t *testing.T) {
 }
 
 func TestRefuseAndCut(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := setup(t)
 	noRetry := func(o *redis.Options) { o.MaxRetries = -1 }
@@ -501,6 +510,7 @@ func TestRefuseAndCut(t *testing.T) {
 }
 
 func TestPause(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := setup(t)
 	c := e.client(t, nil)
@@ -534,6 +544,7 @@ func TestPause(t *testing.T) {
 }
 
 func TestCloseWhilePaused(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	p, err := faultproxy.New(srv.Addr)
@@ -568,6 +579,7 @@ func TestCloseWhilePaused(t *testing.T) {
 }
 
 func TestPubSub(t *testing.T) {
+	t.Parallel()
 	protocols(t, func(t *testing.T, proto int) {
 		ctx := context.Background()
 		e := setup(t)

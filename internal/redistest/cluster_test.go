@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 // port is its port plus 10000, below the ephemeral range. Then Flush empties
 // every node, replicas included.
 func TestClusterForms(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := c.Client(t)
@@ -91,6 +92,7 @@ func TestClusterForms(t *testing.T) {
 // without losing a write and that a cluster client, once reloaded, writes to
 // the new primary.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := c.Client(t)
@@ -137,6 +139,7 @@ func TestClusterFailover(t *testing.T) {
 // that Rejoin brings the killed node back as an in-sync replica of it in a
 // full cluster of six, and that the cluster can then fail over again.
 func TestClusterKillPrimaryRejoin(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := c.Client(t)
@@ -222,6 +225,7 @@ func TestClusterKillPrimaryRejoin(t *testing.T) {
 // write made during it: a marker key written then is gone afterwards, a key
 // written before it is there.
 func TestClusterLossyFailover(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := c.Client(t)
@@ -267,6 +271,7 @@ func TestClusterLossyFailover(t *testing.T) {
 // TestClusterRequirepass proves that a cluster whose nodes require a
 // password forms and that a client from its Options works.
 func TestClusterRequirepass(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1, "--requirepass", "secret", "--masterauth", "secret")
 	ctx := context.Background()
 	if pw := c.Options().Password; pw != "secret" {
@@ -416,6 +421,7 @@ func addrOf(s *redistest.Server) string {
 // TestClusterMigrateSlot proves that MigrateSlot moves a slot and all its
 // keys to another primary, which then serves it to a cluster client.
 func TestClusterMigrateSlot(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := c.Client(t)

@@ -13,6 +13,7 @@ import (
 // that a client from its Options authenticates and that one without the
 // password is refused.
 func TestRequirepass(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t, "--requirepass", "secret")
 	if srv.Password != "secret" {
 		t.Fatalf("Password = %q, want %q", srv.Password, "secret")
