@@ -1060,12 +1060,13 @@ func poll(ctx context.Context, what string, try func() error) error {
 }
 
 // clusterPort returns a port in 12000–22000 that is free on loopback and
-// whose cluster bus port, port+10000, is free too. Both are below the
-// ephemeral range, so no outgoing connection takes them meanwhile.
+// whose cluster bus port, port+10000, is free too, neither ever given to a
+// server of this process (claim). Both are below the ephemeral range, so no
+// outgoing connection takes them meanwhile.
 func clusterPort() (int, error) {
 	for range 200 {
 		port := 12000 + rand.IntN(10000)
-		if portFree(port) && portFree(port+10000) {
+		if portFree(port) && portFree(port+10000) && claim(port, port+10000) {
 			return port, nil
 		}
 	}

@@ -291,12 +291,45 @@ func samePID(info *redis.StringCmd, pid int) error {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("redistest: find a free port: %w", err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("redistest: find a free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if claim(port) {
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("redistest: the kernel offered only ports this process has used")
+}
+
+// claimed holds every port a server of this process was given. A port is
+// never given twice: a server killed to be restarted or to rejoin later
+// comes back on its port, which a test running in parallel must not have
+// taken meanwhile.
+var claimed struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// claim reports whether ports were all unclaimed, and if so claims them.
+func claim(ports ...int) bool {
+	claimed.Lock()
+	defer claimed.Unlock()
+	for _, p := range ports {
+		if claimed.ports[p] {
+			return false
+		}
+	}
+	if claimed.ports == nil {
+		claimed.ports = make(map[int]bool)
+	}
+	for _, p := range ports {
+		claimed.ports[p] = true
+	}
+	return true
 }
 
 func lastLines(s string, n int) string {

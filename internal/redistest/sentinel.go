@@ -1106,12 +1106,13 @@ func live(ss []*Server) []*Server {
 	return out
 }
 
-// stablePort returns a port in 12000–22000 that is free on loopback now.
-// It is below the ephemeral range, so no outgoing connection takes it while
-// a server killed on it is down.
+// stablePort returns a port in 12000–22000 that is free on loopback now and
+// was never given to a server of this process (claim). It is below the
+// ephemeral range, so no outgoing connection takes it while a server killed
+// on it is down.
 func stablePort() (int, error) {
 	for range 200 {
-		if port := 12000 + rand.IntN(10000); portFree(port) {
+		if port := 12000 + rand.IntN(10000); portFree(port) && claim(port) {
 			return port, nil
 		}
 	}
