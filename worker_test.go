@@ -472,7 +472,7 @@ func hammer(t *testing.T, mutant string, procs int, p workerParams) hammerOutcom
 // fenced write must be accepted. The same run with an acquire script that
 // ignores the holder must be caught by the same checks.
 func TestProcessesHammer(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: its worker processes keep both CPUs busy.
 	p := workerParams{Name: "hammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 50}
 	const procs = 4
 	exact := func(t *testing.T, p workerParams) {
@@ -638,7 +638,7 @@ func pausedHolder(t *testing.T, mutant string, p workerParams) pausedOutcome {
 // write. With a fence the lock does not record (the next holder gets a
 // lower one), the checks must fail.
 func TestProcessPausedHolder(t *testing.T) {
-	t.Parallel()
+	// Not in parallel: its worker processes keep both CPUs busy.
 	p := workerParams{Name: "paused", TTL: time.Second}
 	t.Run("dlock", func(t *testing.T) {
 		o := pausedHolder(t, "", p)
