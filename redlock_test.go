@@ -187,8 +187,13 @@ func TestRedLockMutex(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
-	if n := holders(t, rdbs, "job"); n != 0 {
-		t.Errorf("held on %d nodes after Unlock", n)
+	// Unlock returns once a majority has released; a member that answers
+	// late releases in the background.
+	if n := holders(t, rdbs, "job"); n >= 3 {
+		t.Errorf("held on %d nodes after Unlock, want a minority at most", n)
+	}
+	if !within(2*time.Second, func() bool { return holders(t, rdbs, "job") == 0 }) {
+		t.Errorf("held on %d nodes a TTL after Unlock", holders(t, rdbs, "job"))
 	}
 	var fences []int64
 	for range 5 {
