@@ -329,7 +329,7 @@ type heldAt struct {
 // lock held by owner if it was granted and lengthens it.
 func (a *acquirer) granted(ctx context.Context, owner string, m wake, h heldAt, start time.Time) *Lease {
 	e := a.e
-	if !a.k.kind.grants || e.node.wait.n > 0 || h.sent.IsZero() {
+	if a.k.kind.handoff != handoffGrant || e.node.wait.n > 0 || h.sent.IsZero() {
 		return nil
 	}
 	if m.owner != owner || m.fence <= h.floor {

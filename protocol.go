@@ -140,16 +140,45 @@ type kind struct {
 	// then those that must outlive it. The first is also ttl.lua's KEYS[1],
 	// the first two raise_fence.lua's.
 	leaseKeys []string
-	zlease    bool // each holder's lease is its member of a sorted set of holders, not the lock hash
-	// grants: a release that frees the lock grants it to the next waiter
-	// and tells it the fence (grant); otherwise it keeps the lock for that
-	// waiter a while, and tells it to take it.
-	grants bool
-	// tells: a release that frees the lock tells the next waiter to try
-	// again instead of granting it (a RedLock's Mutex, whose members keep
+	leaseIn   leaseCarrier // what carries each holder's lease
+	handoff   handoff      // what a release that frees the lock does for the next waiter
+	reentrant bool         // a Lease in the context makes an acquisition of the same lock re-enter its hold
+}
+
+// handoff is what a release that frees a lock does for the waiter next in
+// line.
+type handoff uint8
+
+const (
+	// handoffNone: the kind's own release script decides (a Semaphore, a
+	// read hold).
+	handoffNone handoff = iota
+	// handoffGrant: the release grants the lock to the next waiter and tells
+	// it the fence (grant in lua/lib.lua), so that its Lock may return on
+	// that message.
+	handoffGrant
+	// handoffTell: the release keeps the lock for the next waiter a while
+	// and tells it to take it (a RedLock's Mutex, whose members keep
 	// separate queues).
-	tells     bool
-	reentrant bool // a Lease in the context makes an acquisition of the same lock re-enter its hold
+	handoffTell
+)
+
+// leaseCarrier names, for extend.lua and ttl.lua, what carries a holder's
+// lease.
+type leaseCarrier string
+
+const (
+	leaseInHash leaseCarrier = "h" // the lock hash (owner id -> hold count)
+	leaseInZSet leaseCarrier = "z" // a sorted set of holders (owner id -> lapse time)
+)
+
+// arg returns c as a script argument. Each carrier is a constant, which an
+// interface holds without allocating.
+func (c leaseCarrier) arg() any {
+	if c == leaseInZSet {
+		return string(leaseInZSet)
+	}
+	return string(leaseInHash)
 }
 
 // keyNames maps the names of the scripts' headers to key suffixes.
@@ -164,17 +193,17 @@ var (
 		acquireKeys: []string{"lock", "fence", "waiters"},
 		releaseKeys: []string{"lock", "fence", "waiters"},
 		leaseKeys:   []string{"lock", "fence"},
-		grants:      true, reentrant: true}
+		handoff:     handoffGrant, reentrant: true}
 	fairKind = &kind{name: "FairMutex", space: "fair:", acquire: scripts.fairAcquire, release: scripts.fairRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
 		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
 		leaseKeys:   []string{"lock", "fence"},
-		grants:      true, reentrant: true}
+		handoff:     handoffGrant, reentrant: true}
 	semKind = &kind{name: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease,
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
 		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total"},
 		leaseKeys:   []string{"holders", "fence", "semaphore"},
-		zlease:      true}
+		leaseIn:     leaseInZSet}
 	// The two kinds of hold of an RWMutex share its keys, scripts and
 	// wake-up channel; a read hold's lease is its member of the readers set,
 	// the write hold's is the lock hash.
@@ -182,12 +211,12 @@ var (
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
 		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
 		leaseKeys:   []string{"readers", "fence", "fences"},
-		zlease:      true, reentrant: true}
+		leaseIn:     leaseInZSet, reentrant: true}
 	rwWriteKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
 		acquireKeys: rwReadKind.acquireKeys,
 		releaseKeys: rwReadKind.releaseKeys,
 		leaseKeys:   []string{"lock", "fence", "fences"},
-		grants:      true, reentrant: true}
+		handoff:     handoffGrant, reentrant: true}
 	latchKind = &kind{name: "CountDownLatch", space: "latch:"}
 	// redMutexKind is a Mutex on a RedLock: its keys and scripts, but no
 	// grant, for each member keeps a queue of its own.
@@ -195,16 +224,8 @@ var (
 		acquireKeys: mutexKind.acquireKeys,
 		releaseKeys: mutexKind.releaseKeys,
 		leaseKeys:   mutexKind.leaseKeys,
-		tells:       true, reentrant: true}
+		handoff:     handoffTell, reentrant: true}
 )
-
-// leaseType names, for extend.lua and ttl.lua, what carries a holder's lease.
-func (k *kind) leaseType() string {
-	if k.zlease {
-		return "z"
-	}
-	return "h"
-}
 
 // keys names everything in Redis that belongs to one lock. Every name carries
 // the same {hash tag}, so they share a Redis Cluster slot and one script can
@@ -371,6 +392,42 @@ const (
 	codeHeld  = 2  // release: one hold given back, the lock still held
 	codeStale = 2  // extend: not extended, for a later Extend of the lease ran first
 )
+
+// Replies and arguments of the scripts that are numbers or strings with a
+// meaning of their own, as their headers name them.
+const (
+	// An acquire script's integer reply, beyond a fence (> 0): the owner's
+	// hold count went up (reenterMode), or the owner holds nothing to
+	// re-enter (for a Semaphore: more permits asked than its total). A wait
+	// of w ms (-1: unknown) is -w - heldOffset (held_reply in lua/lib.lua).
+	replyReentered = 0
+	replyGone      = -1
+	heldOffset     = 3
+
+	// ttl.lua's replies other than the time left.
+	ttlOther = -3 // another owner holds the lock
+	ttlGone  = -2 // nobody holds it, or the owner's lease lapsed
+
+	// tellArg is release scripts' ARGV[4] (the grant lease) that tells the
+	// next waiter to try instead of granting it the lock.
+	tellArg = "0"
+)
+
+// extendHow is ARGV "how" of a lease in extend.lua.
+type extendHow string
+
+const (
+	extendLonger extendHow = "gt"  // lengthen the lease only: a renewal
+	extendExact  extendHow = "set" // the lease lapses ttl from now: Lease.Extend
+)
+
+// arg returns h as a script argument, without allocating.
+func (h extendHow) arg() any {
+	if h == extendExact {
+		return string(extendExact)
+	}
+	return string(extendLonger)
+}
 
 // acquireResult is what an acquire script answered, decoded.
 type acquireResult struct {
@@ -585,19 +642,19 @@ func decodeAcquire(v any) (acquireResult, error) {
 		switch {
 		case v > 0:
 			return acquireResult{fence: v}, nil
-		case v == 0:
+		case v == replyReentered:
 			return acquireResult{reentered: true}, nil
-		case v == -1:
+		case v == replyGone:
 			return acquireResult{gone: true}, nil
 		}
-		return acquireResult{pttl: time.Duration(-v-3) * time.Millisecond}, nil
+		return acquireResult{pttl: time.Duration(-v-heldOffset) * time.Millisecond}, nil
 	case []any:
 		if len(v) == 3 {
 			c, ok1 := v[0].(int64)
 			f, ok2 := v[1].(int64)
 			at, ok3 := v[2].(int64)
-			if ok1 && ok2 && ok3 && c <= -2 {
-				return acquireResult{pttl: time.Duration(-c-3) * time.Millisecond, floor: f, at: at}, nil
+			if ok1 && ok2 && ok3 && c <= 1-heldOffset {
+				return acquireResult{pttl: time.Duration(-c-heldOffset) * time.Millisecond, floor: f, at: at}, nil
 			}
 		}
 	}
@@ -685,8 +742,8 @@ func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMo
 		return n.q.release(ctx, k, owner, mode, ttl, count)
 	}
 	grant := grantArg(ttl)
-	if k.kind.tells {
-		grant = "0" // the next waiter is told to try, not granted the lock
+	if k.kind.handoff == handoffTell {
+		grant = tellArg // the next waiter is told to try, not granted the lock
 	}
 	code, err := n.eval(ctx, k.kind.release, k.releaseKeys, k.marker(owner),
 		owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()
@@ -849,12 +906,12 @@ func extendArgs(items []extendItem) (ks []string, args []any) {
 	ks = make([]string, 0, nk)
 	args = make([]any, 0, 6*len(items))
 	for _, it := range items {
-		how := "gt"
+		how := extendLonger
 		if it.exact {
-			how = "set"
+			how = extendExact
 		}
 		ks = append(append(ks, it.k.leaseKeys...), it.k.extendsKey())
-		args = append(args, it.k.kind.leaseType(), it.owner, it.ttl.Milliseconds(), how, it.gen, len(it.k.leaseKeys)+1)
+		args = append(args, it.k.kind.leaseIn.arg(), it.owner, it.ttl.Milliseconds(), how.arg(), it.gen, len(it.k.leaseKeys)+1)
 	}
 	return ks, args
 }
@@ -991,13 +1048,13 @@ func (n *node) ttl(ctx context.Context, k keys, owner string) (left time.Duratio
 	if n.q != nil {
 		return n.q.ttl(ctx, k, owner)
 	}
-	ms, err := scripts.ttl.Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.kind.leaseType()).Int64()
+	ms, err := scripts.ttl.Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.kind.leaseIn.arg()).Int64()
 	switch {
 	case err != nil:
 		return 0, 0, opErr(nil, err, "ttl %q", k.name)
-	case ms == -3:
+	case ms == ttlOther:
 		return 0, codeOther, nil
-	case ms == -2:
+	case ms == ttlGone:
 		return 0, codeGone, nil
 	}
 	return time.Duration(ms) * time.Millisecond, codeDone, nil
