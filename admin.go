@@ -143,7 +143,7 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 	if kind == KindCountDownLatch {
 		keys = []string{k.tag}
 	}
-	v, err := scripts.inspect.RunRO(ctx, c.e.node.rdb, keys, code, InspectLimit).Slice()
+	v, err := c.e.node.scripts[scriptInspect].RunRO(ctx, c.e.node.rdb, keys, code, InspectLimit).Slice()
 	if err != nil {
 		return nil, opErr(nil, err, "inspect %s %q", kind, name)
 	}
@@ -409,7 +409,7 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	call := c.e.newOwner() // the release marker's id: no holder's own
 	var last int64
 	for _, o := range owners {
-		code, err := n.eval(ctx, k.kind.release, k.releaseKeys, k.marker(call+"/"+o),
+		code, err := n.eval(ctx, n.scripts[k.kind.release], k.releaseKeys, k.marker(call+"/"+o),
 			o, k.channelArg, releaseLast.arg(), grantArg(c.cfg.ttl), 0, markerTTLArg).Int64()
 		if err != nil {
 			return ev, opErr(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
@@ -428,7 +428,7 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	// Every fence handed out from now on exceeds the evicted ones: the
 	// fence Inspect read is at least theirs.
 	ev.Fence = max(st.Fence, last) + 1
-	if _, err := n.eval(ctx, scripts.raiseFence, k.acquireKeys[:2], "", "", strconv.FormatInt(ev.Fence, 10), msArg(c.cfg.ttl)).Result(); err != nil {
+	if _, err := n.eval(ctx, n.scripts[scriptRaiseFence], k.acquireKeys[:2], "", "", strconv.FormatInt(ev.Fence, 10), msArg(c.cfg.ttl)).Result(); err != nil {
 		return ev, opErr(nil, err, "ForceRelease %s %q: move the fence on", kind, name)
 	}
 	return ev, nil

@@ -61,7 +61,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if cfg.nodeTimeout > 0 {
 		return nil, errors.New("dlock: New: WithNodeTimeout applies to NewRedLock only")
 	}
-	n, err := newNode(rdb, cfg.autoPipeline)
+	n, err := newNode(rdb, cfg.autoPipeline, cfg.scripts)
 	if err != nil {
 		return nil, opErr(nil, err, "New: WithAutoPipeline")
 	}
@@ -88,7 +88,7 @@ func newClient(n *node, cfg config, op string) (*Client, error) {
 		e: &engine{
 			node: n, bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
 			ren:  newRenewer(cfg.logger, cfg.hooks, events),
-			note: newNotifier(n, bg, cfg.logger, closing),
+			note: newNotifier(n, bg, cfg.logger, closing, cfg.notify),
 			id:   hexID,
 			own:  ":" + hexID,
 		},

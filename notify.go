@@ -40,6 +40,7 @@ type notifier struct {
 	bg      *background
 	log     *slog.Logger
 	closing <-chan struct{}
+	cfg     notifyConfig
 
 	// subMu orders every SSUBSCRIBE and SUNSUBSCRIBE the notifier sends, and
 	// the replacement of a connection, so that what a server last heard about
@@ -114,20 +115,30 @@ func (w *waiter) signal(msg wake) {
 	}
 }
 
-// maxIdleGates is how many channels stay subscribed with nobody waiting, so
-// that a lock contended over and over is not subscribed again for every wait.
-var maxIdleGates = 256
+// notifyConfig is a notifier's tuning, which tests change per Client.
+type notifyConfig struct {
+	// maxIdleGates is how many channels stay subscribed with nobody
+	// waiting, so that a lock contended over and over is not subscribed
+	// again for every wait.
+	maxIdleGates int
+	// healthCheck is how long a receive loop waits in silence before it
+	// pings its connection; pongWait is how long it then waits for any word
+	// from the server before it takes the connection for dead and makes
+	// another.
+	healthCheck, pongWait time.Duration
+	// beforeUnsubscribe, if not nil, runs before unsubscribe decides which
+	// channels to let go; tests use it to make a join race the decision.
+	beforeUnsubscribe func()
+}
 
-// healthCheck is how long a receive loop waits in silence before it pings
-// its connection; pongWait is how long it then waits for any word from the
-// server before it takes the connection for dead and makes another.
-var (
-	healthCheck = 30 * time.Second
-	pongWait    = 5 * time.Second
-)
+var defaultNotifyConfig = notifyConfig{
+	maxIdleGates: 256,
+	healthCheck:  30 * time.Second,
+	pongWait:     5 * time.Second,
+}
 
-func newNotifier(n *node, bg *background, log *slog.Logger, closing <-chan struct{}) *notifier {
-	return &notifier{node: n, bg: bg, log: log, closing: closing,
+func newNotifier(n *node, bg *background, log *slog.Logger, closing <-chan struct{}, cfg notifyConfig) *notifier {
+	return &notifier{node: n, bg: bg, log: log, closing: closing, cfg: cfg,
 		shards: make(map[string]*shard), gates: make(map[string]*gate), idle: list.New()}
 }
 
@@ -310,14 +321,14 @@ func (n *notifier) fail(g *gate, err error) {
 }
 
 // leave gives back a gate from join. A gate nobody waits on stays subscribed
-// until maxIdleGates newer ones are idle.
+// until cfg.maxIdleGates newer ones are idle.
 func (n *notifier) leave(g *gate) {
 	n.mu.Lock()
 	g.refs--
 	var evict []*gate
 	if g.refs == 0 && n.gates[g.channel] == g {
 		g.idle = n.idle.PushBack(g)
-		for n.idle.Len() > maxIdleGates {
+		for n.idle.Len() > n.cfg.maxIdleGates {
 			old := n.idle.Remove(n.idle.Front()).(*gate)
 			old.idle = nil
 			delete(n.gates, old.channel)
@@ -336,7 +347,9 @@ func (n *notifier) leave(g *gate) {
 func (n *notifier) unsubscribe(gates []*gate) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
-	testHookUnsubscribe()
+	if n.cfg.beforeUnsubscribe != nil {
+		n.cfg.beforeUnsubscribe()
+	}
 	byShard := make(map[*shard][]string)
 	n.mu.Lock()
 	for _, g := range gates {
@@ -356,10 +369,6 @@ func (n *notifier) unsubscribe(gates []*gate) {
 		_ = sh.ps.SUnsubscribe(context.Background(), channels...)
 	}
 }
-
-// testHookUnsubscribe runs before unsubscribe decides which channels to let
-// go; tests use it to make a join race the decision.
-var testHookUnsubscribe = func() {}
 
 // enter makes owner a waiter of g, to be woken by messages naming it.
 func (n *notifier) enter(g *gate, owner string) *waiter {
@@ -406,9 +415,9 @@ func (n *notifier) receive(sh *shard) {
 	pinged := false // a PING went out, and nothing has come back since
 	down := 0       // receives failed in a row, up to 4
 	for {
-		wait := healthCheck
+		wait := n.cfg.healthCheck
 		if pinged {
-			wait = pongWait
+			wait = n.cfg.pongWait
 		}
 		msg, err := ps.ReceiveTimeout(ctx, wait)
 		if err != nil {

@@ -47,6 +47,12 @@ type config struct {
 	wait replicas
 	// nodeTimeout: WithNodeTimeout; 0 if not given.
 	nodeTimeout time.Duration
+
+	// Set by tests only (export_test.go), per Client:
+	// scripts: the scripts the Client's nodes run. Default: defaultScripts.
+	scripts *scriptSet
+	// notify: the notifier's tuning. Default: defaultNotifyConfig.
+	notify notifyConfig
 }
 
 func defaultConfig() config {
@@ -55,6 +61,9 @@ func defaultConfig() config {
 		logger: slog.New(slog.DiscardHandler),
 		ttl:    DefaultTTL,
 		renew:  true,
+
+		scripts: &defaultScripts,
+		notify:  defaultNotifyConfig,
 	}
 }
 

@@ -46,6 +46,9 @@ type node struct {
 	// wait: the acknowledgements every write that grants or lengthens a
 	// hold waits for (WithWaitReplicas); none if wait.n is 0.
 	wait replicas
+	// scripts are the scripts the node runs: defaultScripts, unless a
+	// test's Client asked for others.
+	scripts *scriptSet
 	// q, on a RedLock, is its members; rdb, cmd and proc are then nil, and
 	// every request goes to the members (quorum.go).
 	q *quorum
@@ -58,8 +61,8 @@ type replicas struct {
 	timeout time.Duration
 }
 
-func newNode(rdb redis.UniversalClient, autoPipeline bool) (*node, error) {
-	n := &node{rdb: rdb, cmd: rdb, proc: rdb}
+func newNode(rdb redis.UniversalClient, autoPipeline bool, scripts *scriptSet) (*node, error) {
+	n := &node{rdb: rdb, cmd: rdb, proc: rdb, scripts: scripts}
 	switch r := rdb.(type) {
 	case *redis.Client:
 		n.ctxAware = r.Options().ContextTimeoutEnabled
@@ -130,8 +133,8 @@ func (n *node) setWait(w replicas) error {
 type kind struct {
 	name    string // the Go type, for messages
 	space   string // the keys' namespace after the prefix: "" for a Mutex, "fair:", ...
-	acquire *redis.Script
-	release *redis.Script
+	acquire script
+	release script
 
 	acquireKeys []string // KEYS of acquire
 	releaseKeys []string // KEYS of release but the last, the call's marker
@@ -189,17 +192,17 @@ var keyNames = map[string]string{
 }
 
 var (
-	mutexKind = &kind{name: "Mutex", acquire: scripts.acquire, release: scripts.release,
+	mutexKind = &kind{name: "Mutex", acquire: scriptAcquire, release: scriptRelease,
 		acquireKeys: []string{"lock", "fence", "waiters"},
 		releaseKeys: []string{"lock", "fence", "waiters"},
 		leaseKeys:   []string{"lock", "fence"},
 		handoff:     handoffGrant, reentrant: true}
-	fairKind = &kind{name: "FairMutex", space: "fair:", acquire: scripts.fairAcquire, release: scripts.fairRelease,
+	fairKind = &kind{name: "FairMutex", space: "fair:", acquire: scriptFairAcquire, release: scriptFairRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
 		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
 		leaseKeys:   []string{"lock", "fence"},
 		handoff:     handoffGrant, reentrant: true}
-	semKind = &kind{name: "Semaphore", space: "sem:", acquire: scripts.semAcquire, release: scripts.semRelease,
+	semKind = &kind{name: "Semaphore", space: "sem:", acquire: scriptSemAcquire, release: scriptSemRelease,
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
 		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total"},
 		leaseKeys:   []string{"holders", "fence", "semaphore"},
@@ -207,12 +210,12 @@ var (
 	// The two kinds of hold of an RWMutex share its keys, scripts and
 	// wake-up channel; a read hold's lease is its member of the readers set,
 	// the write hold's is the lock hash.
-	rwReadKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
+	rwReadKind = &kind{name: "RWMutex", space: "rw:", acquire: scriptRWAcquire, release: scriptRWRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
 		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
 		leaseKeys:   []string{"readers", "fence", "fences"},
 		leaseIn:     leaseInZSet, reentrant: true}
-	rwWriteKind = &kind{name: "RWMutex", space: "rw:", acquire: scripts.rwAcquire, release: scripts.rwRelease,
+	rwWriteKind = &kind{name: "RWMutex", space: "rw:", acquire: scriptRWAcquire, release: scriptRWRelease,
 		acquireKeys: rwReadKind.acquireKeys,
 		releaseKeys: rwReadKind.releaseKeys,
 		leaseKeys:   []string{"lock", "fence", "fences"},
@@ -220,7 +223,7 @@ var (
 	latchKind = &kind{name: "CountDownLatch", space: "latch:"}
 	// redMutexKind is a Mutex on a RedLock: its keys and scripts, but no
 	// grant, for each member keeps a queue of its own.
-	redMutexKind = &kind{name: "Mutex", acquire: scripts.acquire, release: scripts.release,
+	redMutexKind = &kind{name: "Mutex", acquire: scriptAcquire, release: scriptRelease,
 		acquireKeys: mutexKind.acquireKeys,
 		releaseKeys: mutexKind.releaseKeys,
 		leaseKeys:   mutexKind.leaseKeys,
@@ -454,7 +457,7 @@ func (n *node) acquire(ctx context.Context, k keys, owner string, ttl, register 
 	}
 	if n.wait.n == 0 && len(extra) == 0 {
 		// The common call, without a slice of arguments of its own.
-		v, err := n.eval(ctx, k.kind.acquire, k.acquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds()).Result()
+		v, err := n.eval(ctx, n.scripts[k.kind.acquire], k.acquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds()).Result()
 		return n.acquired(k, v, err)
 	}
 	args := append([]any{owner, msArg(ttl), string(takeMode), register.Milliseconds()}, extra...)
@@ -476,7 +479,7 @@ func (n *node) runAcquire(ctx context.Context, k keys, args []any) (acquireResul
 	if n.wait.n > 0 {
 		return n.runAcquireWaited(ctx, k, args)
 	}
-	v, err := n.eval(ctx, k.kind.acquire, k.acquireKeys, "", args...).Result()
+	v, err := n.eval(ctx, n.scripts[k.kind.acquire], k.acquireKeys, "", args...).Result()
 	return n.acquired(k, v, err)
 }
 
@@ -615,7 +618,7 @@ func grantArg(ttl time.Duration) any { return grantArgs.arg(ttl) }
 // round trip. A hold it granted or re-entered that too few replicas
 // acknowledged comes back with notReplicated set; the caller undoes it.
 func (n *node) runAcquireWaited(ctx context.Context, k keys, args []any) (acquireResult, error) {
-	replies, acks, err := n.waited(ctx, k.tag, k.kind.acquire, [][]string{k.acquireKeys}, [][]any{args})
+	replies, acks, err := n.waited(ctx, k.tag, n.scripts[k.kind.acquire], [][]string{k.acquireKeys}, [][]any{args})
 	var r acquireResult
 	if replies != nil {
 		var v any
@@ -745,7 +748,7 @@ func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMo
 	if k.kind.handoff == handoffTell {
 		grant = tellArg // the next waiter is told to try, not granted the lock
 	}
-	code, err := n.eval(ctx, k.kind.release, k.releaseKeys, k.marker(owner),
+	code, err := n.eval(ctx, n.scripts[k.kind.release], k.releaseKeys, k.marker(owner),
 		owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()
 	if err != nil {
 		n.failed(err)
@@ -757,7 +760,7 @@ func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMo
 // raiseFence runs raise_fence.lua on a RedLock's member: owner's fence on k
 // there becomes at least fence. It returns a result code.
 func (n *node) raiseFence(ctx context.Context, k keys, owner string, fence int64, ttl time.Duration) (int64, error) {
-	code, err := n.eval(ctx, scripts.raiseFence, k.leaseKeys[:2], "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
+	code, err := n.eval(ctx, n.scripts[scriptRaiseFence], k.leaseKeys[:2], "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
 	if err != nil {
 		n.failed(err)
 		return 0, opErr(nil, err, "raise the fence of %q", k.name)
@@ -769,7 +772,7 @@ func (n *node) raiseFence(ctx context.Context, k keys, owner string, fence int64
 // argument: the new total, or the one to use when none is stored. id is the
 // call's own, so that a retried Delete answers as it did.
 func (n *node) semaphore(ctx context.Context, k keys, id string, mode semMode, total int64) (int64, error) {
-	v, err := k.kind.release.Run(ctx, n.cmd, withMarker(k.releaseKeys, k, id),
+	v, err := n.scripts[k.kind.release].Run(ctx, n.cmd, withMarker(k.releaseKeys, k, id),
 		id, k.channelArg, string(mode), 0, total, markerTTLArg).Int64()
 	if err != nil {
 		return 0, opErr(nil, err, "semaphore %q", k.name)
@@ -817,7 +820,7 @@ func (n *node) extend(ctx context.Context, items []extendItem) ([]int64, error) 
 		return codes[0], errs[0]
 	}
 	ks, args := extendArgs(items)
-	codes, err := scripts.extend.Run(ctx, n.cmd, ks, args...).Int64Slice()
+	codes, err := n.scripts[scriptExtend].Run(ctx, n.cmd, ks, args...).Int64Slice()
 	return n.extendResult(items, codes, err)
 }
 
@@ -841,9 +844,9 @@ func (n *node) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, 
 		for j, i := range todo {
 			ks, args := extendArgs(calls[i])
 			if eval {
-				cmds[j] = scripts.extend.Eval(ctx, pipe, ks, args...)
+				cmds[j] = n.scripts[scriptExtend].Eval(ctx, pipe, ks, args...)
 			} else {
-				cmds[j] = scripts.extend.EvalSha(ctx, pipe, ks, args...)
+				cmds[j] = n.scripts[scriptExtend].EvalSha(ctx, pipe, ks, args...)
 			}
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -881,7 +884,7 @@ func (n *node) extendWaited(ctx context.Context, calls [][]extendItem) ([][]int6
 	for i, items := range calls {
 		keys[i], args[i] = extendArgs(items)
 	}
-	replies, acks, err := n.waited(ctx, calls[0][0].k.tag, scripts.extend, keys, args)
+	replies, acks, err := n.waited(ctx, calls[0][0].k.tag, n.scripts[scriptExtend], keys, args)
 	for i, items := range calls {
 		var v []int64
 		cerr := err
@@ -1048,7 +1051,7 @@ func (n *node) ttl(ctx context.Context, k keys, owner string) (left time.Duratio
 	if n.q != nil {
 		return n.q.ttl(ctx, k, owner)
 	}
-	ms, err := scripts.ttl.Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.kind.leaseIn.arg()).Int64()
+	ms, err := n.scripts[scriptTTL].Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.kind.leaseIn.arg()).Int64()
 	switch {
 	case err != nil:
 		return 0, 0, opErr(nil, err, "ttl %q", k.name)
@@ -1063,7 +1066,7 @@ func (n *node) ttl(ctx context.Context, k keys, owner string) (left time.Duratio
 // latch runs latch.lua in mode, with an id of its own so that a retry of the
 // call answers as it did.
 func (n *node) latch(ctx context.Context, k keys, id string, mode latchMode, count int64) (int64, error) {
-	v, err := scripts.latch.Run(ctx, n.cmd, []string{k.tag, k.marker(id)},
+	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.tag, k.marker(id)},
 		string(mode), latchChannel(k), count, markerTTL.Milliseconds()).Int64()
 	if err != nil {
 		return 0, opErr(nil, err, "latch %q", k.name)

@@ -77,7 +77,7 @@ func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		q.timeout = DefaultNodeTimeout
 	}
 	for i, rdb := range nodes {
-		m, err := newNode(rdb, cfg.autoPipeline)
+		m, err := newNode(rdb, cfg.autoPipeline, cfg.scripts)
 		if err != nil {
 			return nil, opErr(nil, err, "NewRedLock: node %d: WithAutoPipeline", i)
 		}
@@ -85,5 +85,5 @@ func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	}
 	// The quorum bounds every request by the per-node timeout and returns at
 	// ctx's end by itself.
-	return newClient(&node{q: q, ctxAware: true}, cfg, "NewRedLock")
+	return newClient(&node{q: q, ctxAware: true, scripts: cfg.scripts}, cfg, "NewRedLock")
 }

@@ -42,37 +42,53 @@ var (
 	//go:embed lua/gen/inspect.lua
 	inspectLua string
 
-	scripts = scriptSet{
-		acquire: redis.NewScript(acquireLua),
-		release: redis.NewScript(releaseLua),
-		extend:  redis.NewScript(extendLua),
-		ttl:     redis.NewScript(ttlLua),
+	// defaultScripts are the embedded scripts, which every node runs unless
+	// its Client was made with others (tests that show a check catches a
+	// broken script).
+	defaultScripts = scriptSet{
+		scriptAcquire: redis.NewScript(acquireLua),
+		scriptRelease: redis.NewScript(releaseLua),
+		scriptExtend:  redis.NewScript(extendLua),
+		scriptTTL:     redis.NewScript(ttlLua),
 
-		fairAcquire: redis.NewScript(fairAcquireLua),
-		fairRelease: redis.NewScript(fairReleaseLua),
+		scriptFairAcquire: redis.NewScript(fairAcquireLua),
+		scriptFairRelease: redis.NewScript(fairReleaseLua),
 
-		semAcquire: redis.NewScript(semAcquireLua),
-		semRelease: redis.NewScript(semReleaseLua),
+		scriptSemAcquire: redis.NewScript(semAcquireLua),
+		scriptSemRelease: redis.NewScript(semReleaseLua),
 
-		latch: redis.NewScript(latchLua),
+		scriptLatch: redis.NewScript(latchLua),
 
-		rwAcquire: redis.NewScript(rwAcquireLua),
-		rwRelease: redis.NewScript(rwReleaseLua),
+		scriptRWAcquire: redis.NewScript(rwAcquireLua),
+		scriptRWRelease: redis.NewScript(rwReleaseLua),
 
-		raiseFence: redis.NewScript(raiseFenceLua),
+		scriptRaiseFence: redis.NewScript(raiseFenceLua),
 
-		inspect: redis.NewScript(inspectLua),
+		scriptInspect: redis.NewScript(inspectLua),
 	}
 )
 
-// scriptSet is a variable rather than constants so that tests can swap a
-// script for a deliberately broken one and show that the safety checks fail.
-type scriptSet struct {
-	acquire, release, extend, ttl *redis.Script
-	fairAcquire, fairRelease      *redis.Script
-	semAcquire, semRelease        *redis.Script
-	latch                         *redis.Script
-	rwAcquire, rwRelease          *redis.Script
-	raiseFence                    *redis.Script
-	inspect                       *redis.Script
-}
+// script names one of the scripts.
+type script uint8
+
+const (
+	scriptAcquire script = iota
+	scriptRelease
+	scriptExtend
+	scriptTTL
+	scriptFairAcquire
+	scriptFairRelease
+	scriptSemAcquire
+	scriptSemRelease
+	scriptLatch
+	scriptRWAcquire
+	scriptRWRelease
+	scriptRaiseFence
+	scriptInspect
+	numScripts
+)
+
+// scriptSet is the scripts a node runs, by name: a value, so that a Client's
+// tests can run a deliberately broken one in its place and show that the
+// safety checks fail.
+type scriptSet [numScripts]*redis.Script
