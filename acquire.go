@@ -18,7 +18,8 @@ import (
 
 // engine is what the primitives of one Client share.
 type engine struct {
-	node    *node
+	backend backend
+	traits  traits // backend's
 	ren     *renewer
 	note    *notifier
 	bg      *background
@@ -39,7 +40,7 @@ type engine struct {
 
 // check looks at Redis's eviction policy (Client.Check).
 func (e *engine) check(ctx context.Context) error {
-	policy, known, err := e.node.evictionPolicy(ctx)
+	policy, known, err := e.backend.evictionPolicy(ctx)
 	switch {
 	case err != nil:
 		return opErr(nil, err, "check")
@@ -48,15 +49,12 @@ func (e *engine) check(ctx context.Context) error {
 	case policy != "noeviction":
 		return opErr(nil, nil, "check: Redis's maxmemory-policy is %q: it may evict locks and fence keys; set it to noeviction", policy)
 	}
-	if e.node.wait.n == 0 {
-		return nil
-	}
-	short, err := e.node.replicaShortfall(ctx)
+	want, short, err := e.backend.replicaShortfall(ctx)
 	if err != nil {
 		return opErr(nil, err, "check")
 	}
 	for addr, have := range short {
-		return opErr(nil, nil, "check: WithWaitReplicas asks for %d replicas, but the primary %s has %d connected: every acquire will fail", e.node.wait.n, addr, have)
+		return opErr(nil, nil, "check: WithWaitReplicas asks for %d replicas, but the primary %s has %d connected: every acquire will fail", want, addr, have)
 	}
 	return nil
 }
@@ -329,7 +327,7 @@ type heldAt struct {
 // lock held by owner if it was granted and lengthens it.
 func (a *acquirer) granted(ctx context.Context, owner string, m wake, h heldAt, start time.Time) *Lease {
 	e := a.e
-	if a.k.kind.handoff != handoffGrant || e.node.wait.n > 0 || h.sent.IsZero() {
+	if a.k.kind.handoff != handoffGrant || !e.traits.grantWake || h.sent.IsZero() {
 		return nil
 	}
 	if m.owner != owner || m.fence <= h.floor {
@@ -343,7 +341,7 @@ func (a *acquirer) granted(ctx context.Context, owner string, m wake, h heldAt, 
 	if time.Since(from) >= m.lease/2 {
 		return nil
 	}
-	t, err := e.ren.begin(e.node, &a.k, owner, m.fence, a.ttl, a.renew, from, m.lease)
+	t, err := e.ren.begin(&a.k, owner, m.fence, a.ttl, a.renew, from, m.lease)
 	if err != nil {
 		return nil // closing: the caller's next attempt fails with ErrClosed, and gives the grant back
 	}
@@ -363,10 +361,10 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 	var r acquireResult
 	var err error
 	if inline(e, ctx) {
-		r, err = e.node.acquire(ctx, a.k, owner, a.ttl, register, extra...)
+		r, err = e.backend.acquire(ctx, a.k, owner, a.ttl, register, extra...)
 	} else {
 		r, err = within(e, ctx, func() (acquireResult, error) {
-			return e.node.acquire(ctx, a.k, owner, a.ttl, register, extra...)
+			return e.backend.acquire(ctx, a.k, owner, a.ttl, register, extra...)
 		}, func(r acquireResult, err error) {
 			// The caller has gone: undo whatever the script did for it. Its
 			// own unregistration may have run before this script did.
@@ -397,7 +395,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 		// caller abandons it.
 		return nil, 0, acquireResult{}, opErr(ErrNotAcquired, r.notReplicated, "acquire %q", a.k.name)
 	}
-	t, err := e.ren.begin(e.node, &a.k, owner, r.fence, a.ttl, a.renew, sent, 0)
+	t, err := e.ren.begin(&a.k, owner, r.fence, a.ttl, a.renew, sent, 0)
 	if err != nil {
 		a.abandon(ctx, owner, sent)
 		return nil, 0, acquireResult{}, err
@@ -417,7 +415,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time) {
 	e := a.e
 	release := func(ctx context.Context) error {
-		_, err := e.node.release(ctx, a.k, owner, releaseLast, a.ttl, 0)
+		_, err := e.backend.release(ctx, a.k, owner, releaseLast, a.ttl, 0)
 		return err
 	}
 	first := func() {
@@ -621,7 +619,7 @@ func within[T any](e *engine, ctx context.Context, call func() (T, error), late 
 // goroutine: go-redis gives up the request at ctx's deadline by itself, or
 // ctx can never end. A caller can then skip within and the closures it takes.
 func inline(e *engine, ctx context.Context) bool {
-	return e.node.ctxAware || ctx.Done() == nil
+	return e.traits.ctxAware || ctx.Done() == nil
 }
 
 // cleanupContext returns a context for releasing a lock after the caller's
@@ -658,7 +656,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 	if err := t.endedErr("re-enter"); err != nil {
 		return nil, opErr(ErrNotAcquired, err, "re-enter %q", t.k.name)
 	}
-	r, err := h.e.node.reenter(ctx, *t.k, t.owner, h.e.ren.ttlOf(t), h.holds+1, extra...)
+	r, err := h.e.backend.reenter(ctx, *t.k, t.owner, h.e.ren.ttlOf(t), h.holds+1, extra...)
 	if err != nil {
 		// If the reply was lost the count in Redis may be one too high; the
 		// next count sent, or the last release, sets it right.
@@ -674,7 +672,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 		ttl := h.e.ren.ttlOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
-		if _, err := h.e.node.release(cctx, *t.k, t.owner, releaseOne, ttl, h.holds); err != nil {
+		if _, err := h.e.backend.release(cctx, *t.k, t.owner, releaseOne, ttl, h.holds); err != nil {
 			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.k.name, "err", err)
 		}
 		return nil, opErr(ErrNotAcquired, r.notReplicated, "re-enter %q", t.k.name)
@@ -719,7 +717,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		// this hold is given back whatever Redis answers, and a count that
 		// failed to reach Redis is set right by the next one that does.
 		h.holds--
-		code, err := e.node.release(cctx, *t.k, t.owner, releaseOne, ttl, h.holds)
+		code, err := e.backend.release(cctx, *t.k, t.owner, releaseOne, ttl, h.holds)
 		switch {
 		case err != nil:
 			return false, opErr(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.k.name)
@@ -737,7 +735,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
 	sent := time.Now()
-	code, err := e.node.release(cctx, *t.k, t.owner, releaseLast, ttl, 0)
+	code, err := e.backend.release(cctx, *t.k, t.owner, releaseLast, ttl, 0)
 	switch {
 	case err != nil:
 		e.log.Error("dlock: release failed; retrying in the background", "lock", t.k.name, "fence", t.fence, "err", err)
@@ -769,7 +767,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 func (h *hold) releaseLater(ttl time.Duration) {
 	t, e := h.t, h.e
 	err := retryRelease(e.closing, e.ren.deadlineOf(t), ttl, func(ctx context.Context) error {
-		_, err := e.node.release(ctx, *t.k, t.owner, releaseLast, ttl, 0)
+		_, err := e.backend.release(ctx, *t.k, t.owner, releaseLast, ttl, 0)
 		return err
 	})
 	switch {

@@ -8,10 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Kind is a lock type, as Inspect, Locks and ForceRelease name it, and as
@@ -143,7 +140,7 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 	if kind == KindCountDownLatch {
 		keys = []string{k.tag}
 	}
-	v, err := c.e.node.scripts[scriptInspect].RunRO(ctx, c.e.node.rdb, keys, code, InspectLimit).Slice()
+	v, err := c.e.backend.inspect(ctx, keys, code, InspectLimit)
 	if err != nil {
 		return nil, opErr(nil, err, "inspect %s %q", kind, name)
 	}
@@ -174,7 +171,7 @@ func (c *Client) adminKeys(op string, kind Kind, name string) (keys, string, err
 // adminCheck rejects an administrative call the Client cannot make.
 func (c *Client) adminCheck(op string) error {
 	switch {
-	case c.e.node.q != nil:
+	case !c.e.backend.traits().admin:
 		return opErr(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
 	case c.e.closed():
 		return opErr(ErrClosed, nil, "%s", op)
@@ -269,63 +266,26 @@ func (c *Client) Locks(ctx context.Context, pattern string) iter.Seq2[LockID, er
 			yield(LockID{}, err)
 			return
 		}
-		servers, err := primaries(ctx, c.e.node.rdb)
-		if err != nil {
-			yield(LockID{}, opErr(nil, err, "Locks: list the primaries"))
-			return
-		}
 		match := globEscaper.Replace(c.cfg.prefix) + "*{" + nameEscaper.Replace(pattern) + "}*"
 		seen := make(map[LockID]bool)
-		for _, srv := range servers {
-			it := srv.Scan(ctx, 0, match, 1000).Iterator()
-			for it.Next(ctx) {
-				id, ok := parseKey(c.cfg.prefix, it.Val())
-				if !ok || seen[id] {
-					continue
-				}
-				seen[id] = true
-				if !yield(id, nil) {
-					return
-				}
+		stopped := false
+		err := c.e.backend.scan(ctx, match, func(key string) bool {
+			id, ok := parseKey(c.cfg.prefix, key)
+			if !ok || seen[id] {
+				return true
 			}
-			if err := it.Err(); err != nil {
-				yield(LockID{}, opErr(nil, err, "Locks: SCAN %s", match))
-				return
-			}
+			seen[id] = true
+			stopped = !yield(id, nil)
+			return !stopped
+		})
+		if err != nil && !stopped {
+			yield(LockID{}, opErr(nil, err, "Locks"))
 		}
 	}
 }
 
 // globEscaper escapes the characters special in a Redis glob.
 var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
-
-// primaries returns a client of each server a SCAN must cover: every
-// primary of a Cluster, every shard of a Ring, else rdb itself.
-func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable, error) {
-	var (
-		mu  sync.Mutex
-		out []redis.Cmdable
-	)
-	add := func(_ context.Context, c *redis.Client) error {
-		mu.Lock()
-		out = append(out, c)
-		mu.Unlock()
-		return nil
-	}
-	switch r := rdb.(type) {
-	case *redis.ClusterClient:
-		if err := r.ForEachMaster(ctx, add); err != nil {
-			return nil, err
-		}
-	case *redis.Ring:
-		if err := r.ForEachShard(ctx, add); err != nil {
-			return nil, err
-		}
-	default:
-		out = append(out, rdb)
-	}
-	return out, nil
-}
 
 // stateSuffixes are the key suffixes that hold a lock's state; a key with
 // another (a call's marker) makes no lock appear.
@@ -405,12 +365,10 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 		}
 	}
 	ev := &Eviction{}
-	n := c.e.node
 	call := c.e.newOwner() // the release marker's id: no holder's own
 	var last int64
 	for _, o := range owners {
-		code, err := n.eval(ctx, n.scripts[k.kind.release], k.releaseKeys, k.marker(call+"/"+o),
-			o, k.channelArg, releaseLast.arg(), grantArg(c.cfg.ttl), 0, markerTTLArg).Int64()
+		code, err := c.e.backend.evict(ctx, k, o, call+"/"+o, c.cfg.ttl)
 		if err != nil {
 			return ev, opErr(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
 		}
@@ -428,7 +386,7 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	// Every fence handed out from now on exceeds the evicted ones: the
 	// fence Inspect read is at least theirs.
 	ev.Fence = max(st.Fence, last) + 1
-	if _, err := n.eval(ctx, n.scripts[scriptRaiseFence], k.acquireKeys[:2], "", "", strconv.FormatInt(ev.Fence, 10), msArg(c.cfg.ttl)).Result(); err != nil {
+	if err := c.e.backend.moveFence(ctx, k, ev.Fence, c.cfg.ttl); err != nil {
 		return ev, opErr(nil, err, "ForceRelease %s %q: move the fence on", kind, name)
 	}
 	return ev, nil

@@ -65,30 +65,28 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, opErr(nil, err, "New: WithAutoPipeline")
 	}
-	if err := n.setWait(cfg.wait); err != nil {
+	b, err := withWait(n, cfg.wait)
+	if err != nil {
 		return nil, opErr(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.n, cfg.wait.timeout)
 	}
-	return newClient(n, cfg, "New")
+	return newClient(b, cfg, "New", make(chan struct{}))
 }
 
-// newClient returns a Client on n.
-func newClient(n *node, cfg config, op string) (*Client, error) {
+// newClient returns a Client on b; closing is to be closed when its Close
+// starts.
+func newClient(b backend, cfg config, op string, closing chan struct{}) (*Client, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, opErr(nil, err, "%s: make client id", op)
 	}
 	hexID := hex.EncodeToString(id[:])
 	events := &dispatcher{}
-	closing := make(chan struct{})
 	bg := &background{}
-	if n.q != nil {
-		n.q.closing = closing
-	}
 	return &Client{
 		e: &engine{
-			node: n, bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
-			ren:  newRenewer(cfg.logger, cfg.hooks, events),
-			note: newNotifier(n, bg, cfg.logger, closing, cfg.notify),
+			backend: b, traits: b.traits(), bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
+			ren:  newRenewer(b, cfg.logger, cfg.hooks, events),
+			note: newNotifier(b, bg, cfg.logger, closing, cfg.notify),
 			id:   hexID,
 			own:  ":" + hexID,
 		},
@@ -127,7 +125,7 @@ func (c *Client) Close() error {
 		defer cancel()
 		var errs []error
 		for _, t := range live {
-			if _, rerr := e.node.release(ctx, *t.k, t.owner, releaseLast, e.ren.ttlOf(t), 0); rerr != nil {
+			if _, rerr := e.backend.release(ctx, *t.k, t.owner, releaseLast, e.ren.ttlOf(t), 0); rerr != nil {
 				errs = append(errs, rerr)
 			}
 			e.ren.end(t, opErr(ErrClosed, nil, "lock %q ended by Close", t.k.name), nil)
@@ -135,7 +133,7 @@ func (c *Client) Close() error {
 		e.bg.close()
 		c.events.close()
 		e.note.close()
-		e.node.settle()
+		e.backend.settle()
 		err = errors.Join(errs...)
 	})
 	return err
@@ -168,12 +166,10 @@ func (c *Client) acquirer(k *kind, name string, opts []Option) acquirer {
 		return acquirer{k: keys{kind: k, name: name}, err: opErr(nil, nil, "%s of a nil or zero Client", k.name)}
 	}
 	unsupported := false
-	if c.e.node.q != nil {
-		if k == mutexKind {
-			k = redMutexKind
-		} else {
-			unsupported = true
-		}
+	if rk := c.e.backend.kindFor(k); rk != nil {
+		k = rk
+	} else {
+		unsupported = true
 	}
 	a := acquirer{e: c.e, k: newKeys(c.cfg.prefix, k, name)}
 	cfg, err := c.cfg, error(nil)

@@ -182,4 +182,11 @@ func ReadyChannels(c *Client) []string {
 
 // GroupBySlot makes c's node group renewals by hash slot, as on a Cluster,
 // so that tests on one server can see the per-slot script calls.
-func GroupBySlot(c *Client) { c.e.node.cluster = true }
+func GroupBySlot(c *Client) {
+	switch b := c.e.backend.(type) {
+	case *node:
+		b.cluster = true
+	case *waitNode:
+		b.cluster = true
+	}
+}

@@ -45,7 +45,7 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	}
 	l := &CountDownLatch{e: c.e, k: newKeys(c.cfg.prefix, latchKind, name)}
 	switch {
-	case c.e.node.q != nil:
+	case c.e.backend.kindFor(latchKind) == nil:
 		l.err = opErr(errors.ErrUnsupported, nil, "CountDownLatch %q on a RedLock Client: only Mutex and MultiLock are", name)
 	case name == "":
 		l.err = errors.New("dlock: CountDownLatch: empty latch name")
@@ -72,7 +72,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 	if count <= 0 {
 		return false, opErr(nil, nil, "%s %q: count %d, want more than 0", op, l.k.name, count)
 	}
-	v, err := l.e.node.latch(ctx, l.k, l.e.newOwner(), latchSet, count)
+	v, err := l.e.backend.latch(ctx, l.k, l.e.newOwner(), latchSet, count)
 	return v == 1, err
 }
 
@@ -83,7 +83,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx, "count down latch"); err != nil {
 		return err
 	}
-	_, err := l.e.node.latch(ctx, l.k, l.e.newOwner(), latchDown, 0)
+	_, err := l.e.backend.latch(ctx, l.k, l.e.newOwner(), latchDown, 0)
 	return err
 }
 
@@ -95,7 +95,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx, "delete latch"); err != nil {
 		return false, err
 	}
-	v, err := l.e.node.latch(ctx, l.k, l.e.newOwner(), latchDelete, 0)
+	v, err := l.e.backend.latch(ctx, l.k, l.e.newOwner(), latchDelete, 0)
 	return v == 1, err
 }
 
@@ -104,7 +104,7 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	if err := l.check(ctx, "count of latch"); err != nil {
 		return 0, err
 	}
-	return l.e.node.latchCount(ctx, l.k)
+	return l.e.backend.latchCount(ctx, l.k)
 }
 
 // Wait returns nil once the latch is open: at once if it has no count,
@@ -128,7 +128,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	// count returns the latch's count, riding out an outage of Redis.
 	count := func() (int64, error) {
 		for {
-			n, err := e.node.latchCount(ctx, l.k)
+			n, err := e.backend.latchCount(ctx, l.k)
 			e.heard(err)
 			if err == nil {
 				return n, nil

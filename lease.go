@@ -179,7 +179,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := t.endedErr("ttl"); err != nil {
 		return 0, err
 	}
-	left, code, err := l.h.e.node.ttl(ctx, *t.k, t.owner)
+	left, code, err := l.h.e.backend.ttl(ctx, *t.k, t.owner)
 	switch {
 	case err != nil:
 		return 0, err

@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -36,7 +35,7 @@ import (
 // moved (a failover, a resharding), the waiters are woken so that they look
 // for themselves, and the channels are subscribed again, where they live now.
 type notifier struct {
-	node    *node
+	backend backend
 	bg      *background
 	log     *slog.Logger
 	closing <-chan struct{}
@@ -137,8 +136,8 @@ var defaultNotifyConfig = notifyConfig{
 	pongWait:     5 * time.Second,
 }
 
-func newNotifier(n *node, bg *background, log *slog.Logger, closing <-chan struct{}, cfg notifyConfig) *notifier {
-	return &notifier{node: n, bg: bg, log: log, closing: closing, cfg: cfg,
+func newNotifier(n backend, bg *background, log *slog.Logger, closing <-chan struct{}, cfg notifyConfig) *notifier {
+	return &notifier{backend: n, bg: bg, log: log, closing: closing, cfg: cfg,
 		shards: make(map[string]*shard), gates: make(map[string]*gate), idle: list.New()}
 }
 
@@ -189,10 +188,11 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
-	places, need, err := n.node.places(ctx, g.channel)
+	ps, err := n.backend.places(ctx, g.channel)
 	if err != nil {
 		return err
 	}
+	places, need := ps.at, ps.need
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -204,7 +204,7 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 	}
 	sends := make([]send, 0, len(places))
 	g.shs, g.got, g.need, g.refused = g.shs[:0], g.got[:0], need, 0
-	quorum := n.node.q != nil
+	quorum := ps.apart
 	for _, p := range places {
 		sh := n.shards[p.addr]
 		fresh := sh == nil
@@ -244,10 +244,7 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 				}
 			})
 		}
-		if len(sends) < need {
-			return fmt.Errorf("%d of %d nodes reachable, a majority is %d", len(sends), len(n.node.q.members), need)
-		}
-		return nil
+		return ps.short
 	}
 	// The connection is shared: a caller's deadline cutting the write short
 	// would break it for every waiter of this Client. The write is local and
@@ -401,7 +398,7 @@ func (n *notifier) unregister(k keys, ttl time.Duration, owner string) {
 	n.bg.doSoon(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := n.node.release(ctx, k, owner, releaseLeave, ttl, 0); err != nil {
+		if _, err := n.backend.release(ctx, k, owner, releaseLeave, ttl, 0); err != nil {
 			n.log.Warn("dlock: removing a waiter that gave up failed", "lock", k.name, "err", err)
 		}
 	})
@@ -452,7 +449,7 @@ func (n *notifier) receive(sh *shard) {
 				// answers SUNSUBSCRIBE or SSUBSCRIBE of a channel whose slot
 				// has moved.
 				n.log.Debug("dlock: wake-up connection got an error reply", "node", sh.addr, "err", err)
-				n.node.failed(err)
+				n.backend.failed(err)
 				continue
 			}
 			// The connection broke; go-redis reconnects and subscribes again
@@ -461,7 +458,7 @@ func (n *notifier) receive(sh *shard) {
 			// server stays unreachable, try again less and less often (on a
 			// RedLock, a member can stay down while the others serve).
 			pinged = false
-			n.node.failed(err)
+			n.backend.failed(err)
 			if down == 0 {
 				n.log.Warn("dlock: wake-up messages interrupted", "node", sh.addr, "err", err)
 				n.wakeAll(sh)
@@ -598,9 +595,9 @@ func (n *notifier) dropped(sh *shard, channel string) {
 func (n *notifier) resubscribe(g *gate, old *shard, attempt int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), resubscribeWait)
 	defer cancel()
-	n.node.reload()
+	n.backend.reload()
 	for {
-		addr, err := n.node.shardOf(ctx, g.channel)
+		addr, err := n.backend.shardOf(ctx, g.channel)
 		if err == nil && addr != old.addr {
 			break
 		}

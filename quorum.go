@@ -1,10 +1,10 @@
 package dlock
 
-// The protocol floor of a RedLock: a node made of N independent nodes, each
+// The protocol floor of a RedLock: a backend made of N member backends, each
 // a Redis deployment of its own, on which a lock is held when a majority of
-// them hold it. Each request of node (acquire, release, extend, ttl) goes to
-// every member at once, each member bounded by the per-node timeout, and the
-// members' answers are combined here; the floors above see one node.
+// them hold it. Each request (acquire, release, extend, ttl) goes to every
+// member at once, each member bounded by the per-node timeout, and the
+// members' answers are combined here; the floors above see one backend.
 
 import (
 	"cmp"
@@ -14,13 +14,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
 
-// quorum is the member set of a RedLock node.
+// quorum is a RedLock: a backend made of member backends.
 type quorum struct {
-	members []*node
+	members []backend
 	need    int           // a majority of members
 	timeout time.Duration // per member and request
 
@@ -40,6 +41,114 @@ type quorum struct {
 	// closing is closed when the Client's Close starts: an undo retried in
 	// the background then makes its last try.
 	closing <-chan struct{}
+}
+
+// newQuorum returns the RedLock of members, each request to a member
+// bounded by timeout; closing is closed when its Client's Close starts.
+func newQuorum(members []backend, timeout time.Duration, closing <-chan struct{}) *quorum {
+	return &quorum{members: members, need: len(members)/2 + 1, timeout: timeout,
+		busy: make(map[busyKey]int), ended: make(map[string]bool), closing: closing}
+}
+
+// traits: the quorum bounds every request by the per-node timeout and
+// returns at ctx's end by itself; a waiter is only told to try again (each
+// member keeps a queue of its own), and administration needs a Client of
+// each member's own.
+func (q *quorum) traits() traits { return traits{ctxAware: true, slow: q.timeout} }
+
+// kindFor: only a Mutex runs on a RedLock, whose release tells the next
+// waiter instead of granting (redMutexKind).
+func (q *quorum) kindFor(k *kind) *kind {
+	if k == mutexKind {
+		return redMutexKind
+	}
+	return nil
+}
+
+// settle waits for the requests to the slower members, and then for each
+// member's own.
+func (q *quorum) settle() {
+	q.wg.Wait()
+	for _, m := range q.members {
+		m.settle()
+	}
+}
+
+// places returns where a channel is subscribed: on each member that can
+// say where, a majority of which must confirm it.
+func (q *quorum) places(ctx context.Context, channel string) (placement, error) {
+	p := placement{at: make([]place, 0, len(q.members)), need: q.need, apart: true}
+	for i, m := range q.members {
+		mp, err := m.places(ctx, channel)
+		if err != nil {
+			continue // the member is down: the others are enough, or not
+		}
+		for _, at := range mp.at {
+			p.at = append(p.at, place{strconv.Itoa(i) + "/" + at.addr, at.rdb})
+		}
+	}
+	if len(p.at) < q.need {
+		p.short = fmt.Errorf("%d of %d nodes reachable, a majority is %d", len(p.at), len(q.members), q.need)
+	}
+	return p, nil
+}
+
+// The requests of a single deployment that a RedLock does not make: its
+// members are single primaries, its channels are subscribed per member
+// (places), and only a Mutex runs on it (kindFor), without administration
+// (traits).
+
+func (q *quorum) shardOf(context.Context, string) (string, error) { return "", nil }
+func (q *quorum) group(string) int                                { return 0 }
+func (q *quorum) failed(error)                                    {}
+func (q *quorum) reload()                                         {}
+
+func (q *quorum) replicaShortfall(context.Context) (int, map[string]int, error) {
+	return 0, nil, nil
+}
+
+func (q *quorum) latch(_ context.Context, k keys, _ string, _ latchMode, _ int64) (int64, error) {
+	return 0, q.unsupported("CountDownLatch", k)
+}
+
+func (q *quorum) latchCount(_ context.Context, k keys) (int64, error) {
+	return 0, q.unsupported("CountDownLatch", k)
+}
+
+func (q *quorum) semaphore(_ context.Context, k keys, _ string, _ semMode, _ int64) (int64, error) {
+	return 0, q.unsupported("Semaphore", k)
+}
+
+func (q *quorum) inspect(context.Context, []string, string, int) ([]any, error) {
+	return nil, opErr(errors.ErrUnsupported, nil, "Inspect on a RedLock")
+}
+
+func (q *quorum) scan(context.Context, string, func(string) bool) error {
+	return opErr(errors.ErrUnsupported, nil, "Locks on a RedLock")
+}
+
+func (q *quorum) evict(_ context.Context, k keys, _, _ string, _ time.Duration) (int64, error) {
+	return 0, opErr(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.name)
+}
+
+func (q *quorum) moveFence(_ context.Context, k keys, _ int64, _ time.Duration) error {
+	return opErr(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.name)
+}
+
+func (q *quorum) unsupported(what string, k keys) error {
+	return opErr(errors.ErrUnsupported, nil, "%s %q on a RedLock", what, k.name)
+}
+
+// extend extends items on a majority of the members (extendAll).
+func (q *quorum) extend(ctx context.Context, items []extendItem) ([]int64, error) {
+	codes, errs := q.extendAll(ctx, [][]extendItem{items})
+	return codes[0], errs[0]
+}
+
+// raiseFence is asked of a RedLock's members only (raiseFenceAll), and a
+// RedLock is never a member of another.
+func (q *quorum) raiseFence(_ context.Context, k keys, _ string, _ int64, _ time.Duration) (int64, error) {
+	return 0, q.unsupported("raise the fence of", k)
 }
 
 type busyKey struct {
@@ -100,7 +209,7 @@ type memberReply[T any] struct {
 // called before fanOut returns for each member whose answer will go there.
 type fan[T any] struct {
 	skip       func(i int) bool
-	call       func(ctx context.Context, m *node) (T, error)
+	call       func(ctx context.Context, m backend) (T, error)
 	decide     func(r memberReply[T]) bool
 	late       func(r memberReply[T])
 	leftBehind func(i int)
@@ -304,7 +413,7 @@ func (q *quorum) undo(k keys, owner string, i int, ttl time.Duration, sent time.
 // counts as taken only if a majority took it and has its fence before the
 // lease's validity (TTL less elapsed time and drift) ran out; otherwise every
 // member's part is undone.
-func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra []any) (acquireResult, error) {
+func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra ...any) (acquireResult, error) {
 	sent := time.Now()
 	n := len(q.members)
 	var won, held, failed int
@@ -322,7 +431,7 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 	defer close(decided)
 	replies := fanOut(ctx, q, fan[acquireResult]{
 		skip: func(i int) bool { return q.isBusy(owner, i) },
-		call: func(ctx context.Context, m *node) (acquireResult, error) {
+		call: func(ctx context.Context, m backend) (acquireResult, error) {
 			return m.acquire(ctx, k, owner, ttl, register, extra...)
 		},
 		decide: func(r memberReply[acquireResult]) bool {
@@ -352,7 +461,7 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 		},
 	})
 	if won >= q.need {
-		fence, err := q.raiseFence(ctx, k, owner, ttl, replies)
+		fence, err := q.raiseFenceAll(ctx, k, owner, ttl, replies)
 		if err == nil && time.Since(sent) < ttl-drift(ttl) {
 			kept = true
 			return acquireResult{fence: fence}, nil
@@ -418,10 +527,10 @@ func (q *quorum) undoAll(k keys, owner string, ttl time.Duration, sent time.Time
 	wg.Wait()
 }
 
-// raiseFence returns the largest fence of the members that granted the
+// raiseFenceAll returns the largest fence of the members that granted the
 // lock, after writing it to every member that may have less (raise_fence.lua
 // says why every one): it fails unless a majority has it.
-func (q *quorum) raiseFence(ctx context.Context, k keys, owner string, ttl time.Duration, replies []memberReply[acquireResult]) (int64, error) {
+func (q *quorum) raiseFenceAll(ctx context.Context, k keys, owner string, ttl time.Duration, replies []memberReply[acquireResult]) (int64, error) {
 	var fence int64
 	for _, r := range replies {
 		if r.err == nil {
@@ -440,7 +549,7 @@ func (q *quorum) raiseFence(ctx context.Context, k keys, owner string, ttl time.
 	}
 	raised := fanOut(ctx, q, fan[int64]{
 		skip: func(i int) bool { return has[i] },
-		call: func(ctx context.Context, m *node) (int64, error) {
+		call: func(ctx context.Context, m backend) (int64, error) {
 			return m.raiseFence(ctx, k, owner, fence, ttl)
 		},
 		decide: func(r memberReply[int64]) bool {
@@ -464,11 +573,11 @@ func (q *quorum) raiseFence(ctx context.Context, k keys, owner string, ttl time.
 
 // reenter adds a hold of owner on every member; it counts when a majority
 // added it.
-func (q *quorum) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int, extra []any) (acquireResult, error) {
+func (q *quorum) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int, extra ...any) (acquireResult, error) {
 	var done, gone int
 	n := len(q.members)
 	replies := fanOut(ctx, q, fan[acquireResult]{
-		call: func(ctx context.Context, m *node) (acquireResult, error) {
+		call: func(ctx context.Context, m backend) (acquireResult, error) {
 			return m.reenter(ctx, k, owner, ttl, count, extra...)
 		},
 		decide: func(r memberReply[acquireResult]) bool {
@@ -503,7 +612,7 @@ func (q *quorum) release(ctx context.Context, k keys, owner string, mode release
 	n := len(q.members)
 	var ok, not int
 	replies := fanOut(ctx, q, fan[int64]{
-		call: func(ctx context.Context, m *node) (int64, error) {
+		call: func(ctx context.Context, m backend) (int64, error) {
 			return m.release(ctx, k, owner, mode, ttl, count)
 		},
 		decide: func(r memberReply[int64]) bool {
@@ -570,7 +679,7 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 		errs  []error
 	}
 	replies := fanOut(ctx, q, fan[answer]{
-		call: func(ctx context.Context, m *node) (answer, error) {
+		call: func(ctx context.Context, m backend) (answer, error) {
 			codes, errs := m.extendAll(ctx, calls)
 			return answer{codes, errs}, nil
 		},
@@ -634,7 +743,7 @@ func (q *quorum) ttl(ctx context.Context, k keys, owner string) (time.Duration, 
 		code int64
 	}
 	replies := fanOut(ctx, q, fan[left]{
-		call: func(ctx context.Context, m *node) (left, error) {
+		call: func(ctx context.Context, m backend) (left, error) {
 			d, code, err := m.ttl(ctx, k, owner)
 			return left{d, code}, err
 		},

@@ -22,7 +22,6 @@ import (
 // renewal schedule, and its ending.
 type term struct {
 	// Set when the lease begins, never changed.
-	node  *node
 	k     *keys
 	owner string
 	fence int64
@@ -90,11 +89,12 @@ func (t *term) lostErr(code int64) error {
 	return opErr(ErrLockLost, nil, "%q expired", t.k.name)
 }
 
-// renewer keeps the terms of a Client's leases.
+// renewer keeps the terms of a Client's leases, which are all on backend.
 type renewer struct {
-	log    *slog.Logger
-	hooks  *Hooks
-	events *dispatcher
+	backend backend
+	log     *slog.Logger
+	hooks   *Hooks
+	events  *dispatcher
 
 	mu      sync.Mutex
 	queue   termQueue // every term not ended, by wake
@@ -108,12 +108,12 @@ type renewer struct {
 	wg     sync.WaitGroup // the loop and the renewal calls
 }
 
-func newRenewer(log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
+func newRenewer(b backend, log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &renewer{log: log, hooks: hooks, events: events, ctx: ctx, cancel: cancel}
+	return &renewer{backend: b, log: log, hooks: hooks, events: events, ctx: ctx, cancel: cancel}
 }
 
-// begin starts the term of a lease just acquired on n, whose acquire was sent
+// begin starts the term of a lease just acquired, whose acquire was sent
 // at sent: the lease lapses at sent + ttl in Redis at the latest, and counts
 // as lost drift before that unless renewed.
 //
@@ -121,8 +121,8 @@ func newRenewer(log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
 // sent + grant at the latest, sent being a request that reached Redis before
 // the grant was made, and counts as lost drift(grant) before that. The
 // renewer lengthens it to ttl at once.
-func (r *renewer) begin(n *node, k *keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*term, error) {
-	t := &term{node: n, k: k, owner: owner, fence: fence, begun: sent,
+func (r *renewer) begin(k *keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*term, error) {
+	t := &term{k: k, owner: owner, fence: fence, begun: sent,
 		renew: renew, ttl: ttl, deadline: sent.Add(ttl - drift(ttl)),
 		due: sent.Add(renewEvery(ttl)), slack: renewSlack(ttl)}
 	if grant > 0 {
@@ -254,7 +254,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	r.reschedule(t)
 	r.mu.Unlock()
 
-	codes, err := t.node.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true, gen: gen}})
+	codes, err := r.backend.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true, gen: gen}})
 
 	r.mu.Lock()
 	close(t.busy)
@@ -392,23 +392,18 @@ func (r *renewer) deadlineErr(t *term) error {
 // leases, each pipeline on a goroutine of its own: one round trip per
 // maxBatch leases per server.
 func (r *renewer) renew(due []*term) {
-	type server struct {
-		n    *node
-		addr string
-	}
-	slots := make(map[server]map[int][]*term)
+	slots := make(map[string]map[int][]*term) // by server address
 	for _, t := range due {
-		addr, _ := t.node.shardOf(r.ctx, t.k.tag) // "" if unknown: go-redis routes each call
-		sv := server{t.node, addr}
-		g := slots[sv]
+		addr, _ := r.backend.shardOf(r.ctx, t.k.tag) // "" if unknown: go-redis routes each call
+		g := slots[addr]
 		if g == nil {
 			g = make(map[int][]*term)
-			slots[sv] = g
+			slots[addr] = g
 		}
-		s := t.node.group(t.k.tag)
+		s := r.backend.group(t.k.tag)
 		g[s] = append(g[s], t)
 	}
-	for sv, groups := range slots {
+	for _, groups := range slots {
 		var pipes [][][]*term // pipelines of script calls of terms
 		var pipe [][]*term
 		size := 0
@@ -425,17 +420,17 @@ func (r *renewer) renew(due []*term) {
 		// deadlines: a call that stalls (a connection that stopped
 		// answering) holds up no other lease's renewal.
 		for _, calls := range pipes {
-			r.wg.Go(func() { r.renewCalls(sv.n, calls) })
+			r.wg.Go(func() { r.renewCalls(calls) })
 		}
 	}
 }
 
-// renewCalls renews calls, one script call each, in one pipeline on n, and
+// renewCalls renews calls, one script call each, in one pipeline, and
 // schedules what follows. A pipeline without its reply after stallAfter
 // frees its leases for another try on another connection (stalled), since
 // go-redis may wait for a lost reply longer than the leases last; its reply,
 // if it comes later, still counts for what it says (renewed).
-func (r *renewer) renewCalls(n *node, calls [][]*term) {
+func (r *renewer) renewCalls(calls [][]*term) {
 	items := make([][]extendItem, len(calls))
 	busy := make([][]chan struct{}, len(calls)) // each term's busy of this call
 	var latest time.Time
@@ -457,11 +452,8 @@ func (r *renewer) renewCalls(n *node, calls [][]*term) {
 	r.mu.Unlock()
 	// A call that waits for replicas, or for a RedLock's nodes, takes up to
 	// that wait by design.
-	if n.wait.n > 0 {
-		stall = max(stall, n.wait.timeout+stallMin)
-	}
-	if n.q != nil {
-		stall = max(stall, n.q.timeout+stallMin)
+	if slow := r.backend.traits().slow; slow > 0 {
+		stall = max(stall, slow+stallMin)
 	}
 	// A reply that comes after every deadline in the batch is of no use.
 	ctx, cancel := context.WithDeadline(r.ctx, latest)
@@ -471,7 +463,7 @@ func (r *renewer) renewCalls(n *node, calls [][]*term) {
 		defer close(fired)
 		r.stalled(calls, busy)
 	})
-	codes, errs := n.extendAll(ctx, items)
+	codes, errs := r.backend.extendAll(ctx, items)
 	if !timer.Stop() {
 		<-fired
 	}

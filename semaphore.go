@@ -118,7 +118,7 @@ func (s *Semaphore) call(ctx context.Context, op string, mode semMode, total int
 	if err := a.check(ctx, op); err != nil {
 		return 0, err
 	}
-	return a.e.node.semaphore(ctx, a.k, a.e.newOwner(), mode, total)
+	return a.e.backend.semaphore(ctx, a.k, a.e.newOwner(), mode, total)
 }
 
 // defaultTotal is the total when Redis holds none: the permits s was made with.

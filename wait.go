@@ -1,0 +1,241 @@
+package dlock
+
+// WAIT (WithWaitReplicas): a node whose every write that grants or lengthens
+// a hold is followed, in the same pipeline on the same connection, by WAIT
+// for a number of replicas, so that a failover is less likely to lose it.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// replicas is WithWaitReplicas's setting: n replicas must acknowledge, within
+// timeout, each write that grants or lengthens a hold.
+type replicas struct {
+	n       int
+	timeout time.Duration
+}
+
+// waitNode is a node whose acquisitions and extensions wait for replicas;
+// every other request is the node's own.
+type waitNode struct {
+	*node
+	wait replicas
+}
+
+// withWait returns n, if w asks for no replica; otherwise n wrapped so that
+// every write that grants or lengthens a hold waits for w's replicas. The
+// node must be one whose server for a key is known, and w's timeout at most
+// half the Redis client's ReadTimeout, which bounds the reply of the
+// pipeline that carries the WAIT.
+func withWait(n *node, w replicas) (backend, error) {
+	if w.n == 0 {
+		return n, nil
+	}
+	var read time.Duration
+	switch r := n.rdb.(type) {
+	case *redis.Client:
+		read = r.Options().ReadTimeout
+	case *redis.ClusterClient:
+		read = r.Options().ReadTimeout
+	default:
+		return nil, fmt.Errorf("WAIT needs a *redis.Client, a FailoverClient or a *redis.ClusterClient, not a %T", n.rdb)
+	}
+	if read > 0 && w.timeout > read/2 {
+		return nil, fmt.Errorf("the timeout must be at most half the Redis client's ReadTimeout (%v), which bounds the reply that follows the WAIT", read)
+	}
+	return &waitNode{node: n, wait: w}, nil
+}
+
+// traits: a waiter must not take a lock on a grant message, whose write no
+// replica may have acknowledged: it asks again, and that acquire waits for
+// them. A request may take the WAIT's timeout.
+func (w *waitNode) traits() traits {
+	t := w.node.traits()
+	t.grantWake, t.slow = false, w.wait.timeout
+	return t
+}
+
+// acquire is node.acquire followed by WAIT.
+func (w *waitNode) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra ...any) (acquireResult, error) {
+	args := append([]any{owner, msArg(ttl), string(takeMode), register.Milliseconds()}, extra...)
+	return w.runAcquireWaited(ctx, k, args)
+}
+
+// reenter is node.reenter followed by WAIT.
+func (w *waitNode) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int, extra ...any) (acquireResult, error) {
+	args := append([]any{owner, ttl.Milliseconds(), string(reenterMode), count}, extra...)
+	return w.runAcquireWaited(ctx, k, args)
+}
+
+// extend is node.extend followed by WAIT.
+func (w *waitNode) extend(ctx context.Context, items []extendItem) ([]int64, error) {
+	codes, errs := w.extendWaited(ctx, [][]extendItem{items})
+	return codes[0], errs[0]
+}
+
+// extendAll is node.extendAll followed by WAIT.
+func (w *waitNode) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+	return w.extendWaited(ctx, calls)
+}
+
+// runAcquireWaited runs k's acquire script followed by WAIT, pipelined: one
+// round trip. A hold it granted or re-entered that too few replicas
+// acknowledged comes back with notReplicated set; the caller undoes it.
+func (w *waitNode) runAcquireWaited(ctx context.Context, k keys, args []any) (acquireResult, error) {
+	replies, acks, err := w.waited(ctx, k.tag, w.scripts[k.kind.acquire], [][]string{k.acquireKeys}, [][]any{args})
+	var r acquireResult
+	if replies != nil {
+		var v any
+		if v, err = replies[0].Result(); err == nil {
+			if r, err = decodeAcquire(v); err == nil {
+				err = acks.err
+			}
+		}
+	}
+	if err != nil {
+		return acquireResult{}, opErr(nil, err, "acquire %q", k.name)
+	}
+	if r.fence > 0 || r.reentered {
+		r.notReplicated = acks.short()
+	}
+	return r, nil
+}
+
+// waited runs script once per keys and args, followed by WAIT for n.wait,
+// in one pipeline on the server that owns key: one round trip, on one
+// connection, so that WAIT counts the acknowledgements of those calls'
+// writes. It never goes through the autopipeliner. A server that does not
+// know the script yet is sent its body. If the pipeline could not be sent,
+// replies is nil and err says why; otherwise each reply carries its own
+// error, and the WAIT's outcome is in acks.
+func (w *waitNode) waited(ctx context.Context, key string, script *redis.Script, keys [][]string, args [][]any) (replies []*redis.Cmd, acks waitResult, err error) {
+	srv, err := w.serverOf(ctx, key)
+	if err != nil {
+		w.failed(err)
+		return nil, waitResult{}, err
+	}
+	var wait *redis.Cmd
+	run := func(eval bool) {
+		pipe := srv.Pipeline()
+		replies = make([]*redis.Cmd, len(keys))
+		for i := range keys {
+			if eval {
+				replies[i] = script.Eval(ctx, pipe, keys[i], args[i]...)
+			} else {
+				replies[i] = script.EvalSha(ctx, pipe, keys[i], args[i]...)
+			}
+		}
+		wait = pipe.Do(ctx, "wait", w.wait.n, w.wait.timeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+	}
+	run(false)
+	if noScript(replies[0].Err()) {
+		run(true) // every call is the same script on the same server
+	}
+	for _, r := range replies {
+		if err := r.Err(); err != nil {
+			w.failed(err)
+			break
+		}
+	}
+	acks = waitResult{want: w.wait}
+	if acks.got, acks.err = wait.Int64(); acks.err != nil {
+		w.failed(acks.err)
+		acks.err = opErr(nil, acks.err, "wait for %d replicas", w.wait.n)
+	}
+	return replies, acks, nil
+}
+
+// waitResult is the outcome of a WAIT.
+type waitResult struct {
+	want replicas
+	got  int64 // replicas that acknowledged
+	err  error // the WAIT failed
+}
+
+// short returns, if fewer replicas acknowledged than were asked for, the
+// error that says so; nil otherwise.
+func (w waitResult) short() error {
+	if w.got >= int64(w.want.n) {
+		return nil
+	}
+	return opErr(ErrNotReplicated, nil, "%d of %d replicas acknowledged the write within %v", w.got, w.want.n, w.want.timeout)
+}
+
+// serverOf returns the client of the server that owns key: on a Cluster its
+// primary, on any other node the node's own client.
+func (n *node) serverOf(ctx context.Context, key string) (*redis.Client, error) {
+	switch r := n.rdb.(type) {
+	case *redis.Client:
+		return r, nil
+	case *redis.ClusterClient:
+		return r.MasterForKey(ctx, key)
+	}
+	return nil, fmt.Errorf("WAIT through a %T is not supported", n.rdb)
+}
+
+// extendWaited is extendAll followed by WAIT, on the server that owns the
+// first lease's keys: every call must be for that server. A call that too few
+// replicas acknowledged fails with an error matching ErrNotReplicated: the
+// lease may be longer in the primary, but not in its replicas.
+func (w *waitNode) extendWaited(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
+	keys, args := make([][]string, len(calls)), make([][]any, len(calls))
+	for i, items := range calls {
+		keys[i], args[i] = extendArgs(items)
+	}
+	replies, acks, err := w.waited(ctx, calls[0][0].k.tag, w.scripts[scriptExtend], keys, args)
+	for i, items := range calls {
+		var v []int64
+		cerr := err
+		if replies != nil {
+			if v, cerr = replies[i].Int64Slice(); cerr == nil {
+				cerr = acks.err
+			}
+			if cerr == nil {
+				cerr = acks.short()
+			}
+		}
+		codes[i], errs[i] = w.extendResult(items, v, cerr)
+	}
+	return codes, errs
+}
+
+// replicaShortfall returns how many replicas w waits for and, for each
+// primary of the node with fewer connected, its address and how many it has.
+func (w *waitNode) replicaShortfall(ctx context.Context) (int, map[string]int, error) {
+	short := map[string]int{}
+	var mu sync.Mutex
+	count := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return opErr(nil, err, "INFO replication of %s", c.Options().Addr)
+		}
+		have := 0
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				have, _ = strconv.Atoi(v)
+			}
+		}
+		if have < w.wait.n {
+			mu.Lock()
+			short[c.Options().Addr] = have
+			mu.Unlock()
+		}
+		return nil
+	}
+	switch r := w.rdb.(type) {
+	case *redis.Client:
+		return w.wait.n, short, count(ctx, r)
+	case *redis.ClusterClient:
+		return w.wait.n, short, r.ForEachMaster(ctx, count)
+	}
+	return w.wait.n, short, nil
+}
