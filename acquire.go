@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -43,18 +44,18 @@ func (e *engine) check(ctx context.Context) error {
 	policy, known, err := e.backend.evictionPolicy(ctx)
 	switch {
 	case err != nil:
-		return opErr(nil, err, "check")
+		return errs.Op(nil, err, "check")
 	case !known:
 		e.log.Info("dlock: cannot read Redis's maxmemory-policy; it must be noeviction")
 	case policy != "noeviction":
-		return opErr(nil, nil, "check: Redis's maxmemory-policy is %q: it may evict locks and fence keys; set it to noeviction", policy)
+		return errs.Op(nil, nil, "check: Redis's maxmemory-policy is %q: it may evict locks and fence keys; set it to noeviction", policy)
 	}
 	want, short, err := e.backend.replicaShortfall(ctx)
 	if err != nil {
-		return opErr(nil, err, "check")
+		return errs.Op(nil, err, "check")
 	}
 	for addr, have := range short {
-		return opErr(nil, nil, "check: WithWaitReplicas asks for %d replicas, but the primary %s has %d connected: every acquire will fail", want, addr, have)
+		return errs.Op(nil, nil, "check: WithWaitReplicas asks for %d replicas, but the primary %s has %d connected: every acquire will fail", want, addr, have)
 	}
 	return nil
 }
@@ -109,9 +110,9 @@ func (a *acquirer) check(ctx context.Context, op string) error {
 	case a.err != nil:
 		return a.err
 	case ctx == nil:
-		return opErr(nil, nil, "%s %q: nil context", op, a.k.name)
+		return errs.Op(nil, nil, "%s %q: nil context", op, a.k.name)
 	case a.e.closed():
-		return opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+		return errs.Op(ErrClosed, nil, "%s %q", op, a.k.name)
 	}
 	a.e.firstUse()
 	return nil
@@ -190,7 +191,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 	// its registration is gone from Redis when Close returns.
 	enter := func() error {
 		if !e.bg.add() {
-			return opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+			return errs.Op(ErrClosed, nil, "%s %q", op, a.k.name)
 		}
 		w = e.note.enter(g, owner)
 		return nil
@@ -246,7 +247,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			}
 			return nil, out.wrap(err)
 		case !wait:
-			return nil, opErr(ErrNotAcquired, nil, "%s %q: held by another owner", op, a.k.name)
+			return nil, errs.Op(ErrNotAcquired, nil, "%s %q: held by another owner", op, a.k.name)
 		}
 		if tries == 0 {
 			a.contended(ctx)
@@ -260,14 +261,14 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 				case ended(ctx):
 					return nil, a.gaveUp(ctx, op)
 				case errors.Is(err, ErrClosed):
-					return nil, opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+					return nil, errs.Op(ErrClosed, nil, "%s %q", op, a.k.name)
 				case out.rideOut(ctx, e, a.k, err):
 					if err := out.pause(ctx, e); err != nil {
 						return nil, a.interrupted(ctx, op, err, &out)
 					}
 					continue
 				}
-				return nil, opErr(nil, out.wrap(err), "%s %q", op, a.k.name)
+				return nil, errs.Op(nil, out.wrap(err), "%s %q", op, a.k.name)
 			}
 			if err := enter(); err != nil {
 				return nil, err
@@ -290,7 +291,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		case <-ctx.Done():
 			return nil, a.gaveUp(ctx, op)
 		case <-e.closing:
-			return nil, opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+			return nil, errs.Op(ErrClosed, nil, "%s %q", op, a.k.name)
 		}
 	}
 }
@@ -379,7 +380,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 	e.heard(err)
 	switch {
 	case errors.Is(err, errLeftBehind):
-		return nil, 0, acquireResult{}, opErr(nil, err, "acquire %q", a.k.name)
+		return nil, 0, acquireResult{}, errs.Op(nil, err, "acquire %q", a.k.name)
 	case err != nil:
 		// The script may have run: the caller tries again with the same
 		// owner, which gives the same outcome, or abandons.
@@ -393,7 +394,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 	case r.notReplicated != nil:
 		// Taken on the primary only: a failover could grant it again. The
 		// caller abandons it.
-		return nil, 0, acquireResult{}, opErr(ErrNotAcquired, r.notReplicated, "acquire %q", a.k.name)
+		return nil, 0, acquireResult{}, errs.Op(ErrNotAcquired, r.notReplicated, "acquire %q", a.k.name)
 	}
 	t, err := e.ren.begin(&a.k, owner, r.fence, a.ttl, a.renew, sent, 0)
 	if err != nil {
@@ -524,22 +525,22 @@ func (o *outage) wrap(err error) error {
 	if o.since.IsZero() {
 		return err
 	}
-	return opErr(nil, err, "Redis unavailable for %v", time.Since(o.since).Round(time.Millisecond))
+	return errs.Op(nil, err, "Redis unavailable for %v", time.Since(o.since).Round(time.Millisecond))
 }
 
 // interrupted is the error of a call whose pause in an outage was cut short
 // by its context (err is ctx's error) or by Close.
 func (a *acquirer) interrupted(ctx context.Context, op string, err error, o *outage) error {
 	if errors.Is(err, ErrClosed) {
-		return opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+		return errs.Op(ErrClosed, nil, "%s %q", op, a.k.name)
 	}
 	cause := fmt.Errorf("%w; Redis unavailable for %v: %w", ctxErr(ctx), time.Since(o.since).Round(time.Millisecond), o.err)
-	return opErr(ErrNotAcquired, cause, "%s %q: gave up waiting", op, a.k.name)
+	return errs.Op(ErrNotAcquired, cause, "%s %q: gave up waiting", op, a.k.name)
 }
 
 // gaveUp is the error of a wait that ended with its context.
 func (a *acquirer) gaveUp(ctx context.Context, op string) error {
-	return opErr(ErrNotAcquired, ctxErr(ctx), "%s %q: gave up waiting", op, a.k.name)
+	return errs.Op(ErrNotAcquired, ctxErr(ctx), "%s %q: gave up waiting", op, a.k.name)
 }
 
 // ctxErr is the error of a context that ended, with its cause if it has its
@@ -654,7 +655,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 	defer h.mu.Unlock()
 	t := h.t
 	if err := t.endedErr("re-enter"); err != nil {
-		return nil, opErr(ErrNotAcquired, err, "re-enter %q", t.k.name)
+		return nil, errs.Op(ErrNotAcquired, err, "re-enter %q", t.k.name)
 	}
 	r, err := h.e.backend.reenter(ctx, *t.k, t.owner, h.e.ren.ttlOf(t), h.holds+1, extra...)
 	if err != nil {
@@ -665,7 +666,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 	if !r.reentered {
 		lost := t.lostErr(codeGone)
 		h.e.ren.lose(t, lost)
-		return nil, opErr(ErrNotAcquired, lost, "re-enter %q", t.k.name)
+		return nil, errs.Op(ErrNotAcquired, lost, "re-enter %q", t.k.name)
 	}
 	if r.notReplicated != nil {
 		// Give the hold back: the count in Redis returns to what it was.
@@ -675,7 +676,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 		if _, err := h.e.backend.release(cctx, *t.k, t.owner, releaseOne, ttl, h.holds); err != nil {
 			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.k.name, "err", err)
 		}
-		return nil, opErr(ErrNotAcquired, r.notReplicated, "re-enter %q", t.k.name)
+		return nil, errs.Op(ErrNotAcquired, r.notReplicated, "re-enter %q", t.k.name)
 	}
 	h.holds++
 	return &Lease{h: h, reentered: true}, nil
@@ -720,13 +721,13 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		code, err := e.backend.release(cctx, *t.k, t.owner, releaseOne, ttl, h.holds)
 		switch {
 		case err != nil:
-			return false, opErr(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.k.name)
+			return false, errs.Op(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.k.name)
 		case code == codeHeld:
 			return false, nil
 		}
 		lost := t.lostErr(code)
 		e.ren.lose(t, lost)
-		return false, opErr(ErrNotHeld, lost, "unlock")
+		return false, errs.Op(ErrNotHeld, lost, "unlock")
 	}
 
 	// The last hold: the owner gives the lock up, so it is never renewed
@@ -741,7 +742,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		e.log.Error("dlock: release failed; retrying in the background", "lock", t.k.name, "fence", t.fence, "err", err)
 		e.ren.end(t, errUnlocked, nil)
 		e.bg.doSoon(func() { h.releaseLater(ttl) })
-		return true, opErr(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.k.name)
+		return true, errs.Op(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.k.name)
 	case code == codeDone:
 		e.ren.end(t, errUnlocked, func() {
 			if e.log.Enabled(ctx, slog.LevelDebug) {
@@ -753,12 +754,12 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		// The reply may come from a retry that ran after this release's
 		// marker lapsed: whether this call freed the lock is unknown.
 		e.ren.end(t, errUnlocked, nil)
-		return true, opErr(ErrNotHeld, nil, "unlock %q: the lock is free of this owner, but the reply took %v, too long to tell whether this call freed it or its lease had expired before",
+		return true, errs.Op(ErrNotHeld, nil, "unlock %q: the lock is free of this owner, but the reply took %v, too long to tell whether this call freed it or its lease had expired before",
 			t.k.name, time.Since(sent).Round(time.Millisecond))
 	}
 	lost := t.lostErr(code)
 	e.ren.lose(t, lost)
-	return true, opErr(ErrNotHeld, lost, "unlock")
+	return true, errs.Op(ErrNotHeld, lost, "unlock")
 }
 
 // releaseLater retries the release of a hold whose last Unlock could not
@@ -781,4 +782,4 @@ func (h *hold) releaseLater(ttl time.Duration) {
 }
 
 // errUnlocked is the cause of a lease's end by Unlock.
-var errUnlocked = opErr(ErrNotHeld, nil, "the lease was unlocked")
+var errUnlocked = errs.Op(ErrNotHeld, nil, "the lease was unlocked")

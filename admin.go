@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"iter"
 	"slices"
 	"strconv"
@@ -142,11 +143,11 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 	}
 	v, err := c.e.backend.inspect(ctx, keys, code, InspectLimit)
 	if err != nil {
-		return nil, opErr(nil, err, "inspect %s %q", kind, name)
+		return nil, errs.Op(nil, err, "inspect %s %q", kind, name)
 	}
 	s, err := decodeState(v)
 	if err != nil {
-		return nil, opErr(nil, err, "inspect %s %q", kind, name)
+		return nil, errs.Op(nil, err, "inspect %s %q", kind, name)
 	}
 	s.LockID = LockID{kind, name}
 	if kind == KindCountDownLatch {
@@ -160,7 +161,7 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 func (c *Client) adminKeys(op string, kind Kind, name string) (keys, string, error) {
 	ak, ok := adminKinds[kind]
 	if !ok {
-		return keys{}, "", opErr(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
+		return keys{}, "", errs.Op(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
 	}
 	if err := c.adminCheck(op); err != nil {
 		return keys{}, "", err
@@ -172,9 +173,9 @@ func (c *Client) adminKeys(op string, kind Kind, name string) (keys, string, err
 func (c *Client) adminCheck(op string) error {
 	switch {
 	case !c.e.backend.traits().admin:
-		return opErr(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
+		return errs.Op(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
 	case c.e.closed():
-		return opErr(ErrClosed, nil, "%s", op)
+		return errs.Op(ErrClosed, nil, "%s", op)
 	}
 	return nil
 }
@@ -279,7 +280,7 @@ func (c *Client) Locks(ctx context.Context, pattern string) iter.Seq2[LockID, er
 			return !stopped
 		})
 		if err != nil && !stopped {
-			yield(LockID{}, opErr(nil, err, "Locks"))
+			yield(LockID{}, errs.Op(nil, err, "Locks"))
 		}
 	}
 }
@@ -349,7 +350,7 @@ type Eviction struct {
 // CountDownLatch.Delete.
 func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owners ...string) (*Eviction, error) {
 	if kind == KindCountDownLatch {
-		return nil, opErr(nil, nil, "ForceRelease %q: a CountDownLatch has no holders (CountDownLatch.Delete opens it)", name)
+		return nil, errs.Op(nil, nil, "ForceRelease %q: a CountDownLatch has no holders (CountDownLatch.Delete opens it)", name)
 	}
 	k, _, err := c.adminKeys("ForceRelease", kind, name)
 	if err != nil {
@@ -357,7 +358,7 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	}
 	st, err := c.Inspect(ctx, kind, name)
 	if err != nil {
-		return nil, opErr(nil, err, "ForceRelease")
+		return nil, errs.Op(nil, err, "ForceRelease")
 	}
 	if len(owners) == 0 {
 		for _, h := range st.Holders {
@@ -370,7 +371,7 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	for _, o := range owners {
 		code, err := c.e.backend.evict(ctx, k, o, call+"/"+o, c.cfg.ttl)
 		if err != nil {
-			return ev, opErr(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
+			return ev, errs.Op(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
 		}
 		if code != codeDone {
 			ev.Gone = append(ev.Gone, o)
@@ -387,7 +388,7 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	// fence Inspect read is at least theirs.
 	ev.Fence = max(st.Fence, last) + 1
 	if err := c.e.backend.moveFence(ctx, k, ev.Fence, c.cfg.ttl); err != nil {
-		return ev, opErr(nil, err, "ForceRelease %s %q: move the fence on", kind, name)
+		return ev, errs.Op(nil, err, "ForceRelease %s %q: move the fence on", kind, name)
 	}
 	return ev, nil
 }

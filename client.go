@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"sync"
 	"time"
 
@@ -63,11 +64,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	}
 	n, err := newNode(rdb, cfg.autoPipeline, cfg.scripts)
 	if err != nil {
-		return nil, opErr(nil, err, "New: WithAutoPipeline")
+		return nil, errs.Op(nil, err, "New: WithAutoPipeline")
 	}
 	b, err := withWait(n, cfg.wait)
 	if err != nil {
-		return nil, opErr(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.n, cfg.wait.timeout)
+		return nil, errs.Op(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.n, cfg.wait.timeout)
 	}
 	return newClient(b, cfg, "New", make(chan struct{}))
 }
@@ -77,7 +78,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 func newClient(b backend, cfg config, op string, closing chan struct{}) (*Client, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
-		return nil, opErr(nil, err, "%s: make client id", op)
+		return nil, errs.Op(nil, err, "%s: make client id", op)
 	}
 	hexID := hex.EncodeToString(id[:])
 	events := &dispatcher{}
@@ -123,18 +124,18 @@ func (c *Client) Close() error {
 		live := e.ren.stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		var errs []error
+		var failed []error
 		for _, t := range live {
 			if _, rerr := e.backend.release(ctx, *t.k, t.owner, releaseLast, e.ren.ttlOf(t), 0); rerr != nil {
-				errs = append(errs, rerr)
+				failed = append(failed, rerr)
 			}
-			e.ren.end(t, opErr(ErrClosed, nil, "lock %q ended by Close", t.k.name), nil)
+			e.ren.end(t, errs.Op(ErrClosed, nil, "lock %q ended by Close", t.k.name), nil)
 		}
 		e.bg.close()
 		c.events.close()
 		e.note.close()
 		e.backend.settle()
-		err = errors.Join(errs...)
+		err = errors.Join(failed...)
 	})
 	return err
 }
@@ -163,7 +164,7 @@ func (c *Client) Check(ctx context.Context) error {
 // Client are errors the acquirer returns from every call.
 func (c *Client) acquirer(k *kind, name string, opts []Option) acquirer {
 	if c == nil || c.e == nil {
-		return acquirer{k: keys{kind: k, name: name}, err: opErr(nil, nil, "%s of a nil or zero Client", k.name)}
+		return acquirer{k: keys{kind: k, name: name}, err: errs.Op(nil, nil, "%s of a nil or zero Client", k.name)}
 	}
 	unsupported := false
 	if rk := c.e.backend.kindFor(k); rk != nil {
@@ -178,11 +179,11 @@ func (c *Client) acquirer(k *kind, name string, opts []Option) acquirer {
 	}
 	switch {
 	case unsupported:
-		a.err = opErr(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.name, name)
+		a.err = errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.name, name)
 	case name == "":
-		a.err = opErr(nil, nil, "%s: empty lock name", k.name)
+		a.err = errs.Op(nil, nil, "%s: empty lock name", k.name)
 	case err != nil:
-		a.err = opErr(nil, err, "%s %q", k.name, name)
+		a.err = errs.Op(nil, err, "%s %q", k.name, name)
 	}
 	a.ttl, a.renew = cfg.ttl, cfg.renew
 	return a

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"time"
 )
 
@@ -46,7 +47,7 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	l := &CountDownLatch{e: c.e, k: newKeys(c.cfg.prefix, latchKind, name)}
 	switch {
 	case c.e.backend.kindFor(latchKind) == nil:
-		l.err = opErr(errors.ErrUnsupported, nil, "CountDownLatch %q on a RedLock Client: only Mutex and MultiLock are", name)
+		l.err = errs.Op(errors.ErrUnsupported, nil, "CountDownLatch %q on a RedLock Client: only Mutex and MultiLock are", name)
 	case name == "":
 		l.err = errors.New("dlock: CountDownLatch: empty latch name")
 	}
@@ -70,7 +71,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 		return false, err
 	}
 	if count <= 0 {
-		return false, opErr(nil, nil, "%s %q: count %d, want more than 0", op, l.k.name, count)
+		return false, errs.Op(nil, nil, "%s %q: count %d, want more than 0", op, l.k.name, count)
 	}
 	v, err := l.e.backend.latch(ctx, l.k, l.e.newOwner(), latchSet, count)
 	return v == 1, err
@@ -154,14 +155,14 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 			case ctx.Err() != nil:
 				return l.gaveUp(ctx)
 			case errors.Is(err, ErrClosed):
-				return opErr(ErrClosed, nil, "%s %q", op, l.k.name)
+				return errs.Op(ErrClosed, nil, "%s %q", op, l.k.name)
 			case out.rideOut(ctx, e, l.k, err):
 				if err := out.pause(ctx, e); err != nil {
 					return l.waitErr(ctx, err)
 				}
 				continue
 			}
-			return opErr(nil, out.wrap(err), "%s %q", op, l.k.name)
+			return errs.Op(nil, out.wrap(err), "%s %q", op, l.k.name)
 		}
 	}
 	defer e.note.leave(g)
@@ -186,7 +187,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 		case <-ctx.Done():
 			return l.gaveUp(ctx)
 		case <-e.closing:
-			return opErr(ErrClosed, nil, "%s %q", op, l.k.name)
+			return errs.Op(ErrClosed, nil, "%s %q", op, l.k.name)
 		}
 	}
 }
@@ -198,29 +199,29 @@ func (l *CountDownLatch) waitErr(ctx context.Context, err error) error {
 	case err != nil && ctx.Err() != nil:
 		return l.gaveUp(ctx)
 	case errors.Is(err, ErrClosed):
-		return opErr(ErrClosed, nil, "wait for latch %q", l.k.name)
+		return errs.Op(ErrClosed, nil, "wait for latch %q", l.k.name)
 	}
 	return err
 }
 
 // gaveUp is the error of a wait that ended with its context.
 func (l *CountDownLatch) gaveUp(ctx context.Context) error {
-	return opErr(nil, ctxErr(ctx), "wait for latch %q", l.k.name)
+	return errs.Op(nil, ctxErr(ctx), "wait for latch %q", l.k.name)
 }
 
 // check rejects a call that cannot proceed.
 func (l *CountDownLatch) check(ctx context.Context, op string) error {
 	switch {
 	case l == nil:
-		return opErr(nil, nil, "%s: nil *CountDownLatch", op)
+		return errs.Op(nil, nil, "%s: nil *CountDownLatch", op)
 	case l.err != nil:
 		return l.err
 	case l.e == nil:
-		return opErr(nil, nil, "%s: zero CountDownLatch; get one from Client.CountDownLatch", op)
+		return errs.Op(nil, nil, "%s: zero CountDownLatch; get one from Client.CountDownLatch", op)
 	case ctx == nil:
-		return opErr(nil, nil, "%s %q: nil context", op, l.k.name)
+		return errs.Op(nil, nil, "%s %q: nil context", op, l.k.name)
 	case l.e.closed():
-		return opErr(ErrClosed, nil, "%s %q", op, l.k.name)
+		return errs.Op(ErrClosed, nil, "%s %q", op, l.k.name)
 	}
 	l.e.firstUse()
 	return nil

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"sync/atomic"
 	"time"
 )
@@ -128,10 +129,10 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return errNilLease
 	}
 	if ctx == nil {
-		return opErr(nil, nil, "unlock %q: nil context", l.Name())
+		return errs.Op(nil, nil, "unlock %q: nil context", l.Name())
 	}
 	if !l.unlocked.CompareAndSwap(false, true) {
-		return opErr(ErrNotHeld, nil, "unlock %q: already unlocked", l.Name())
+		return errs.Op(ErrNotHeld, nil, "unlock %q: already unlocked", l.Name())
 	}
 	return l.h.unlock(ctx)
 }
@@ -159,9 +160,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	switch {
 	case ctx == nil:
-		return opErr(nil, nil, "extend %q: nil context", l.Name())
+		return errs.Op(nil, nil, "extend %q: nil context", l.Name())
 	case ttl < MinTTL:
-		return opErr(nil, nil, "extend %q by %v: the TTL must be at least %v", l.Name(), ttl, MinTTL)
+		return errs.Op(nil, nil, "extend %q by %v: the TTL must be at least %v", l.Name(), ttl, MinTTL)
 	}
 	return l.h.e.ren.extend(ctx, l.h.t, ttl)
 }
@@ -174,7 +175,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	t := l.h.t
 	if ctx == nil {
-		return 0, opErr(nil, nil, "ttl %q: nil context", t.k.name)
+		return 0, errs.Op(nil, nil, "ttl %q: nil context", t.k.name)
 	}
 	if err := t.endedErr("ttl"); err != nil {
 		return 0, err
@@ -184,9 +185,9 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	case err != nil:
 		return 0, err
 	case code != codeDone:
-		return 0, opErr(ErrNotHeld, t.lostErr(code), "ttl")
+		return 0, errs.Op(ErrNotHeld, t.lostErr(code), "ttl")
 	case left < 0:
-		return 0, opErr(nil, nil, "ttl %q: lock key has no expiry", t.k.name)
+		return 0, errs.Op(nil, nil, "ttl %q: lock key has no expiry", t.k.name)
 	}
 	return left, nil
 }
@@ -203,7 +204,7 @@ type heldLock interface {
 // with Unlock's. what names the lock in the error for a nil fn.
 func doLocked[L heldLock](ctx context.Context, what string, fn func(context.Context) error, acquire func(context.Context) (L, error)) (err error) {
 	if fn == nil {
-		return opErr(nil, nil, "Do %s: nil function", what)
+		return errs.Op(nil, nil, "Do %s: nil function", what)
 	}
 	l, err := acquire(ctx)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"log/slog"
 	"slices"
 	"strings"
@@ -161,7 +162,7 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 
 	if subscribe {
 		if err := n.subscribe(ctx, g); err != nil {
-			err = opErr(nil, err, "subscribe to %s", channel)
+			err = errs.Op(nil, err, "subscribe to %s", channel)
 			n.fail(g, err)
 			return nil, err
 		}
@@ -513,7 +514,7 @@ func (n *notifier) refused(sh *shard, err error) {
 			continue
 		}
 		delete(n.gates, ch)
-		g.subErr = opErr(nil, err, "subscribe to %s", ch)
+		g.subErr = errs.Op(nil, err, "subscribe to %s", ch)
 		g.readyOK = true
 		close(g.ready)
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"io"
 	"net"
 	"slices"
@@ -447,7 +448,7 @@ func (n *node) acquired(k keys, v any, err error) (acquireResult, error) {
 	}
 	if err != nil {
 		n.failed(err)
-		return acquireResult{}, opErr(nil, err, "acquire %q", k.name)
+		return acquireResult{}, errs.Op(nil, err, "acquire %q", k.name)
 	}
 	return r, nil
 }
@@ -609,7 +610,7 @@ func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMo
 		owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()
 	if err != nil {
 		n.failed(err)
-		return 0, opErr(nil, err, "release %q", k.name)
+		return 0, errs.Op(nil, err, "release %q", k.name)
 	}
 	return code, nil
 }
@@ -620,7 +621,7 @@ func (n *node) raiseFence(ctx context.Context, k keys, owner string, fence int64
 	code, err := n.eval(ctx, n.scripts[scriptRaiseFence], k.leaseKeys[:2], "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
 	if err != nil {
 		n.failed(err)
-		return 0, opErr(nil, err, "raise the fence of %q", k.name)
+		return 0, errs.Op(nil, err, "raise the fence of %q", k.name)
 	}
 	return code, nil
 }
@@ -632,7 +633,7 @@ func (n *node) semaphore(ctx context.Context, k keys, id string, mode semMode, t
 	v, err := n.scripts[k.kind.release].Run(ctx, n.cmd, withMarker(k.releaseKeys, k, id),
 		id, k.channelArg, string(mode), 0, total, markerTTLArg).Int64()
 	if err != nil {
-		return 0, opErr(nil, err, "semaphore %q", k.name)
+		return 0, errs.Op(nil, err, "semaphore %q", k.name)
 	}
 	return v, nil
 }
@@ -741,11 +742,11 @@ func (n *node) extendResult(items []extendItem, codes []int64, err error) ([]int
 	}
 	switch {
 	case err != nil && len(items) == 1:
-		return nil, opErr(nil, err, "extend %q", items[0].k.name)
+		return nil, errs.Op(nil, err, "extend %q", items[0].k.name)
 	case err != nil:
-		return nil, opErr(nil, err, "extend %d leases", len(items))
+		return nil, errs.Op(nil, err, "extend %d leases", len(items))
 	case len(codes) != len(items):
-		return nil, opErr(nil, nil, "extend %d leases: unexpected reply %v", len(items), codes)
+		return nil, errs.Op(nil, nil, "extend %d leases: unexpected reply %v", len(items), codes)
 	}
 	return codes, nil
 }
@@ -849,7 +850,7 @@ func (n *node) ttl(ctx context.Context, k keys, owner string) (left time.Duratio
 	ms, err := n.scripts[scriptTTL].Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.kind.leaseIn.arg()).Int64()
 	switch {
 	case err != nil:
-		return 0, 0, opErr(nil, err, "ttl %q", k.name)
+		return 0, 0, errs.Op(nil, err, "ttl %q", k.name)
 	case ms == ttlOther:
 		return 0, codeOther, nil
 	case ms == ttlGone:
@@ -864,7 +865,7 @@ func (n *node) latch(ctx context.Context, k keys, id string, mode latchMode, cou
 	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.tag, k.marker(id)},
 		string(mode), latchChannel(k), count, markerTTL.Milliseconds()).Int64()
 	if err != nil {
-		return 0, opErr(nil, err, "latch %q", k.name)
+		return 0, errs.Op(nil, err, "latch %q", k.name)
 	}
 	return v, nil
 }
@@ -881,11 +882,11 @@ func (n *node) latchCount(ctx context.Context, k keys) (int64, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, opErr(nil, err, "count of latch %q", k.name)
+		return 0, errs.Op(nil, err, "count of latch %q", k.name)
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, opErr(nil, err, "count of latch %q: %q in Redis", k.name, s)
+		return 0, errs.Op(nil, err, "count of latch %q: %q in Redis", k.name, s)
 	}
 	return v, nil
 }
@@ -903,7 +904,7 @@ func (n *node) inspect(ctx context.Context, keys []string, code string, limit in
 func (n *node) scan(ctx context.Context, match string, each func(key string) bool) error {
 	servers, err := primaries(ctx, n.rdb)
 	if err != nil {
-		return opErr(nil, err, "list the primaries")
+		return errs.Op(nil, err, "list the primaries")
 	}
 	for _, srv := range servers {
 		it := srv.Scan(ctx, 0, match, 1000).Iterator()
@@ -913,7 +914,7 @@ func (n *node) scan(ctx context.Context, match string, each func(key string) boo
 			}
 		}
 		if err := it.Err(); err != nil {
-			return opErr(nil, err, "SCAN %s", match)
+			return errs.Op(nil, err, "SCAN %s", match)
 		}
 	}
 	return nil
@@ -969,7 +970,7 @@ func (n *node) evictionPolicy(ctx context.Context) (policy string, known bool, e
 	case errors.As(err, &rerr):
 		return "", false, nil
 	case err != nil:
-		return "", false, opErr(nil, err, "read maxmemory-policy")
+		return "", false, errs.Op(nil, err, "read maxmemory-policy")
 	}
 	policy, known = v["maxmemory-policy"]
 	return policy, known, nil

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -120,23 +121,23 @@ func (q *quorum) semaphore(_ context.Context, k keys, _ string, _ semMode, _ int
 }
 
 func (q *quorum) inspect(context.Context, []string, string, int) ([]any, error) {
-	return nil, opErr(errors.ErrUnsupported, nil, "Inspect on a RedLock")
+	return nil, errs.Op(errors.ErrUnsupported, nil, "Inspect on a RedLock")
 }
 
 func (q *quorum) scan(context.Context, string, func(string) bool) error {
-	return opErr(errors.ErrUnsupported, nil, "Locks on a RedLock")
+	return errs.Op(errors.ErrUnsupported, nil, "Locks on a RedLock")
 }
 
 func (q *quorum) evict(_ context.Context, k keys, _, _ string, _ time.Duration) (int64, error) {
-	return 0, opErr(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.name)
+	return 0, errs.Op(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.name)
 }
 
 func (q *quorum) moveFence(_ context.Context, k keys, _ int64, _ time.Duration) error {
-	return opErr(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.name)
+	return errs.Op(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.name)
 }
 
 func (q *quorum) unsupported(what string, k keys) error {
-	return opErr(errors.ErrUnsupported, nil, "%s %q on a RedLock", what, k.name)
+	return errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock", what, k.name)
 }
 
 // extend extends items on a majority of the members (extendAll).
@@ -155,44 +156,6 @@ type busyKey struct {
 	owner  string
 	member int
 }
-
-// QuorumError is the cause of a RedLock request (NewRedLock) that fewer
-// than a majority of the nodes answered in time: an acquire's error matches
-// it and ErrNotAcquired, a renewal's is in a lost lease's Err. It may
-// succeed if made again once the nodes are back.
-type QuorumError struct {
-	Answered int     // nodes that answered in time
-	Need     int     // a majority
-	Nodes    int     // all nodes
-	Errs     []error // of the nodes that did not answer in time, or failed
-}
-
-func (e *QuorumError) Error() string {
-	msg := fmt.Sprintf("%d of %d nodes answered in time, a majority is %d", e.Answered, e.Nodes, e.Need)
-	if len(e.Errs) == 0 {
-		return msg
-	}
-	// The most telling error first: one a node sent, not a timeout.
-	first := e.Errs[0]
-	for _, err := range e.Errs {
-		if !errors.Is(err, errNodeTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			first = err
-			break
-		}
-	}
-	msg += ": " + first.Error()
-	if len(e.Errs) > 1 {
-		msg += fmt.Sprintf(" (and %d more)", len(e.Errs)-1)
-	}
-	return msg
-}
-
-// Unwrap returns the nodes' errors.
-func (e *QuorumError) Unwrap() []error { return e.Errs }
-
-// errNodeTimeout is a member's error when it did not answer within the
-// per-node timeout.
-var errNodeTimeout = errors.New("no answer within the per-node timeout")
 
 // memberReply is one member's answer to a request.
 type memberReply[T any] struct {
@@ -219,7 +182,7 @@ type fan[T any] struct {
 // to f.decide until it returns true, every member sent it has answered, the
 // per-node timeout has passed or ctx has ended. It returns the answers
 // decide saw, by member; a member not sent the request, or not heard from,
-// has errNodeTimeout, or ctx's error if ctx ended. The requests are bounded
+// has errs.NodeTimeout, or ctx's error if ctx ended. The requests are bounded
 // by the per-node timeout, not by ctx or fanOut's return: one that is still
 // running when the outcome is known completes (a release or renewal reaches
 // the slower members too) and its answer goes to f.late.
@@ -233,7 +196,7 @@ func fanOut[T any](ctx context.Context, q *quorum, f fan[T]) []memberReply[T] {
 	seen := make([]bool, len(q.members))
 	pending := 0
 	for i := range q.members {
-		out[i] = memberReply[T]{i: i, err: errNodeTimeout}
+		out[i] = memberReply[T]{i: i, err: errs.NodeTimeout}
 		if called[i] = f.skip == nil || !f.skip(i); called[i] {
 			pending++
 		}
@@ -318,8 +281,8 @@ func errsOf[T any](replies []memberReply[T]) []error {
 }
 
 // short is the error of a request that fewer than a majority answered.
-func (q *quorum) short(answered int, errs []error) error {
-	return &QuorumError{Answered: answered, Need: q.need, Nodes: len(q.members), Errs: errs}
+func (q *quorum) short(answered int, failed []error) error {
+	return &errs.QuorumError{Answered: answered, Need: q.need, Nodes: len(q.members), Errs: failed}
 }
 
 // markBusy counts a request of owner's acquisition to member i that
@@ -470,11 +433,11 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 		if err == nil {
 			err = fmt.Errorf("a majority took %v to grant it, past the lease's validity", time.Since(sent).Round(time.Millisecond))
 		}
-		return acquireResult{}, opErr(ErrNotAcquired, err, "acquire %q", k.name)
+		return acquireResult{}, errs.Op(ErrNotAcquired, err, "acquire %q", k.name)
 	}
 	q.undoAll(k, owner, ttl, sent, parts)
 	if won+held < q.need {
-		return acquireResult{}, opErr(ErrNotAcquired, q.short(won+held, errsOf(replies)), "acquire %q", k.name)
+		return acquireResult{}, errs.Op(ErrNotAcquired, q.short(won+held, errsOf(replies)), "acquire %q", k.name)
 	}
 	// Held: by another owner on a majority, or split between owners, none
 	// with a majority. The wait is the shortest the holders told (a holder
@@ -562,13 +525,13 @@ func (q *quorum) raiseFenceAll(ctx context.Context, k keys, owner string, ttl ti
 	if have >= q.need {
 		return fence, nil
 	}
-	var errs []error
+	var failed []error
 	for i, r := range raised {
 		if !has[i] && r.err != nil {
-			errs = append(errs, r.err)
+			failed = append(failed, r.err)
 		}
 	}
-	return 0, opErr(nil, q.short(have, errs), "raise the fence of %q to %d", k.name, fence)
+	return 0, errs.Op(nil, q.short(have, failed), "raise the fence of %q to %d", k.name, fence)
 }
 
 // reenter adds a hold of owner on every member; it counts when a majority
@@ -597,7 +560,7 @@ func (q *quorum) reenter(ctx context.Context, k keys, owner string, ttl time.Dur
 	case gone > n-q.need:
 		return acquireResult{gone: true}, nil
 	}
-	return acquireResult{}, opErr(nil, q.short(done+gone, errsOf(replies)), "re-enter %q", k.name)
+	return acquireResult{}, errs.Op(nil, q.short(done+gone, errsOf(replies)), "re-enter %q", k.name)
 }
 
 // release gives back owner's hold on every member. The result is the code a
@@ -628,7 +591,7 @@ func (q *quorum) release(ctx context.Context, k keys, owner string, mode release
 	})
 	if mode == releaseLeave {
 		if ok+not == 0 {
-			return 0, opErr(nil, q.short(0, errsOf(replies)), "release %q", k.name)
+			return 0, errs.Op(nil, q.short(0, errsOf(replies)), "release %q", k.name)
 		}
 		return codeDone, nil
 	}
@@ -647,7 +610,7 @@ func (q *quorum) release(ctx context.Context, k keys, owner string, mode release
 		}
 		return codeGone, nil
 	}
-	return 0, opErr(nil, q.short(ok+not, errsOf(replies)), "release %q", k.name)
+	return 0, errs.Op(nil, q.short(ok+not, errsOf(replies)), "release %q", k.name)
 }
 
 // extendAll runs every call on every member, each member in one pipeline.
@@ -702,7 +665,7 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 			return settled()
 		},
 	})
-	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
+	codes, callErrs := make([][]int64, len(calls)), make([]error, len(calls))
 	for i, items := range calls {
 		codes[i] = make([]int64, len(items))
 		for j := range items {
@@ -718,7 +681,7 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 				}
 			case not[i][j]+stale[i][j] > n-q.need:
 				codes[i][j] = codeStale
-			case errs[i] == nil:
+			case callErrs[i] == nil:
 				var merrs []error
 				for _, r := range replies {
 					switch {
@@ -728,11 +691,11 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 						merrs = append(merrs, r.v.errs[i])
 					}
 				}
-				errs[i] = opErr(nil, q.short(ok[i][j]+not[i][j], merrs), "extend %d leases", len(items))
+				callErrs[i] = errs.Op(nil, q.short(ok[i][j]+not[i][j], merrs), "extend %d leases", len(items))
 			}
 		}
 	}
-	return codes, errs
+	return codes, callErrs
 }
 
 // ttl returns how long a majority of the members still hold owner's lease:
@@ -777,7 +740,7 @@ func (q *quorum) ttl(ctx context.Context, k keys, owner string) (time.Duration, 
 	case not > len(q.members)-q.need:
 		return 0, codeGone, nil
 	}
-	return 0, 0, opErr(nil, q.short(len(lefts)+not, errsOf(replies)), "ttl %q", k.name)
+	return 0, 0, errs.Op(nil, q.short(len(lefts)+not, errsOf(replies)), "ttl %q", k.name)
 }
 
 // evictionPolicy returns the first member's policy that is not noeviction,
@@ -788,7 +751,7 @@ func (q *quorum) evictionPolicy(ctx context.Context) (string, bool, error) {
 		p, ok, err := m.evictionPolicy(ctx)
 		switch {
 		case err != nil:
-			return "", false, opErr(nil, err, "node %d", i)
+			return "", false, errs.Op(nil, err, "node %d", i)
 		case !ok:
 			known = false
 		case p != "noeviction":

@@ -3,6 +3,7 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -70,7 +71,7 @@ func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 		return nil, err
 	}
 	if cfg.wait.n > 0 {
-		return nil, opErr(errors.ErrUnsupported, nil, "NewRedLock: WithWaitReplicas")
+		return nil, errs.Op(errors.ErrUnsupported, nil, "NewRedLock: WithWaitReplicas")
 	}
 	timeout := cfg.nodeTimeout
 	if timeout == 0 {
@@ -80,7 +81,7 @@ func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	for i, rdb := range nodes {
 		m, err := newNode(rdb, cfg.autoPipeline, cfg.scripts)
 		if err != nil {
-			return nil, opErr(nil, err, "NewRedLock: node %d: WithAutoPipeline", i)
+			return nil, errs.Op(nil, err, "NewRedLock: node %d: WithAutoPipeline", i)
 		}
 		members = append(members, m)
 	}

@@ -11,6 +11,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"log/slog"
 	"math"
 	"slices"
@@ -78,15 +79,15 @@ func (t *term) endedErr(op string) error {
 	if cause == nil {
 		return nil
 	}
-	return opErr(ErrNotHeld, cause, "%s %q", op, t.k.name)
+	return errs.Op(ErrNotHeld, cause, "%s %q", op, t.k.name)
 }
 
 // lostErr describes a script's "not yours" answer.
 func (t *term) lostErr(code int64) error {
 	if code == codeOther {
-		return opErr(ErrLockLost, nil, "%q is held by another owner", t.k.name)
+		return errs.Op(ErrLockLost, nil, "%q is held by another owner", t.k.name)
 	}
-	return opErr(ErrLockLost, nil, "%q expired", t.k.name)
+	return errs.Op(ErrLockLost, nil, "%q expired", t.k.name)
 }
 
 // renewer keeps the terms of a Client's leases, which are all on backend.
@@ -132,7 +133,7 @@ func (r *renewer) begin(k *keys, owner string, fence int64, ttl time.Duration, r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
-		return nil, opErr(ErrClosed, nil, "lock %q acquired while closing", k.name)
+		return nil, errs.Op(ErrClosed, nil, "lock %q acquired while closing", k.name)
 	}
 	heap.Push(&r.queue, t)
 	if !r.started {
@@ -232,7 +233,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return opErr(nil, context.Cause(ctx), "extend %q", t.k.name)
+			return errs.Op(nil, context.Cause(ctx), "extend %q", t.k.name)
 		}
 		r.mu.Lock()
 	}
@@ -242,7 +243,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	}
 	if t.retired {
 		r.mu.Unlock()
-		return opErr(ErrNotHeld, nil, "extend %q: it is being unlocked", t.k.name)
+		return errs.Op(ErrNotHeld, nil, "extend %q: it is being unlocked", t.k.name)
 	}
 	t.busy = make(chan struct{})
 	t.gen++
@@ -264,18 +265,18 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	case t.ended:
 	case t.retired:
 		// Unlocked meanwhile: the release decides how the lease ends.
-		err = opErr(ErrNotHeld, nil, "extend %q: unlocked while the Extend was in flight", t.k.name)
+		err = errs.Op(ErrNotHeld, nil, "extend %q: unlocked while the Extend was in flight", t.k.name)
 	case err != nil:
 		// Redis may or may not run it, now or later: renew soon, counting
 		// on what holds either way.
 		t.ttl, t.due = min(t.ttl, ttl), time.Now()
 	case codes[0] == codeStale:
-		err = opErr(nil, nil, "extend %q: Redis has run a later Extend of the lease", t.k.name)
+		err = errs.Op(nil, nil, "extend %q: Redis has run a later Extend of the lease", t.k.name)
 	case codes[0] != codeDone:
 		lost = t.lostErr(codes[0])
 	case !time.Now().Before(sent.Add(ttl - drift(ttl))):
 		// The lease, shortened, ran out before the reply came.
-		lost = opErr(ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.k.name, ttl)
+		lost = errs.Op(ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.k.name, ttl)
 	default:
 		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-drift(ttl)), nil, false
 		t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
@@ -289,7 +290,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 		return err
 	case lost != nil:
 		r.lose(t, lost)
-		return opErr(ErrNotHeld, lost, "extend")
+		return errs.Op(ErrNotHeld, lost, "extend")
 	}
 	if err := t.endedErr("extend"); err != nil {
 		return err
@@ -377,13 +378,13 @@ func (r *renewer) deadlineErr(t *term) error {
 	r.mu.Unlock()
 	switch {
 	case lengthen:
-		return opErr(ErrLockLost, lastErr, "%q: granted by a release, but not lengthened before its grant lease ran out", t.k.name)
+		return errs.Op(ErrLockLost, lastErr, "%q: granted by a release, but not lengthened before its grant lease ran out", t.k.name)
 	case !renew:
-		return opErr(ErrLockLost, nil, "%q: its lease of %v ran out", t.k.name, ttl)
+		return errs.Op(ErrLockLost, nil, "%q: its lease of %v ran out", t.k.name, ttl)
 	case lastErr != nil:
-		return opErr(ErrLockLost, lastErr, "%q: not renewed before its deadline", t.k.name)
+		return errs.Op(ErrLockLost, lastErr, "%q: not renewed before its deadline", t.k.name)
 	}
-	return opErr(ErrLockLost, nil, "%q: not renewed before its deadline", t.k.name)
+	return errs.Op(ErrLockLost, nil, "%q: not renewed before its deadline", t.k.name)
 }
 
 // renew renews due terms: those on one server (a node, or a Cluster's

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"strconv"
 )
 
@@ -136,7 +137,7 @@ func (m *RWMutex) lock(ctx context.Context, op string, wait bool) (*Lease, error
 	if ctx != nil && w.err == nil {
 		held := heldIn(ctx)
 		if held.find(w.e, w.k) == nil && held.find(r.e, r.k) != nil {
-			return nil, opErr(ErrNotAcquired, nil, "%s %q: upgrade from read to write is not supported: unlock the read Lease first", op, w.k.name)
+			return nil, errs.Op(ErrNotAcquired, nil, "%s %q: upgrade from read to write is not supported: unlock the read Lease first", op, w.k.name)
 		}
 	}
 	return w.acquire(ctx, op, wait, []any{"w", ""})

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // Semaphore is a counting semaphore shared by every process that uses the
@@ -50,7 +51,7 @@ type Semaphore struct {
 func (c *Client) Semaphore(name string, permits int64, opts ...Option) *Semaphore {
 	s := &Semaphore{a: c.acquirer(semKind, name, opts), permits: permits}
 	if s.a.err == nil && permits < 1 {
-		s.a.err = opErr(nil, nil, "Semaphore %q: %d permits: want at least 1", name, permits)
+		s.a.err = errs.Op(nil, nil, "Semaphore %q: %d permits: want at least 1", name, permits)
 	}
 	return s
 }
@@ -76,11 +77,11 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, error) {
 func (s *Semaphore) acquire(ctx context.Context, op string, wait bool, n int64) (*Lease, error) {
 	a := s.acquirer()
 	if a.err == nil && n < 1 {
-		return nil, opErr(nil, nil, "%s %d permits of %q: want at least 1", op, n, a.k.name)
+		return nil, errs.Op(nil, nil, "%s %d permits of %q: want at least 1", op, n, a.k.name)
 	}
 	l, err := a.acquire(ctx, op, wait, []any{n, s.defaultTotal()})
 	if err == errTooMany {
-		return nil, opErr(ErrNotAcquired, nil, "%s %d permits of %q: more than the semaphore's total", op, n, a.k.name)
+		return nil, errs.Op(ErrNotAcquired, nil, "%s %d permits of %q: more than the semaphore's total", op, n, a.k.name)
 	}
 	return l, err
 }
@@ -89,7 +90,7 @@ func (s *Semaphore) acquire(ctx context.Context, op string, wait bool, n int64) 
 // until Delete, and wakes the waiters that can proceed under the new total.
 func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
 	if permits < 1 {
-		return opErr(nil, nil, "set %d permits of %q: want at least 1", permits, s.Name())
+		return errs.Op(nil, nil, "set %d permits of %q: want at least 1", permits, s.Name())
 	}
 	_, err := s.call(ctx, "set permits of", semSetTotal, permits)
 	return err

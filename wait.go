@@ -7,6 +7,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,7 +101,7 @@ func (w *waitNode) runAcquireWaited(ctx context.Context, k keys, args []any) (ac
 		}
 	}
 	if err != nil {
-		return acquireResult{}, opErr(nil, err, "acquire %q", k.name)
+		return acquireResult{}, errs.Op(nil, err, "acquire %q", k.name)
 	}
 	if r.fence > 0 || r.reentered {
 		r.notReplicated = acks.short()
@@ -148,7 +149,7 @@ func (w *waitNode) waited(ctx context.Context, key string, script *redis.Script,
 	acks = waitResult{want: w.wait}
 	if acks.got, acks.err = wait.Int64(); acks.err != nil {
 		w.failed(acks.err)
-		acks.err = opErr(nil, acks.err, "wait for %d replicas", w.wait.n)
+		acks.err = errs.Op(nil, acks.err, "wait for %d replicas", w.wait.n)
 	}
 	return replies, acks, nil
 }
@@ -166,7 +167,7 @@ func (w waitResult) short() error {
 	if w.got >= int64(w.want.n) {
 		return nil
 	}
-	return opErr(ErrNotReplicated, nil, "%d of %d replicas acknowledged the write within %v", w.got, w.want.n, w.want.timeout)
+	return errs.Op(ErrNotReplicated, nil, "%d of %d replicas acknowledged the write within %v", w.got, w.want.n, w.want.timeout)
 }
 
 // serverOf returns the client of the server that owns key: on a Cluster its
@@ -216,7 +217,7 @@ func (w *waitNode) replicaShortfall(ctx context.Context) (int, map[string]int, e
 	count := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "replication").Result()
 		if err != nil {
-			return opErr(nil, err, "INFO replication of %s", c.Options().Addr)
+			return errs.Op(nil, err, "INFO replication of %s", c.Options().Addr)
 		}
 		have := 0
 		for line := range strings.SplitSeq(info, "\n") {
