@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"iter"
 	"slices"
 	"strconv"
@@ -31,14 +32,14 @@ var Kinds = []Kind{KindMutex, KindFairMutex, KindRWMutex, KindSemaphore, KindCou
 // adminKinds maps each Kind to the layout of its keys and its inspect.lua
 // name.
 var adminKinds = map[Kind]struct {
-	k    *kind
+	k    *protocol.Kind
 	code string
 }{
-	KindMutex:          {mutexKind, "mutex"},
-	KindFairMutex:      {fairKind, "fair"},
-	KindRWMutex:        {rwWriteKind, "rw"},
-	KindSemaphore:      {semKind, "sem"},
-	KindCountDownLatch: {latchKind, "latch"},
+	KindMutex:          {protocol.MutexKind, "mutex"},
+	KindFairMutex:      {protocol.FairKind, "fair"},
+	KindRWMutex:        {protocol.RwWriteKind, "rw"},
+	KindSemaphore:      {protocol.SemKind, "sem"},
+	KindCountDownLatch: {protocol.LatchKind, "latch"},
 }
 
 // LockID names one lock: its kind and the name its callers gave it.
@@ -137,11 +138,11 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 	if err != nil {
 		return nil, err
 	}
-	keys := k.acquireKeys
+	keys := k.AcquireKeys
 	if kind == KindCountDownLatch {
-		keys = []string{k.tag}
+		keys = []string{k.Tag}
 	}
-	v, err := c.e.backend.inspect(ctx, keys, code, InspectLimit)
+	v, err := c.e.backend.Inspect(ctx, keys, code, InspectLimit)
 	if err != nil {
 		return nil, errs.Op(nil, err, "inspect %s %q", kind, name)
 	}
@@ -158,21 +159,21 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 
 // adminKeys checks an administrative call and names the keys of the lock
 // it is about, with kind's name in inspect.lua.
-func (c *Client) adminKeys(op string, kind Kind, name string) (keys, string, error) {
+func (c *Client) adminKeys(op string, kind Kind, name string) (protocol.Keys, string, error) {
 	ak, ok := adminKinds[kind]
 	if !ok {
-		return keys{}, "", errs.Op(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
+		return protocol.Keys{}, "", errs.Op(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
 	}
 	if err := c.adminCheck(op); err != nil {
-		return keys{}, "", err
+		return protocol.Keys{}, "", err
 	}
-	return newKeys(c.cfg.prefix, ak.k, name), ak.code, nil
+	return protocol.NewKeys(c.cfg.prefix, ak.k, name), ak.code, nil
 }
 
 // adminCheck rejects an administrative call the Client cannot make.
 func (c *Client) adminCheck(op string) error {
 	switch {
-	case !c.e.backend.traits().admin:
+	case !c.e.backend.Traits().Admin:
 		return errs.Op(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
 	case c.e.closed():
 		return errs.Op(ErrClosed, nil, "%s", op)
@@ -267,10 +268,10 @@ func (c *Client) Locks(ctx context.Context, pattern string) iter.Seq2[LockID, er
 			yield(LockID{}, err)
 			return
 		}
-		match := globEscaper.Replace(c.cfg.prefix) + "*{" + nameEscaper.Replace(pattern) + "}*"
+		match := globEscaper.Replace(c.cfg.prefix) + "*{" + protocol.NameEscaper.Replace(pattern) + "}*"
 		seen := make(map[LockID]bool)
 		stopped := false
-		err := c.e.backend.scan(ctx, match, func(key string) bool {
+		err := c.e.backend.Scan(ctx, match, func(key string) bool {
 			id, ok := parseKey(c.cfg.prefix, key)
 			if !ok || seen[id] {
 				return true
@@ -308,7 +309,7 @@ func parseKey(prefix, key string) (LockID, bool) {
 		return LockID{}, false
 	}
 	for kind, ak := range adminKinds {
-		if ak.k.space == space {
+		if ak.k.Space == space {
 			if kind == KindCountDownLatch && suffix != "" {
 				return LockID{}, false
 			}
@@ -369,11 +370,11 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	call := c.e.newOwner() // the release marker's id: no holder's own
 	var last int64
 	for _, o := range owners {
-		code, err := c.e.backend.evict(ctx, k, o, call+"/"+o, c.cfg.ttl)
+		code, err := c.e.backend.Evict(ctx, k, o, call+"/"+o, c.cfg.ttl)
 		if err != nil {
 			return ev, errs.Op(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
 		}
-		if code != codeDone {
+		if code != protocol.CodeDone {
 			ev.Gone = append(ev.Gone, o)
 			continue
 		}
@@ -387,7 +388,7 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	// Every fence handed out from now on exceeds the evicted ones: the
 	// fence Inspect read is at least theirs.
 	ev.Fence = max(st.Fence, last) + 1
-	if err := c.e.backend.moveFence(ctx, k, ev.Fence, c.cfg.ttl); err != nil {
+	if err := c.e.backend.MoveFence(ctx, k, ev.Fence, c.cfg.ttl); err != nil {
 		return ev, errs.Op(nil, err, "ForceRelease %s %q: move the fence on", kind, name)
 	}
 	return ev, nil

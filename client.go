@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"sync"
 	"time"
 
@@ -62,20 +63,20 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if cfg.nodeTimeout > 0 {
 		return nil, errors.New("dlock: New: WithNodeTimeout applies to NewRedLock only")
 	}
-	n, err := newNode(rdb, cfg.autoPipeline, cfg.scripts)
+	n, err := protocol.NewNode(rdb, cfg.autoPipeline, cfg.scripts)
 	if err != nil {
 		return nil, errs.Op(nil, err, "New: WithAutoPipeline")
 	}
-	b, err := withWait(n, cfg.wait)
+	b, err := protocol.WithWait(n, cfg.wait)
 	if err != nil {
-		return nil, errs.Op(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.n, cfg.wait.timeout)
+		return nil, errs.Op(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.N, cfg.wait.Timeout)
 	}
 	return newClient(b, cfg, "New", make(chan struct{}))
 }
 
 // newClient returns a Client on b; closing is to be closed when its Close
 // starts.
-func newClient(b backend, cfg config, op string, closing chan struct{}) (*Client, error) {
+func newClient(b protocol.Backend, cfg config, op string, closing chan struct{}) (*Client, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, errs.Op(nil, err, "%s: make client id", op)
@@ -85,7 +86,7 @@ func newClient(b backend, cfg config, op string, closing chan struct{}) (*Client
 	bg := &background{}
 	return &Client{
 		e: &engine{
-			backend: b, traits: b.traits(), bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
+			backend: b, traits: b.Traits(), bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
 			ren:  newRenewer(b, cfg.logger, cfg.hooks, events),
 			note: newNotifier(b, bg, cfg.logger, closing, cfg.notify),
 			id:   hexID,
@@ -126,15 +127,15 @@ func (c *Client) Close() error {
 		defer cancel()
 		var failed []error
 		for _, t := range live {
-			if _, rerr := e.backend.release(ctx, *t.k, t.owner, releaseLast, e.ren.ttlOf(t), 0); rerr != nil {
+			if _, rerr := e.backend.Release(ctx, *t.k, t.owner, protocol.ReleaseLast, e.ren.ttlOf(t), 0); rerr != nil {
 				failed = append(failed, rerr)
 			}
-			e.ren.end(t, errs.Op(ErrClosed, nil, "lock %q ended by Close", t.k.name), nil)
+			e.ren.end(t, errs.Op(ErrClosed, nil, "lock %q ended by Close", t.k.Name), nil)
 		}
 		e.bg.close()
 		c.events.close()
 		e.note.close()
-		e.backend.settle()
+		e.backend.Settle()
 		err = errors.Join(failed...)
 	})
 	return err
@@ -162,28 +163,28 @@ func (c *Client) Check(ctx context.Context) error {
 // acquirer describes, for a primitive, the lock of kind k called name with
 // opts over the Client's defaults. An empty name, an invalid option or a nil
 // Client are errors the acquirer returns from every call.
-func (c *Client) acquirer(k *kind, name string, opts []Option) acquirer {
+func (c *Client) acquirer(k *protocol.Kind, name string, opts []Option) acquirer {
 	if c == nil || c.e == nil {
-		return acquirer{k: keys{kind: k, name: name}, err: errs.Op(nil, nil, "%s of a nil or zero Client", k.name)}
+		return acquirer{k: protocol.Keys{Kind: k, Name: name}, err: errs.Op(nil, nil, "%s of a nil or zero Client", k.Name)}
 	}
 	unsupported := false
-	if rk := c.e.backend.kindFor(k); rk != nil {
+	if rk := c.e.backend.KindFor(k); rk != nil {
 		k = rk
 	} else {
 		unsupported = true
 	}
-	a := acquirer{e: c.e, k: newKeys(c.cfg.prefix, k, name)}
+	a := acquirer{e: c.e, k: protocol.NewKeys(c.cfg.prefix, k, name)}
 	cfg, err := c.cfg, error(nil)
 	if len(opts) > 0 { // with makes a copy of the config escape
 		cfg, err = c.cfg.with(opts, false)
 	}
 	switch {
 	case unsupported:
-		a.err = errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.name, name)
+		a.err = errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.Name, name)
 	case name == "":
-		a.err = errs.Op(nil, nil, "%s: empty lock name", k.name)
+		a.err = errs.Op(nil, nil, "%s: empty lock name", k.Name)
 	case err != nil:
-		a.err = errs.Op(nil, err, "%s %q", k.name, name)
+		a.err = errs.Op(nil, err, "%s %q", k.Name, name)
 	}
 	a.ttl, a.renew = cfg.ttl, cfg.renew
 	return a

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"github.com/dlock-go/dlock/internal/protocol"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -87,19 +88,19 @@ return res`,
 // any Client. It reports false if there is no such mutant.
 func UseMutant(name string) bool {
 	if src, ok := extendMutants[name]; ok {
-		defaultScripts[scriptExtend] = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptExtend] = redis.NewScript(src)
 		return true
 	}
 	if src, ok := rwMutants[name]; ok {
-		defaultScripts[scriptRWAcquire] = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptRWAcquire] = redis.NewScript(src)
 		return true
 	}
 	if src, ok := mutants[name]; ok {
-		defaultScripts[scriptAcquire] = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptAcquire] = redis.NewScript(src)
 		return true
 	}
 	if src, ok := semMutants[name]; ok {
-		defaultScripts[scriptSemAcquire] = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptSemAcquire] = redis.NewScript(src)
 		return true
 	}
 	return false
@@ -112,13 +113,13 @@ func UseMutant(name string) bool {
 // requests.
 func ScriptHash(op string) string {
 	src, ok := map[string]string{
-		"acquire": acquireLua, "release": releaseLua, "extend": extendLua, "ttl": ttlLua,
-		"fair_acquire": fairAcquireLua, "fair_release": fairReleaseLua,
-		"sem_acquire": semAcquireLua, "sem_release": semReleaseLua,
-		"rw_acquire": rwAcquireLua, "rw_release": rwReleaseLua,
-		"raise_fence": raiseFenceLua,
-		"latch":       latchLua,
-		"inspect":     inspectLua,
+		"acquire": protocol.AcquireLua, "release": protocol.ReleaseLua, "extend": protocol.ExtendLua, "ttl": protocol.TtlLua,
+		"fair_acquire": protocol.FairAcquireLua, "fair_release": protocol.FairReleaseLua,
+		"sem_acquire": protocol.SemAcquireLua, "sem_release": protocol.SemReleaseLua,
+		"rw_acquire": protocol.RwAcquireLua, "rw_release": protocol.RwReleaseLua,
+		"raise_fence": protocol.RaiseFenceLua,
+		"latch":       protocol.LatchLua,
+		"inspect":     protocol.InspectLua,
 	}[op]
 	if !ok {
 		panic("ScriptHash: no script " + op)
@@ -161,7 +162,7 @@ func WithUnsubscribeHook(f func()) Option {
 func WithoutFenceRaise() Option {
 	return testOption("WithoutFenceRaise", func(c *config) {
 		s := *c.scripts
-		s[scriptRaiseFence] = redis.NewScript(`return redis.call('HEXISTS', KEYS[1], ARGV[1])`)
+		s[protocol.ScriptRaiseFence] = redis.NewScript(`return redis.call('HEXISTS', KEYS[1], ARGV[1])`)
 		c.scripts = &s
 	})
 }
@@ -184,9 +185,9 @@ func ReadyChannels(c *Client) []string {
 // so that tests on one server can see the per-slot script calls.
 func GroupBySlot(c *Client) {
 	switch b := c.e.backend.(type) {
-	case *node:
-		b.cluster = true
-	case *waitNode:
-		b.cluster = true
+	case *protocol.Node:
+		b.Cluster = true
+	case *protocol.WaitNode:
+		b.Cluster = true
 	}
 }

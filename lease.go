@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"sync/atomic"
 	"time"
 )
@@ -37,7 +38,7 @@ func (l *Lease) Name() string {
 	if l == nil || l.h == nil {
 		return ""
 	}
-	return l.h.t.k.name
+	return l.h.t.k.Name
 }
 
 // Owner returns the lease's owner id, as Redis keeps it and as Inspect and
@@ -175,19 +176,19 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	t := l.h.t
 	if ctx == nil {
-		return 0, errs.Op(nil, nil, "ttl %q: nil context", t.k.name)
+		return 0, errs.Op(nil, nil, "ttl %q: nil context", t.k.Name)
 	}
 	if err := t.endedErr("ttl"); err != nil {
 		return 0, err
 	}
-	left, code, err := l.h.e.backend.ttl(ctx, *t.k, t.owner)
+	left, code, err := l.h.e.backend.Ttl(ctx, *t.k, t.owner)
 	switch {
 	case err != nil:
 		return 0, err
-	case code != codeDone:
+	case code != protocol.CodeDone:
 		return 0, errs.Op(ErrNotHeld, t.lostErr(code), "ttl")
 	case left < 0:
-		return 0, errs.Op(nil, nil, "ttl %q: lock key has no expiry", t.k.name)
+		return 0, errs.Op(nil, nil, "ttl %q: lock key has no expiry", t.k.Name)
 	}
 	return left, nil
 }
@@ -236,9 +237,9 @@ func heldIn(ctx context.Context) *heldEntry {
 // find returns the live hold of lock k of engine e carried by the chain, if
 // any: a hold that has ended is no longer anyone's to re-enter. The kind must
 // match too: an RWMutex's read and write holds share its keys.
-func (c *heldEntry) find(e *engine, k keys) *hold {
+func (c *heldEntry) find(e *engine, k protocol.Keys) *hold {
 	for ; c != nil; c = c.next {
-		if c.h.e == e && c.h.t.k.tag == k.tag && c.h.t.k.kind == k.kind && c.h.t.ending.cause() == nil {
+		if c.h.e == e && c.h.t.k.Tag == k.Tag && c.h.t.k.Kind == k.Kind && c.h.t.ending.cause() == nil {
 			return c.h
 		}
 	}

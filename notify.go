@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"log/slog"
 	"slices"
 	"strings"
@@ -36,7 +37,7 @@ import (
 // moved (a failover, a resharding), the waiters are woken so that they look
 // for themselves, and the channels are subscribed again, where they live now.
 type notifier struct {
-	backend backend
+	backend protocol.Backend
 	bg      *background
 	log     *slog.Logger
 	closing <-chan struct{}
@@ -67,7 +68,7 @@ type shard struct {
 
 // gate is where this process's waiters for one lock wait.
 type gate struct {
-	k       keys
+	k       protocol.Keys
 	ttl     time.Duration // of the primitive that made the gate; sets the grant lease of a lock passed on
 	channel string
 	// shs are where the channel is subscribed: one shard, or on a RedLock
@@ -96,7 +97,7 @@ type waiter struct {
 	// after a broken connection); capacity 1, so that it never blocks the
 	// notifier: a message that finds it full is dropped, the waiter being
 	// awake.
-	wake chan wake
+	wake chan protocol.Wake
 }
 
 // drain empties w.wake: a message that came before a request is answered
@@ -108,7 +109,7 @@ func (w *waiter) drain() {
 	}
 }
 
-func (w *waiter) signal(msg wake) {
+func (w *waiter) signal(msg protocol.Wake) {
 	select {
 	case w.wake <- msg:
 	default:
@@ -137,7 +138,7 @@ var defaultNotifyConfig = notifyConfig{
 	pongWait:     5 * time.Second,
 }
 
-func newNotifier(n backend, bg *background, log *slog.Logger, closing <-chan struct{}, cfg notifyConfig) *notifier {
+func newNotifier(n protocol.Backend, bg *background, log *slog.Logger, closing <-chan struct{}, cfg notifyConfig) *notifier {
 	return &notifier{backend: n, bg: bg, log: log, closing: closing, cfg: cfg,
 		shards: make(map[string]*shard), gates: make(map[string]*gate), idle: list.New()}
 }
@@ -145,7 +146,7 @@ func newNotifier(n backend, bg *background, log *slog.Logger, closing <-chan str
 // join returns the gate of channel, for lock k, subscribed: Redis has
 // confirmed the subscription when join returns, so any message from then on
 // arrives. Every join must be followed by one leave.
-func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel string) (*gate, error) {
+func (n *notifier) join(ctx context.Context, k protocol.Keys, ttl time.Duration, channel string) (*gate, error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -189,11 +190,11 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
-	ps, err := n.backend.places(ctx, g.channel)
+	ps, err := n.backend.Places(ctx, g.channel)
 	if err != nil {
 		return err
 	}
-	places, need := ps.at, ps.need
+	places, need := ps.At, ps.Need
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -205,18 +206,18 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 	}
 	sends := make([]send, 0, len(places))
 	g.shs, g.got, g.need, g.refused = g.shs[:0], g.got[:0], need, 0
-	quorum := ps.apart
+	quorum := ps.Apart
 	for _, p := range places {
-		sh := n.shards[p.addr]
+		sh := n.shards[p.Addr]
 		fresh := sh == nil
 		if fresh {
-			sh = &shard{addr: p.addr, rdb: p.rdb, pending: make(map[string]int)}
-			n.shards[p.addr] = sh
+			sh = &shard{addr: p.Addr, rdb: p.RDB, pending: make(map[string]int)}
+			n.shards[p.Addr] = sh
 			if quorum {
 				// A RedLock member's connection is made now, with no channel
 				// (which sends nothing), so that the subscriptions below can
 				// go out without waiting for it.
-				sh.ps = p.rdb.SSubscribe(context.Background())
+				sh.ps = p.RDB.SSubscribe(context.Background())
 				n.wg.Add(1)
 				go n.receive(sh)
 				fresh = false
@@ -245,7 +246,7 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 				}
 			})
 		}
-		return ps.short
+		return ps.Short
 	}
 	// The connection is shared: a caller's deadline cutting the write short
 	// would break it for every waiter of this Client. The write is local and
@@ -370,7 +371,7 @@ func (n *notifier) unsubscribe(gates []*gate) {
 
 // enter makes owner a waiter of g, to be woken by messages naming it.
 func (n *notifier) enter(g *gate, owner string) *waiter {
-	w := &waiter{owner: owner, wake: make(chan wake, 1)}
+	w := &waiter{owner: owner, wake: make(chan protocol.Wake, 1)}
 	n.mu.Lock()
 	g.waiters[owner] = w
 	n.mu.Unlock()
@@ -395,12 +396,12 @@ func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 // caller may be a Lock that is returning or the receive loop; once Close
 // waits, it runs on the caller's goroutine (a waiting Lock, which Close waits
 // for too).
-func (n *notifier) unregister(k keys, ttl time.Duration, owner string) {
+func (n *notifier) unregister(k protocol.Keys, ttl time.Duration, owner string) {
 	n.bg.doSoon(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := n.backend.release(ctx, k, owner, releaseLeave, ttl, 0); err != nil {
-			n.log.Warn("dlock: removing a waiter that gave up failed", "lock", k.name, "err", err)
+		if _, err := n.backend.Release(ctx, k, owner, protocol.ReleaseLeave, ttl, 0); err != nil {
+			n.log.Warn("dlock: removing a waiter that gave up failed", "lock", k.Name, "err", err)
 		}
 	})
 }
@@ -450,7 +451,7 @@ func (n *notifier) receive(sh *shard) {
 				// answers SUNSUBSCRIBE or SSUBSCRIBE of a channel whose slot
 				// has moved.
 				n.log.Debug("dlock: wake-up connection got an error reply", "node", sh.addr, "err", err)
-				n.backend.failed(err)
+				n.backend.Failed(err)
 				continue
 			}
 			// The connection broke; go-redis reconnects and subscribes again
@@ -459,7 +460,7 @@ func (n *notifier) receive(sh *shard) {
 			// server stays unreachable, try again less and less often (on a
 			// RedLock, a member can stay down while the others serve).
 			pinged = false
-			n.backend.failed(err)
+			n.backend.Failed(err)
 			if down == 0 {
 				n.log.Warn("dlock: wake-up messages interrupted", "node", sh.addr, "err", err)
 				n.wakeAll(sh)
@@ -561,7 +562,7 @@ func (n *notifier) dropped(sh *shard, channel string) {
 	moved := g != nil && slices.Contains(g.shs, sh)
 	if moved {
 		for _, w := range g.waiters {
-			w.signal(wake{})
+			w.signal(protocol.Wake{})
 		}
 	}
 	n.mu.Unlock()
@@ -596,9 +597,9 @@ func (n *notifier) dropped(sh *shard, channel string) {
 func (n *notifier) resubscribe(g *gate, old *shard, attempt int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), resubscribeWait)
 	defer cancel()
-	n.backend.reload()
+	n.backend.Reload()
 	for {
-		addr, err := n.backend.shardOf(ctx, g.channel)
+		addr, err := n.backend.ShardOf(ctx, g.channel)
 		if err == nil && addr != old.addr {
 			break
 		}
@@ -682,14 +683,14 @@ func (n *notifier) deliver(channel, msg string) {
 	if g == nil {
 		return
 	}
-	m := parseWake(msg)
-	if m.owner == "*" {
+	m := protocol.ParseWake(msg)
+	if m.Owner == "*" {
 		for _, w := range g.waiters {
 			w.signal(m)
 		}
 		return
 	}
-	if w := g.waiters[m.owner]; w != nil {
+	if w := g.waiters[m.Owner]; w != nil {
 		w.signal(m)
 	}
 }
@@ -701,7 +702,7 @@ func (n *notifier) wakeAll(sh *shard) {
 	for _, g := range n.gates {
 		if slices.Contains(g.shs, sh) {
 			for _, w := range g.waiters {
-				w.signal(wake{})
+				w.signal(protocol.Wake{})
 			}
 		}
 	}

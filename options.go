@@ -3,6 +3,7 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"log/slog"
 	"strings"
 	"time"
@@ -44,13 +45,13 @@ type config struct {
 	// autopipeliner. Default: false.
 	autoPipeline bool
 	// wait: WithWaitReplicas. Default: no WAIT.
-	wait replicas
+	wait protocol.Replicas
 	// nodeTimeout: WithNodeTimeout; 0 if not given.
 	nodeTimeout time.Duration
 
 	// Set by tests only (export_test.go), per Client:
 	// scripts: the scripts the Client's nodes run. Default: defaultScripts.
-	scripts *scriptSet
+	scripts *protocol.ScriptSet
 	// notify: the notifier's tuning. Default: defaultNotifyConfig.
 	notify notifyConfig
 }
@@ -62,7 +63,7 @@ func defaultConfig() config {
 		ttl:    DefaultTTL,
 		renew:  true,
 
-		scripts: &defaultScripts,
+		scripts: &protocol.DefaultScripts,
 		notify:  defaultNotifyConfig,
 	}
 }
@@ -198,7 +199,7 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 		case n > 0 && timeout <= 0:
 			return fmt.Errorf("dlock: WithWaitReplicas(%d, %v): the timeout must be positive (WAIT 0 would block forever)", n, timeout)
 		}
-		c.wait = replicas{n: n, timeout: timeout}
+		c.wait = protocol.Replicas{N: n, Timeout: timeout}
 		return nil
 	}}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/quorum"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -70,21 +72,21 @@ func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	if err != nil {
 		return nil, err
 	}
-	if cfg.wait.n > 0 {
+	if cfg.wait.N > 0 {
 		return nil, errs.Op(errors.ErrUnsupported, nil, "NewRedLock: WithWaitReplicas")
 	}
 	timeout := cfg.nodeTimeout
 	if timeout == 0 {
 		timeout = DefaultNodeTimeout
 	}
-	members := make([]backend, 0, len(nodes))
+	members := make([]protocol.Backend, 0, len(nodes))
 	for i, rdb := range nodes {
-		m, err := newNode(rdb, cfg.autoPipeline, cfg.scripts)
+		m, err := protocol.NewNode(rdb, cfg.autoPipeline, cfg.scripts)
 		if err != nil {
 			return nil, errs.Op(nil, err, "NewRedLock: node %d: WithAutoPipeline", i)
 		}
 		members = append(members, m)
 	}
 	closing := make(chan struct{})
-	return newClient(newQuorum(members, timeout, closing), cfg, "NewRedLock", closing)
+	return newClient(quorum.New(members, timeout, closing), cfg, "NewRedLock", closing)
 }

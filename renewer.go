@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"log/slog"
 	"math"
 	"slices"
@@ -23,7 +24,7 @@ import (
 // renewal schedule, and its ending.
 type term struct {
 	// Set when the lease begins, never changed.
-	k     *keys
+	k     *protocol.Keys
 	owner string
 	fence int64
 	begun time.Time // when the acquire was sent: the latest Redis can have started the TTL
@@ -57,7 +58,7 @@ type term struct {
 }
 
 // info names the lock, for hooks.
-func (t *term) info() LockInfo { return LockInfo{Kind: t.k.kind.name, Name: t.k.name} }
+func (t *term) info() LockInfo { return LockInfo{Kind: t.k.Kind.Name, Name: t.k.Name} }
 
 // setWake sets when the renewer looks at t next. renewer.mu must be held.
 func (t *term) setWake() {
@@ -79,20 +80,20 @@ func (t *term) endedErr(op string) error {
 	if cause == nil {
 		return nil
 	}
-	return errs.Op(ErrNotHeld, cause, "%s %q", op, t.k.name)
+	return errs.Op(ErrNotHeld, cause, "%s %q", op, t.k.Name)
 }
 
 // lostErr describes a script's "not yours" answer.
 func (t *term) lostErr(code int64) error {
-	if code == codeOther {
-		return errs.Op(ErrLockLost, nil, "%q is held by another owner", t.k.name)
+	if code == protocol.CodeOther {
+		return errs.Op(ErrLockLost, nil, "%q is held by another owner", t.k.Name)
 	}
-	return errs.Op(ErrLockLost, nil, "%q expired", t.k.name)
+	return errs.Op(ErrLockLost, nil, "%q expired", t.k.Name)
 }
 
 // renewer keeps the terms of a Client's leases, which are all on backend.
 type renewer struct {
-	backend backend
+	backend protocol.Backend
 	log     *slog.Logger
 	hooks   *Hooks
 	events  *dispatcher
@@ -109,7 +110,7 @@ type renewer struct {
 	wg     sync.WaitGroup // the loop and the renewal calls
 }
 
-func newRenewer(b backend, log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
+func newRenewer(b protocol.Backend, log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &renewer{backend: b, log: log, hooks: hooks, events: events, ctx: ctx, cancel: cancel}
 }
@@ -122,18 +123,18 @@ func newRenewer(b backend, log *slog.Logger, hooks *Hooks, events *dispatcher) *
 // sent + grant at the latest, sent being a request that reached Redis before
 // the grant was made, and counts as lost drift(grant) before that. The
 // renewer lengthens it to ttl at once.
-func (r *renewer) begin(k *keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*term, error) {
+func (r *renewer) begin(k *protocol.Keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*term, error) {
 	t := &term{k: k, owner: owner, fence: fence, begun: sent,
-		renew: renew, ttl: ttl, deadline: sent.Add(ttl - drift(ttl)),
-		due: sent.Add(renewEvery(ttl)), slack: renewSlack(ttl)}
+		renew: renew, ttl: ttl, deadline: sent.Add(ttl - protocol.Drift(ttl)),
+		due: sent.Add(protocol.RenewEvery(ttl)), slack: protocol.RenewSlack(ttl)}
 	if grant > 0 {
-		t.lengthen, t.deadline, t.due, t.slack = true, sent.Add(grant-drift(grant)), time.Now(), 0
+		t.lengthen, t.deadline, t.due, t.slack = true, sent.Add(grant-protocol.Drift(grant)), time.Now(), 0
 	}
 	t.setWake()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
-		return nil, errs.Op(ErrClosed, nil, "lock %q acquired while closing", k.name)
+		return nil, errs.Op(ErrClosed, nil, "lock %q acquired while closing", k.Name)
 	}
 	heap.Push(&r.queue, t)
 	if !r.started {
@@ -212,7 +213,7 @@ func (r *renewer) lose(t *term, err error) {
 
 // lost logs and reports the loss of t, which has ended.
 func (r *renewer) lost(t *term, err error) {
-	r.log.Error("dlock: lease lost", "lock", t.k.name, "fence", t.fence, "err", err)
+	r.log.Error("dlock: lease lost", "lock", t.k.Name, "fence", t.fence, "err", err)
 	if h := r.hooks; h != nil && h.Lost != nil {
 		r.events.post(func() { h.Lost(context.Background(), t.info(), t.fence, err) })
 	}
@@ -233,7 +234,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return errs.Op(nil, context.Cause(ctx), "extend %q", t.k.name)
+			return errs.Op(nil, context.Cause(ctx), "extend %q", t.k.Name)
 		}
 		r.mu.Lock()
 	}
@@ -243,19 +244,19 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	}
 	if t.retired {
 		r.mu.Unlock()
-		return errs.Op(ErrNotHeld, nil, "extend %q: it is being unlocked", t.k.name)
+		return errs.Op(ErrNotHeld, nil, "extend %q: it is being unlocked", t.k.Name)
 	}
 	t.busy = make(chan struct{})
 	t.gen++
 	gen := t.gen
 	sent := time.Now()
-	if d := sent.Add(ttl - drift(ttl)); d.Before(t.deadline) {
+	if d := sent.Add(ttl - protocol.Drift(ttl)); d.Before(t.deadline) {
 		t.deadline = d
 	}
 	r.reschedule(t)
 	r.mu.Unlock()
 
-	codes, err := r.backend.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true, gen: gen}})
+	codes, err := r.backend.Extend(ctx, []protocol.ExtendItem{{K: *t.k, Owner: t.owner, Ttl: ttl, Exact: true, Gen: gen}})
 
 	r.mu.Lock()
 	close(t.busy)
@@ -265,21 +266,21 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	case t.ended:
 	case t.retired:
 		// Unlocked meanwhile: the release decides how the lease ends.
-		err = errs.Op(ErrNotHeld, nil, "extend %q: unlocked while the Extend was in flight", t.k.name)
+		err = errs.Op(ErrNotHeld, nil, "extend %q: unlocked while the Extend was in flight", t.k.Name)
 	case err != nil:
 		// Redis may or may not run it, now or later: renew soon, counting
 		// on what holds either way.
 		t.ttl, t.due = min(t.ttl, ttl), time.Now()
-	case codes[0] == codeStale:
-		err = errs.Op(nil, nil, "extend %q: Redis has run a later Extend of the lease", t.k.name)
-	case codes[0] != codeDone:
+	case codes[0] == protocol.CodeStale:
+		err = errs.Op(nil, nil, "extend %q: Redis has run a later Extend of the lease", t.k.Name)
+	case codes[0] != protocol.CodeDone:
 		lost = t.lostErr(codes[0])
-	case !time.Now().Before(sent.Add(ttl - drift(ttl))):
+	case !time.Now().Before(sent.Add(ttl - protocol.Drift(ttl))):
 		// The lease, shortened, ran out before the reply came.
-		lost = errs.Op(ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.k.name, ttl)
+		lost = errs.Op(ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.k.Name, ttl)
 	default:
-		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-drift(ttl)), nil, false
-		t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
+		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-protocol.Drift(ttl)), nil, false
+		t.due, t.slack = sent.Add(protocol.RenewEvery(ttl)), protocol.RenewSlack(ttl)
 	}
 	if !t.ended {
 		r.reschedule(t)
@@ -378,13 +379,13 @@ func (r *renewer) deadlineErr(t *term) error {
 	r.mu.Unlock()
 	switch {
 	case lengthen:
-		return errs.Op(ErrLockLost, lastErr, "%q: granted by a release, but not lengthened before its grant lease ran out", t.k.name)
+		return errs.Op(ErrLockLost, lastErr, "%q: granted by a release, but not lengthened before its grant lease ran out", t.k.Name)
 	case !renew:
-		return errs.Op(ErrLockLost, nil, "%q: its lease of %v ran out", t.k.name, ttl)
+		return errs.Op(ErrLockLost, nil, "%q: its lease of %v ran out", t.k.Name, ttl)
 	case lastErr != nil:
-		return errs.Op(ErrLockLost, lastErr, "%q: not renewed before its deadline", t.k.name)
+		return errs.Op(ErrLockLost, lastErr, "%q: not renewed before its deadline", t.k.Name)
 	}
-	return errs.Op(ErrLockLost, nil, "%q: not renewed before its deadline", t.k.name)
+	return errs.Op(ErrLockLost, nil, "%q: not renewed before its deadline", t.k.Name)
 }
 
 // renew renews due terms: those on one server (a node, or a Cluster's
@@ -395,13 +396,13 @@ func (r *renewer) deadlineErr(t *term) error {
 func (r *renewer) renew(due []*term) {
 	slots := make(map[string]map[int][]*term) // by server address
 	for _, t := range due {
-		addr, _ := r.backend.shardOf(r.ctx, t.k.tag) // "" if unknown: go-redis routes each call
+		addr, _ := r.backend.ShardOf(r.ctx, t.k.Tag) // "" if unknown: go-redis routes each call
 		g := slots[addr]
 		if g == nil {
 			g = make(map[int][]*term)
 			slots[addr] = g
 		}
-		s := r.backend.group(t.k.tag)
+		s := r.backend.Group(t.k.Tag)
 		g[s] = append(g[s], t)
 	}
 	for _, groups := range slots {
@@ -409,8 +410,8 @@ func (r *renewer) renew(due []*term) {
 		var pipe [][]*term
 		size := 0
 		for _, ts := range groups {
-			for call := range slices.Chunk(ts, maxBatch) {
-				if size+len(call) > maxBatch {
+			for call := range slices.Chunk(ts, protocol.MaxBatch) {
+				if size+len(call) > protocol.MaxBatch {
 					pipes, pipe, size = append(pipes, pipe), nil, 0
 				}
 				pipe, size = append(pipe, call), size+len(call)
@@ -432,17 +433,17 @@ func (r *renewer) renew(due []*term) {
 // go-redis may wait for a lost reply longer than the leases last; its reply,
 // if it comes later, still counts for what it says (renewed).
 func (r *renewer) renewCalls(calls [][]*term) {
-	items := make([][]extendItem, len(calls))
+	items := make([][]protocol.ExtendItem, len(calls))
 	busy := make([][]chan struct{}, len(calls)) // each term's busy of this call
 	var latest time.Time
 	stall := time.Duration(math.MaxInt64)
 	now := time.Now()
 	r.mu.Lock()
 	for i, batch := range calls {
-		items[i] = make([]extendItem, len(batch))
+		items[i] = make([]protocol.ExtendItem, len(batch))
 		busy[i] = make([]chan struct{}, len(batch))
 		for j, t := range batch {
-			items[i][j] = extendItem{k: *t.k, owner: t.owner, ttl: t.ttl, gen: t.gen}
+			items[i][j] = protocol.ExtendItem{K: *t.k, Owner: t.owner, Ttl: t.ttl, Gen: t.gen}
 			busy[i][j] = t.busy
 			if t.deadline.After(latest) {
 				latest = t.deadline
@@ -453,7 +454,7 @@ func (r *renewer) renewCalls(calls [][]*term) {
 	r.mu.Unlock()
 	// A call that waits for replicas, or for a RedLock's nodes, takes up to
 	// that wait by design.
-	if slow := r.backend.traits().slow; slow > 0 {
+	if slow := r.backend.Traits().Slow; slow > 0 {
 		stall = max(stall, slow+stallMin)
 	}
 	// A reply that comes after every deadline in the batch is of no use.
@@ -464,7 +465,7 @@ func (r *renewer) renewCalls(calls [][]*term) {
 		defer close(fired)
 		r.stalled(calls, busy)
 	})
-	codes, errs := r.backend.extendAll(ctx, items)
+	codes, errs := r.backend.ExtendAll(ctx, items)
 	if !timer.Stop() {
 		<-fired
 	}
@@ -478,7 +479,7 @@ func (r *renewer) renewCalls(calls [][]*term) {
 // tried again on another request: half a renewal period, or a quarter of
 // what is left of a grant lease, and at least stallMin.
 func (t *term) stallAfter(now time.Time) time.Duration {
-	d := renewEvery(t.ttl) / 2
+	d := protocol.RenewEvery(t.ttl) / 2
 	if t.lengthen {
 		d = min(d, t.deadline.Sub(now)/4)
 	}
@@ -501,7 +502,7 @@ func (r *renewer) stalled(calls [][]*term, busy [][]chan struct{}) {
 		return
 	}
 	now := time.Now()
-	r.log.Debug("dlock: renewal unanswered; trying again", "calls", len(calls), "first", calls[0][0].k.name)
+	r.log.Debug("dlock: renewal unanswered; trying again", "calls", len(calls), "first", calls[0][0].k.Name)
 	for i, batch := range calls {
 		for j, t := range batch {
 			if t.ended || t.busy != busy[i][j] {
@@ -521,7 +522,7 @@ func (r *renewer) stalled(calls [][]*term, busy [][]chan struct{}) {
 // given up as stalled meanwhile takes from it only what it proves: a lease
 // renewed since sent, unless an Extend was sent since (its generation
 // decides), or lost, unless its owner is unlocking it (its release decides).
-func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendItem, sent time.Time, codes []int64, err error) {
+func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []protocol.ExtendItem, sent time.Time, codes []int64, err error) {
 	var extended []*term
 	type loss struct {
 		t   *term
@@ -538,7 +539,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 			}
 			continue
 		}
-		ttl := items[i].ttl
+		ttl := items[i].Ttl
 		mine := t.busy == busy[i]
 		if mine {
 			close(t.busy)
@@ -551,7 +552,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 		}
 		// An Extend sent since this renewal was: what this one proves of
 		// the lease's TTL, the Extend may have undone.
-		current := items[i].gen == t.gen
+		current := items[i].Gen == t.gen
 		switch {
 		case err != nil && !mine:
 			// The try that replaced this one decides; its error says more
@@ -563,14 +564,14 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 		case err != nil:
 			failed = append(failed, t)
 			t.lastErr = err
-			wait := retryDelay(ttl)
+			wait := protocol.RetryDelay(ttl)
 			if t.lengthen {
 				// A grant lease: try again well before it runs out.
 				wait = min(wait, time.Until(t.deadline)/4)
 			}
 			t.due, t.slack = time.Now().Add(wait), 0
-		case codes[i] == codeDone || codes[i] == codeStale:
-			if !current || codes[i] == codeStale {
+		case codes[i] == protocol.CodeDone || codes[i] == protocol.CodeStale:
+			if !current || codes[i] == protocol.CodeStale {
 				// Older than the lease's latest Extend: it proves nothing.
 				if mine {
 					t.due, t.slack = time.Now(), 0
@@ -578,7 +579,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 				}
 				continue
 			}
-			d := sent.Add(ttl - drift(ttl))
+			d := sent.Add(ttl - protocol.Drift(ttl))
 			if !mine && (ttl != t.ttl || !d.After(t.deadline)) {
 				// A later try renewed it already, or Lease.Extend set
 				// another TTL, which Redis may have run before or after.
@@ -586,7 +587,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 			}
 			t.deadline, t.lastErr, t.lengthen = d, nil, false
 			if mine || t.busy == nil {
-				t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
+				t.due, t.slack = sent.Add(protocol.RenewEvery(ttl)), protocol.RenewSlack(ttl)
 			}
 			extended = append(extended, t)
 		default:
@@ -605,7 +606,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 		if r.ctx.Err() != nil {
 			return // stopping
 		}
-		r.log.Warn("dlock: renewal failed, will retry", "leases", len(failed), "first", failed[0].k.name, "err", err)
+		r.log.Warn("dlock: renewal failed, will retry", "leases", len(failed), "first", failed[0].k.Name, "err", err)
 		if h := r.hooks; h != nil && h.ExtendFailed != nil {
 			r.events.post(func() {
 				for _, t := range failed {

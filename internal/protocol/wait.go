@@ -1,4 +1,4 @@
-package dlock
+package protocol
 
 // WAIT (WithWaitReplicas): a node whose every write that grants or lengthens
 // a hold is followed, in the same pipeline on the same connection, by WAIT
@@ -18,16 +18,16 @@ import (
 
 // replicas is WithWaitReplicas's setting: n replicas must acknowledge, within
 // timeout, each write that grants or lengthens a hold.
-type replicas struct {
-	n       int
-	timeout time.Duration
+type Replicas struct {
+	N       int
+	Timeout time.Duration
 }
 
 // waitNode is a node whose acquisitions and extensions wait for replicas;
 // every other request is the node's own.
-type waitNode struct {
-	*node
-	wait replicas
+type WaitNode struct {
+	*Node
+	wait Replicas
 }
 
 // withWait returns n, if w asks for no replica; otherwise n wrapped so that
@@ -35,8 +35,8 @@ type waitNode struct {
 // node must be one whose server for a key is known, and w's timeout at most
 // half the Redis client's ReadTimeout, which bounds the reply of the
 // pipeline that carries the WAIT.
-func withWait(n *node, w replicas) (backend, error) {
-	if w.n == 0 {
+func WithWait(n *Node, w Replicas) (Backend, error) {
+	if w.N == 0 {
 		return n, nil
 	}
 	var read time.Duration
@@ -48,50 +48,50 @@ func withWait(n *node, w replicas) (backend, error) {
 	default:
 		return nil, fmt.Errorf("WAIT needs a *redis.Client, a FailoverClient or a *redis.ClusterClient, not a %T", n.rdb)
 	}
-	if read > 0 && w.timeout > read/2 {
+	if read > 0 && w.Timeout > read/2 {
 		return nil, fmt.Errorf("the timeout must be at most half the Redis client's ReadTimeout (%v), which bounds the reply that follows the WAIT", read)
 	}
-	return &waitNode{node: n, wait: w}, nil
+	return &WaitNode{Node: n, wait: w}, nil
 }
 
 // traits: a waiter must not take a lock on a grant message, whose write no
 // replica may have acknowledged: it asks again, and that acquire waits for
 // them. A request may take the WAIT's timeout.
-func (w *waitNode) traits() traits {
-	t := w.node.traits()
-	t.grantWake, t.slow = false, w.wait.timeout
+func (w *WaitNode) Traits() Traits {
+	t := w.Node.Traits()
+	t.GrantWake, t.Slow = false, w.wait.Timeout
 	return t
 }
 
 // acquire is node.acquire followed by WAIT.
-func (w *waitNode) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra ...any) (acquireResult, error) {
+func (w *WaitNode) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
 	args := append([]any{owner, msArg(ttl), string(takeMode), register.Milliseconds()}, extra...)
 	return w.runAcquireWaited(ctx, k, args)
 }
 
 // reenter is node.reenter followed by WAIT.
-func (w *waitNode) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int, extra ...any) (acquireResult, error) {
+func (w *WaitNode) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
 	args := append([]any{owner, ttl.Milliseconds(), string(reenterMode), count}, extra...)
 	return w.runAcquireWaited(ctx, k, args)
 }
 
 // extend is node.extend followed by WAIT.
-func (w *waitNode) extend(ctx context.Context, items []extendItem) ([]int64, error) {
-	codes, errs := w.extendWaited(ctx, [][]extendItem{items})
+func (w *WaitNode) Extend(ctx context.Context, items []ExtendItem) ([]int64, error) {
+	codes, errs := w.extendWaited(ctx, [][]ExtendItem{items})
 	return codes[0], errs[0]
 }
 
 // extendAll is node.extendAll followed by WAIT.
-func (w *waitNode) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+func (w *WaitNode) ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error) {
 	return w.extendWaited(ctx, calls)
 }
 
 // runAcquireWaited runs k's acquire script followed by WAIT, pipelined: one
 // round trip. A hold it granted or re-entered that too few replicas
 // acknowledged comes back with notReplicated set; the caller undoes it.
-func (w *waitNode) runAcquireWaited(ctx context.Context, k keys, args []any) (acquireResult, error) {
-	replies, acks, err := w.waited(ctx, k.tag, w.scripts[k.kind.acquire], [][]string{k.acquireKeys}, [][]any{args})
-	var r acquireResult
+func (w *WaitNode) runAcquireWaited(ctx context.Context, k Keys, args []any) (AcquireResult, error) {
+	replies, acks, err := w.waited(ctx, k.Tag, w.scripts[k.Kind.acquire], [][]string{k.AcquireKeys}, [][]any{args})
+	var r AcquireResult
 	if replies != nil {
 		var v any
 		if v, err = replies[0].Result(); err == nil {
@@ -101,10 +101,10 @@ func (w *waitNode) runAcquireWaited(ctx context.Context, k keys, args []any) (ac
 		}
 	}
 	if err != nil {
-		return acquireResult{}, errs.Op(nil, err, "acquire %q", k.name)
+		return AcquireResult{}, errs.Op(nil, err, "acquire %q", k.Name)
 	}
-	if r.fence > 0 || r.reentered {
-		r.notReplicated = acks.short()
+	if r.Fence > 0 || r.Reentered {
+		r.NotReplicated = acks.short()
 	}
 	return r, nil
 }
@@ -116,10 +116,10 @@ func (w *waitNode) runAcquireWaited(ctx context.Context, k keys, args []any) (ac
 // know the script yet is sent its body. If the pipeline could not be sent,
 // replies is nil and err says why; otherwise each reply carries its own
 // error, and the WAIT's outcome is in acks.
-func (w *waitNode) waited(ctx context.Context, key string, script *redis.Script, keys [][]string, args [][]any) (replies []*redis.Cmd, acks waitResult, err error) {
+func (w *WaitNode) waited(ctx context.Context, key string, script *redis.Script, keys [][]string, args [][]any) (replies []*redis.Cmd, acks waitResult, err error) {
 	srv, err := w.serverOf(ctx, key)
 	if err != nil {
-		w.failed(err)
+		w.Failed(err)
 		return nil, waitResult{}, err
 	}
 	var wait *redis.Cmd
@@ -133,7 +133,7 @@ func (w *waitNode) waited(ctx context.Context, key string, script *redis.Script,
 				replies[i] = script.EvalSha(ctx, pipe, keys[i], args[i]...)
 			}
 		}
-		wait = pipe.Do(ctx, "wait", w.wait.n, w.wait.timeout.Milliseconds())
+		wait = pipe.Do(ctx, "wait", w.wait.N, w.wait.Timeout.Milliseconds())
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 	}
 	run(false)
@@ -142,21 +142,21 @@ func (w *waitNode) waited(ctx context.Context, key string, script *redis.Script,
 	}
 	for _, r := range replies {
 		if err := r.Err(); err != nil {
-			w.failed(err)
+			w.Failed(err)
 			break
 		}
 	}
 	acks = waitResult{want: w.wait}
 	if acks.got, acks.err = wait.Int64(); acks.err != nil {
-		w.failed(acks.err)
-		acks.err = errs.Op(nil, acks.err, "wait for %d replicas", w.wait.n)
+		w.Failed(acks.err)
+		acks.err = errs.Op(nil, acks.err, "wait for %d replicas", w.wait.N)
 	}
 	return replies, acks, nil
 }
 
 // waitResult is the outcome of a WAIT.
 type waitResult struct {
-	want replicas
+	want Replicas
 	got  int64 // replicas that acknowledged
 	err  error // the WAIT failed
 }
@@ -164,15 +164,15 @@ type waitResult struct {
 // short returns, if fewer replicas acknowledged than were asked for, the
 // error that says so; nil otherwise.
 func (w waitResult) short() error {
-	if w.got >= int64(w.want.n) {
+	if w.got >= int64(w.want.N) {
 		return nil
 	}
-	return errs.Op(ErrNotReplicated, nil, "%d of %d replicas acknowledged the write within %v", w.got, w.want.n, w.want.timeout)
+	return errs.Op(errs.ErrNotReplicated, nil, "%d of %d replicas acknowledged the write within %v", w.got, w.want.N, w.want.Timeout)
 }
 
 // serverOf returns the client of the server that owns key: on a Cluster its
 // primary, on any other node the node's own client.
-func (n *node) serverOf(ctx context.Context, key string) (*redis.Client, error) {
+func (n *Node) serverOf(ctx context.Context, key string) (*redis.Client, error) {
 	switch r := n.rdb.(type) {
 	case *redis.Client:
 		return r, nil
@@ -186,13 +186,13 @@ func (n *node) serverOf(ctx context.Context, key string) (*redis.Client, error) 
 // first lease's keys: every call must be for that server. A call that too few
 // replicas acknowledged fails with an error matching ErrNotReplicated: the
 // lease may be longer in the primary, but not in its replicas.
-func (w *waitNode) extendWaited(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+func (w *WaitNode) extendWaited(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error) {
 	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
 	keys, args := make([][]string, len(calls)), make([][]any, len(calls))
 	for i, items := range calls {
 		keys[i], args[i] = extendArgs(items)
 	}
-	replies, acks, err := w.waited(ctx, calls[0][0].k.tag, w.scripts[scriptExtend], keys, args)
+	replies, acks, err := w.waited(ctx, calls[0][0].K.Tag, w.scripts[ScriptExtend], keys, args)
 	for i, items := range calls {
 		var v []int64
 		cerr := err
@@ -211,7 +211,7 @@ func (w *waitNode) extendWaited(ctx context.Context, calls [][]extendItem) ([][]
 
 // replicaShortfall returns how many replicas w waits for and, for each
 // primary of the node with fewer connected, its address and how many it has.
-func (w *waitNode) replicaShortfall(ctx context.Context) (int, map[string]int, error) {
+func (w *WaitNode) ReplicaShortfall(ctx context.Context) (int, map[string]int, error) {
 	short := map[string]int{}
 	var mu sync.Mutex
 	count := func(ctx context.Context, c *redis.Client) error {
@@ -225,7 +225,7 @@ func (w *waitNode) replicaShortfall(ctx context.Context) (int, map[string]int, e
 				have, _ = strconv.Atoi(v)
 			}
 		}
-		if have < w.wait.n {
+		if have < w.wait.N {
 			mu.Lock()
 			short[c.Options().Addr] = have
 			mu.Unlock()
@@ -234,9 +234,9 @@ func (w *waitNode) replicaShortfall(ctx context.Context) (int, map[string]int, e
 	}
 	switch r := w.rdb.(type) {
 	case *redis.Client:
-		return w.wait.n, short, count(ctx, r)
+		return w.wait.N, short, count(ctx, r)
 	case *redis.ClusterClient:
-		return w.wait.n, short, r.ForEachMaster(ctx, count)
+		return w.wait.N, short, r.ForEachMaster(ctx, count)
 	}
-	return w.wait.n, short, nil
+	return w.wait.N, short, nil
 }

@@ -1,8 +1,6 @@
-package dlock
+package protocol
 
-// The protocol floor: what is sent to Redis and what comes back. Every
-// request dlock makes is a method of backend (backend.go), which node in this
-// file implements for one deployment; each names its
+// The node: one deployment's Backend. Each request names its
 // script, builds the KEYS and ARGV that script's header (lua/*.lua) lists,
 // and decodes the reply into Go values. Nothing here waits, retries or keeps
 // state: the floors above decide what a reply means for a lease.
@@ -27,7 +25,7 @@ import (
 // node is a Redis deployment that holds locks: a plain, Sentinel or Cluster
 // go-redis client. A Client runs on one node; a lock is on the node that
 // owns its keys, which go-redis finds for a Cluster.
-type node struct {
+type Node struct {
 	rdb redis.UniversalClient
 	// cmd runs the scripts: rdb itself, or its autopipeliner
 	// (WithAutoPipeline); proc sends the acquire and release calls built
@@ -44,21 +42,21 @@ type node struct {
 	ctxAware bool
 	// cluster: keys of different hash slots may live on different servers,
 	// so one script call must not span slots.
-	cluster bool
+	Cluster bool
 	// scripts are the scripts the node runs: defaultScripts, unless a
 	// test's Client asked for others.
-	scripts *scriptSet
+	scripts *ScriptSet
 }
 
-func newNode(rdb redis.UniversalClient, autoPipeline bool, scripts *scriptSet) (*node, error) {
-	n := &node{rdb: rdb, cmd: rdb, proc: rdb, scripts: scripts}
+func NewNode(rdb redis.UniversalClient, autoPipeline bool, scripts *ScriptSet) (*Node, error) {
+	n := &Node{rdb: rdb, cmd: rdb, proc: rdb, scripts: scripts}
 	switch r := rdb.(type) {
 	case *redis.Client:
 		n.ctxAware = r.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
-		n.ctxAware, n.cluster = r.Options().ContextTimeoutEnabled, true
+		n.ctxAware, n.Cluster = r.Options().ContextTimeoutEnabled, true
 	case *redis.Ring:
-		n.ctxAware, n.cluster = r.Options().ContextTimeoutEnabled, true
+		n.ctxAware, n.Cluster = r.Options().ContextTimeoutEnabled, true
 	}
 	switch {
 	case autoPipeline:
@@ -78,27 +76,27 @@ func newNode(rdb redis.UniversalClient, autoPipeline bool, scripts *scriptSet) (
 
 // settle waits for the pipelines of n's batcher, which outlive the requests
 // they carry.
-func (n *node) settle() {
+func (n *Node) Settle() {
 	if n.batch != nil {
-		n.batch.settle()
+		n.batch.Settle()
 	}
 }
 
 // traits: a node's requests give up at their context's end if its Redis
 // client does so (ctxAware), and its waiters may take a lock on a grant
 // message.
-func (n *node) traits() traits { return traits{ctxAware: n.ctxAware, grantWake: true, admin: true} }
+func (n *Node) Traits() Traits { return Traits{CtxAware: n.ctxAware, GrantWake: true, Admin: true} }
 
 // kindFor: every kind runs on a node.
-func (n *node) kindFor(k *kind) *kind { return k }
+func (n *Node) KindFor(k *Kind) *Kind { return k }
 
 // A kind is a lock type's scripts and the layout of its keys. Each key list
 // names, in the order of the KEYS in its script's header, the keys of one
 // lock by the name the header gives them; the key itself is the lock's tag
 // followed by the name's suffix (keyNames).
-type kind struct {
-	name    string // the Go type, for messages
-	space   string // the keys' namespace after the prefix: "" for a Mutex, "fair:", ...
+type Kind struct {
+	Name    string // the Go type, for messages
+	Space   string // the keys' namespace after the prefix: "" for a Mutex, "fair:", ...
 	acquire script
 	release script
 
@@ -110,8 +108,8 @@ type kind struct {
 	// the first two raise_fence.lua's.
 	leaseKeys []string
 	leaseIn   leaseCarrier // what carries each holder's lease
-	handoff   handoff      // what a release that frees the lock does for the next waiter
-	reentrant bool         // a Lease in the context makes an acquisition of the same lock re-enter its hold
+	Handoff   handoff      // what a release that frees the lock does for the next waiter
+	Reentrant bool         // a Lease in the context makes an acquisition of the same lock re-enter its hold
 }
 
 // handoff is what a release that frees a lock does for the waiter next in
@@ -125,7 +123,7 @@ const (
 	// handoffGrant: the release grants the lock to the next waiter and tells
 	// it the fence (grant in lua/lib.lua), so that its Lock may return on
 	// that message.
-	handoffGrant
+	HandoffGrant
 	// handoffTell: the release keeps the lock for the next waiter a while
 	// and tells it to take it (a RedLock's Mutex, whose members keep
 	// separate queues).
@@ -158,17 +156,17 @@ var keyNames = map[string]string{
 }
 
 var (
-	mutexKind = &kind{name: "Mutex", acquire: scriptAcquire, release: scriptRelease,
+	MutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
 		acquireKeys: []string{"lock", "fence", "waiters"},
 		releaseKeys: []string{"lock", "fence", "waiters"},
 		leaseKeys:   []string{"lock", "fence"},
-		handoff:     handoffGrant, reentrant: true}
-	fairKind = &kind{name: "FairMutex", space: "fair:", acquire: scriptFairAcquire, release: scriptFairRelease,
+		Handoff:     HandoffGrant, Reentrant: true}
+	FairKind = &Kind{Name: "FairMutex", Space: "fair:", acquire: scriptFairAcquire, release: scriptFairRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
 		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
 		leaseKeys:   []string{"lock", "fence"},
-		handoff:     handoffGrant, reentrant: true}
-	semKind = &kind{name: "Semaphore", space: "sem:", acquire: scriptSemAcquire, release: scriptSemRelease,
+		Handoff:     HandoffGrant, Reentrant: true}
+	SemKind = &Kind{Name: "Semaphore", Space: "sem:", acquire: ScriptSemAcquire, release: scriptSemRelease,
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
 		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total"},
 		leaseKeys:   []string{"holders", "fence", "semaphore"},
@@ -176,45 +174,45 @@ var (
 	// The two kinds of hold of an RWMutex share its keys, scripts and
 	// wake-up channel; a read hold's lease is its member of the readers set,
 	// the write hold's is the lock hash.
-	rwReadKind = &kind{name: "RWMutex", space: "rw:", acquire: scriptRWAcquire, release: scriptRWRelease,
+	RwReadKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
 		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
 		leaseKeys:   []string{"readers", "fence", "fences"},
-		leaseIn:     leaseInZSet, reentrant: true}
-	rwWriteKind = &kind{name: "RWMutex", space: "rw:", acquire: scriptRWAcquire, release: scriptRWRelease,
-		acquireKeys: rwReadKind.acquireKeys,
-		releaseKeys: rwReadKind.releaseKeys,
+		leaseIn:     leaseInZSet, Reentrant: true}
+	RwWriteKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
+		acquireKeys: RwReadKind.acquireKeys,
+		releaseKeys: RwReadKind.releaseKeys,
 		leaseKeys:   []string{"lock", "fence", "fences"},
-		handoff:     handoffGrant, reentrant: true}
-	latchKind = &kind{name: "CountDownLatch", space: "latch:"}
+		Handoff:     HandoffGrant, Reentrant: true}
+	LatchKind = &Kind{Name: "CountDownLatch", Space: "latch:"}
 	// redMutexKind is a Mutex on a RedLock: its keys and scripts, but no
 	// grant, for each member keeps a queue of its own.
-	redMutexKind = &kind{name: "Mutex", acquire: scriptAcquire, release: scriptRelease,
-		acquireKeys: mutexKind.acquireKeys,
-		releaseKeys: mutexKind.releaseKeys,
-		leaseKeys:   mutexKind.leaseKeys,
-		handoff:     handoffTell, reentrant: true}
+	RedMutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
+		acquireKeys: MutexKind.acquireKeys,
+		releaseKeys: MutexKind.releaseKeys,
+		leaseKeys:   MutexKind.leaseKeys,
+		Handoff:     handoffTell, Reentrant: true}
 )
 
 // keys names everything in Redis that belongs to one lock. Every name carries
 // the same {hash tag}, so they share a Redis Cluster slot and one script can
 // touch them all; the package documentation lists them.
-type keys struct {
-	kind    *kind
-	name    string // as the caller gave it
-	tag     string // prefix, namespace and {hash tag}: the stem of every key and channel
-	channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
+type Keys struct {
+	Kind    *Kind
+	Name    string // as the caller gave it
+	Tag     string // prefix, namespace and {hash tag}: the stem of every key and channel
+	Channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
 	// channelArg is channel as a script argument, boxed once.
 	channelArg                          any
-	acquireKeys, releaseKeys, leaseKeys []string
+	AcquireKeys, releaseKeys, leaseKeys []string
 }
 
 // newKeys names the keys of kind k's lock called name, and its wake-up
 // channel stem. Every key and the stem are slices of one string, and the key
 // lists share one array, so that a lock's names cost a few allocations, not
 // one each.
-func newKeys(prefix string, k *kind, name string) keys {
-	esc := nameEscaper.Replace(name)
+func NewKeys(prefix string, k *Kind, name string) Keys {
+	esc := NameEscaper.Replace(name)
 	lists := [...][]string{k.acquireKeys, k.releaseKeys, k.leaseKeys}
 	var names [8]string // each key's name once, in order of appearance
 	n := 0
@@ -226,7 +224,7 @@ func newKeys(prefix string, k *kind, name string) keys {
 			}
 		}
 	}
-	stem := len(prefix) + len(k.space) + len(esc) + 2
+	stem := len(prefix) + len(k.Space) + len(esc) + 2
 	size := stem + len(":wake") // the tag is the start of every name
 	for _, kn := range names[:n] {
 		size += stem + len(keyNames[kn])
@@ -237,7 +235,7 @@ func newKeys(prefix string, k *kind, name string) keys {
 	put := func(i int, suffix string) {
 		at[i][0] = b.Len()
 		b.WriteString(prefix)
-		b.WriteString(k.space)
+		b.WriteString(k.Space)
 		b.WriteByte('{')
 		b.WriteString(esc)
 		b.WriteByte('}')
@@ -250,8 +248,8 @@ func newKeys(prefix string, k *kind, name string) keys {
 	put(len(names), ":wake")
 	all := b.String()
 	cut := func(i int) string { return all[at[i][0]:at[i][1]] }
-	ks := keys{kind: k, name: name, tag: all[:stem], channel: cut(len(names))}
-	ks.channelArg = ks.channel
+	ks := Keys{Kind: k, Name: name, Tag: all[:stem], Channel: cut(len(names))}
+	ks.channelArg = ks.Channel
 	// A list that begins another one built before is a slice of it (a
 	// Mutex's three lists are one).
 	var from [len(lists)]int // the list each one is a slice of
@@ -281,27 +279,27 @@ func newKeys(prefix string, k *kind, name string) keys {
 		}
 		built[i] = arr[start:len(arr):len(arr)]
 	}
-	ks.acquireKeys, ks.releaseKeys, ks.leaseKeys = built[0], built[1], built[2]
+	ks.AcquireKeys, ks.releaseKeys, ks.leaseKeys = built[0], built[1], built[2]
 	return ks
 }
 
 // nameEscaper makes any byte string safe inside a hash tag: '{' and '}' would
 // end the tag early and change the slot. '%' is escaped too, so the mapping is
 // one-to-one.
-var nameEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+var NameEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // marker is the key of the marker of a call by owner (an acquisition's owner
 // id, or a call's own id): a script that must answer a retry of the same call
 // (go-redis retries after a lost reply) as it answered the call sets it for
 // markerTTL.
-func (k keys) marker(owner string) string { return k.tag + ":done:" + owner }
+func (k Keys) marker(owner string) string { return k.Tag + ":done:" + owner }
 
 // markerTTL is how long a call's marker lives. A reply read later than
 // markerTrust after its request was first sent may come from a retry that ran
 // after the marker had gone.
 const (
 	markerTTL   = 10 * time.Second
-	markerTrust = markerTTL - time.Second
+	MarkerTrust = markerTTL - time.Second
 )
 
 // markerTTLArg is markerTTL in milliseconds as a script argument, boxed
@@ -310,56 +308,56 @@ var markerTTLArg any = markerTTL.Milliseconds()
 
 // withMarker returns ks with the marker of owner's call appended, in a new
 // slice.
-func withMarker(ks []string, k keys, owner string) []string {
+func withMarker(ks []string, k Keys, owner string) []string {
 	return append(ks[:len(ks):len(ks)], k.marker(owner))
 }
 
 // Modes of the scripts, as their headers name them.
 type (
 	acquireMode string // ARGV[3] of an acquire script
-	releaseMode string // ARGV[3] of a release script
-	semMode     string // ARGV[3] of sem_release.lua, beyond releaseLast and releaseLeave
-	latchMode   string // ARGV[1] of latch.lua
+	ReleaseMode string // ARGV[3] of a release script
+	SemMode     string // ARGV[3] of sem_release.lua, beyond releaseLast and releaseLeave
+	LatchMode   string // ARGV[1] of latch.lua
 )
 
 const (
 	takeMode    acquireMode = "0" // take the lock, or register as a waiter
 	reenterMode acquireMode = "1" // add a hold of an owner that has one
 
-	releaseOne   releaseMode = "0" // one of several holds goes: the count that remains is given
-	releaseLast  releaseMode = "1" // the last hold goes: the lock is freed
-	releaseLeave releaseMode = "2" // a waiter gives up: unregister it, pass the lock on if it was granted to it
+	ReleaseOne   ReleaseMode = "0" // one of several holds goes: the count that remains is given
+	ReleaseLast  ReleaseMode = "1" // the last hold goes: the lock is freed
+	ReleaseLeave ReleaseMode = "2" // a waiter gives up: unregister it, pass the lock on if it was granted to it
 
-	semSetTotal    semMode = "3"
-	semAvailable   semMode = "4"
-	semDeleteTotal semMode = "5"
+	SemSetTotal    SemMode = "3"
+	SemAvailable   SemMode = "4"
+	SemDeleteTotal SemMode = "5"
 
-	latchDown   latchMode = "down"
-	latchSet    latchMode = "set"
-	latchDelete latchMode = "delete"
+	LatchDown   LatchMode = "down"
+	LatchSet    LatchMode = "set"
+	LatchDelete LatchMode = "delete"
 )
 
 // arg returns m as a script argument. Each mode is a constant, which an
 // interface holds without allocating.
-func (m releaseMode) arg() any {
+func (m ReleaseMode) arg() any {
 	switch m {
-	case releaseOne:
-		return string(releaseOne)
-	case releaseLast:
-		return string(releaseLast)
-	case releaseLeave:
-		return string(releaseLeave)
+	case ReleaseOne:
+		return string(ReleaseOne)
+	case ReleaseLast:
+		return string(ReleaseLast)
+	case ReleaseLeave:
+		return string(ReleaseLeave)
 	}
 	return string(m)
 }
 
 // Result codes of the release scripts and extend.lua.
 const (
-	codeGone  = -1 // nobody holds the lock
-	codeOther = 0  // another owner holds the lock
-	codeDone  = 1  // release: the lock is free; extend: extended
-	codeHeld  = 2  // release: one hold given back, the lock still held
-	codeStale = 2  // extend: not extended, for a later Extend of the lease ran first
+	CodeGone  = -1 // nobody holds the lock
+	CodeOther = 0  // another owner holds the lock
+	CodeDone  = 1  // release: the lock is free; extend: extended
+	CodeHeld  = 2  // release: one hold given back, the lock still held
+	CodeStale = 2  // extend: not extended, for a later Extend of the lease ran first
 )
 
 // Replies and arguments of the scripts that are numbers or strings with a
@@ -399,28 +397,28 @@ func (h extendHow) arg() any {
 }
 
 // acquireResult is what an acquire script answered, decoded.
-type acquireResult struct {
-	fence     int64         // > 0 when the lock was taken
-	reentered bool          // the owner's hold count went up
-	gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
-	pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
+type AcquireResult struct {
+	Fence     int64         // > 0 when the lock was taken
+	Reentered bool          // the owner's hold count went up
+	Gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
+	Pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
 	// floor, when held by another, if the script tells it: every fence a
 	// release grants the caller from then on is above it (fence_floor); at is
 	// the server's time then, in µs.
-	floor, at int64
+	Floor, At int64
 	// notReplicated: the hold was granted or re-entered, but fewer replicas
 	// than WithWaitReplicas asks for acknowledged it (an ErrNotReplicated).
-	notReplicated error
+	NotReplicated error
 }
 
 // acquire runs k's acquire script once: one round trip. If the lock is held
 // and register is above zero, owner is registered as a waiter for that long.
 // extra are the kind's own arguments, after the four every acquire script
 // takes.
-func (n *node) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra ...any) (acquireResult, error) {
+func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
 	if len(extra) == 0 {
 		// The common call, without a slice of arguments of its own.
-		v, err := n.eval(ctx, n.scripts[k.kind.acquire], k.acquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds()).Result()
+		v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds()).Result()
 		return n.acquired(k, v, err)
 	}
 	args := append([]any{owner, msArg(ttl), string(takeMode), register.Milliseconds()}, extra...)
@@ -430,25 +428,25 @@ func (n *node) acquire(ctx context.Context, k keys, owner string, ttl, register 
 // reenter runs k's acquire script to add a hold of owner, which then has
 // count holds: one round trip. extra are the kind's own arguments, as for
 // acquire.
-func (n *node) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int, extra ...any) (acquireResult, error) {
+func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
 	args := append([]any{owner, ttl.Milliseconds(), string(reenterMode), count}, extra...)
 	return n.runAcquire(ctx, k, args)
 }
 
-func (n *node) runAcquire(ctx context.Context, k keys, args []any) (acquireResult, error) {
-	v, err := n.eval(ctx, n.scripts[k.kind.acquire], k.acquireKeys, "", args...).Result()
+func (n *Node) runAcquire(ctx context.Context, k Keys, args []any) (AcquireResult, error) {
+	v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", args...).Result()
 	return n.acquired(k, v, err)
 }
 
 // acquired decodes the reply v, or err, of k's acquire script.
-func (n *node) acquired(k keys, v any, err error) (acquireResult, error) {
-	var r acquireResult
+func (n *Node) acquired(k Keys, v any, err error) (AcquireResult, error) {
+	var r AcquireResult
 	if err == nil {
 		r, err = decodeAcquire(v)
 	}
 	if err != nil {
-		n.failed(err)
-		return acquireResult{}, errs.Op(nil, err, "acquire %q", k.name)
+		n.Failed(err)
+		return AcquireResult{}, errs.Op(nil, err, "acquire %q", k.Name)
 	}
 	return r, nil
 }
@@ -459,7 +457,7 @@ func (n *node) acquired(k keys, v any, err error) (acquireResult, error) {
 // calls once this one has its reply (go-redis, and its hooks, are done with
 // a command when Process returns): the call allocates only what boxing the
 // keys takes, and args can stay on the caller's stack.
-func (n *node) eval(ctx context.Context, s *redis.Script, keys []string, key string, args ...any) evalReply {
+func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, key string, args ...any) evalReply {
 	nk := len(keys)
 	if key != "" {
 		nk++
@@ -573,55 +571,55 @@ func grantArg(ttl time.Duration) any { return grantArgs.arg(ttl) }
 
 // decodeAcquire decodes an acquire script's reply: an integer, or for
 // "held" the time to wait, the fence floor and the server time (held_reply).
-func decodeAcquire(v any) (acquireResult, error) {
+func decodeAcquire(v any) (AcquireResult, error) {
 	switch v := v.(type) {
 	case int64:
 		switch {
 		case v > 0:
-			return acquireResult{fence: v}, nil
+			return AcquireResult{Fence: v}, nil
 		case v == replyReentered:
-			return acquireResult{reentered: true}, nil
+			return AcquireResult{Reentered: true}, nil
 		case v == replyGone:
-			return acquireResult{gone: true}, nil
+			return AcquireResult{Gone: true}, nil
 		}
-		return acquireResult{pttl: time.Duration(-v-heldOffset) * time.Millisecond}, nil
+		return AcquireResult{Pttl: time.Duration(-v-heldOffset) * time.Millisecond}, nil
 	case []any:
 		if len(v) == 3 {
 			c, ok1 := v[0].(int64)
 			f, ok2 := v[1].(int64)
 			at, ok3 := v[2].(int64)
 			if ok1 && ok2 && ok3 && c <= 1-heldOffset {
-				return acquireResult{pttl: time.Duration(-c-heldOffset) * time.Millisecond, floor: f, at: at}, nil
+				return AcquireResult{Pttl: time.Duration(-c-heldOffset) * time.Millisecond, Floor: f, At: at}, nil
 			}
 		}
 	}
-	return acquireResult{}, fmt.Errorf("unexpected reply %v from the acquire script", v)
+	return AcquireResult{}, fmt.Errorf("unexpected reply %v from the acquire script", v)
 }
 
 // release runs k's release script once: one round trip. ttl is the lock's
 // TTL, which sets the grant lease of the waiter a freed lock goes to;
 // count, for releaseOne, the holds that remain. It returns a result code.
-func (n *node) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration, count int) (int64, error) {
+func (n *Node) Release(ctx context.Context, k Keys, owner string, mode ReleaseMode, ttl time.Duration, count int) (int64, error) {
 	grant := grantArg(ttl)
-	if k.kind.handoff == handoffTell {
+	if k.Kind.Handoff == handoffTell {
 		grant = tellArg // the next waiter is told to try, not granted the lock
 	}
-	code, err := n.eval(ctx, n.scripts[k.kind.release], k.releaseKeys, k.marker(owner),
+	code, err := n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(owner),
 		owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()
 	if err != nil {
-		n.failed(err)
-		return 0, errs.Op(nil, err, "release %q", k.name)
+		n.Failed(err)
+		return 0, errs.Op(nil, err, "release %q", k.Name)
 	}
 	return code, nil
 }
 
 // raiseFence runs raise_fence.lua on a RedLock's member: owner's fence on k
 // there becomes at least fence. It returns a result code.
-func (n *node) raiseFence(ctx context.Context, k keys, owner string, fence int64, ttl time.Duration) (int64, error) {
-	code, err := n.eval(ctx, n.scripts[scriptRaiseFence], k.leaseKeys[:2], "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
+func (n *Node) RaiseFence(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error) {
+	code, err := n.eval(ctx, n.scripts[ScriptRaiseFence], k.leaseKeys[:2], "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
 	if err != nil {
-		n.failed(err)
-		return 0, errs.Op(nil, err, "raise the fence of %q", k.name)
+		n.Failed(err)
+		return 0, errs.Op(nil, err, "raise the fence of %q", k.Name)
 	}
 	return code, nil
 }
@@ -629,57 +627,57 @@ func (n *node) raiseFence(ctx context.Context, k keys, owner string, fence int64
 // semaphore runs sem_release.lua in one of its own modes, with total as its
 // argument: the new total, or the one to use when none is stored. id is the
 // call's own, so that a retried Delete answers as it did.
-func (n *node) semaphore(ctx context.Context, k keys, id string, mode semMode, total int64) (int64, error) {
-	v, err := n.scripts[k.kind.release].Run(ctx, n.cmd, withMarker(k.releaseKeys, k, id),
+func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, total int64) (int64, error) {
+	v, err := n.scripts[k.Kind.release].Run(ctx, n.cmd, withMarker(k.releaseKeys, k, id),
 		id, k.channelArg, string(mode), 0, total, markerTTLArg).Int64()
 	if err != nil {
-		return 0, errs.Op(nil, err, "semaphore %q", k.name)
+		return 0, errs.Op(nil, err, "semaphore %q", k.Name)
 	}
 	return v, nil
 }
 
 // extendItem is one lease in an extend call.
-type extendItem struct {
-	k     keys
-	owner string
-	ttl   time.Duration
+type ExtendItem struct {
+	K     Keys
+	Owner string
+	Ttl   time.Duration
 	// exact: the lease lapses ttl from now even if it would have lapsed later
 	// (Lease.Extend); otherwise it is only lengthened (a renewal).
-	exact bool
+	Exact bool
 	// gen is how many Extends of the lease had been sent when this request
 	// was, itself included: Redis ignores a request of an earlier generation
 	// than the latest Extend it ran (codeStale), whenever it arrives.
-	gen uint32
+	Gen uint32
 }
 
 // extendsKey names the hash in which Redis keeps, for each holder of k's
 // lock, the generation of its latest Extend (extend.lua). It is named for
 // each request that renews or extends a lease, not with the lock's other
 // names, which every acquisition builds.
-func (k *keys) extendsKey() string { return k.tag + ":extends" }
+func (k *Keys) extendsKey() string { return k.Tag + ":extends" }
 
 // maxBatch is the most leases renewed by one script call, and by one
 // pipeline. A renewal pass takes the leases due by then, not a multiple of
 // maxBatch, so its last call is a partial one: at 128, 10,000 leases on one
 // server take about 80 round trips a period, under one per 100 leases; each
 // call keeps Redis busy for about a millisecond.
-const maxBatch = 128
+const MaxBatch = 128
 
 // extend runs extend.lua once over items, whose keys must all be in one
 // hash slot if the node is a Cluster: one round trip. It returns a result
 // code per item.
-func (n *node) extend(ctx context.Context, items []extendItem) ([]int64, error) {
+func (n *Node) Extend(ctx context.Context, items []ExtendItem) ([]int64, error) {
 	ks, args := extendArgs(items)
-	codes, err := n.scripts[scriptExtend].Run(ctx, n.cmd, ks, args...).Int64Slice()
+	codes, err := n.scripts[ScriptExtend].Run(ctx, n.cmd, ks, args...).Int64Slice()
 	return n.extendResult(items, codes, err)
 }
 
 // extendAll runs extend.lua once per call, all in one pipeline: one round
 // trip per server. It returns the result codes and the error of each call.
-func (n *node) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+func (n *Node) ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error) {
 	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
 	if len(calls) == 1 {
-		codes[0], errs[0] = n.extend(ctx, calls[0])
+		codes[0], errs[0] = n.Extend(ctx, calls[0])
 		return codes, errs
 	}
 	run := func(eval bool, todo []int) {
@@ -688,9 +686,9 @@ func (n *node) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, 
 		for j, i := range todo {
 			ks, args := extendArgs(calls[i])
 			if eval {
-				cmds[j] = n.scripts[scriptExtend].Eval(ctx, pipe, ks, args...)
+				cmds[j] = n.scripts[ScriptExtend].Eval(ctx, pipe, ks, args...)
 			} else {
-				cmds[j] = n.scripts[scriptExtend].EvalSha(ctx, pipe, ks, args...)
+				cmds[j] = n.scripts[ScriptExtend].EvalSha(ctx, pipe, ks, args...)
 			}
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -718,31 +716,31 @@ func (n *node) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, 
 	return codes, errs
 }
 
-func extendArgs(items []extendItem) (ks []string, args []any) {
+func extendArgs(items []ExtendItem) (ks []string, args []any) {
 	nk := 0
 	for _, it := range items {
-		nk += len(it.k.leaseKeys) + 1
+		nk += len(it.K.leaseKeys) + 1
 	}
 	ks = make([]string, 0, nk)
 	args = make([]any, 0, 6*len(items))
 	for _, it := range items {
 		how := extendLonger
-		if it.exact {
+		if it.Exact {
 			how = extendExact
 		}
-		ks = append(append(ks, it.k.leaseKeys...), it.k.extendsKey())
-		args = append(args, it.k.kind.leaseIn.arg(), it.owner, it.ttl.Milliseconds(), how.arg(), it.gen, len(it.k.leaseKeys)+1)
+		ks = append(append(ks, it.K.leaseKeys...), it.K.extendsKey())
+		args = append(args, it.K.Kind.leaseIn.arg(), it.Owner, it.Ttl.Milliseconds(), how.arg(), it.Gen, len(it.K.leaseKeys)+1)
 	}
 	return ks, args
 }
 
-func (n *node) extendResult(items []extendItem, codes []int64, err error) ([]int64, error) {
+func (n *Node) extendResult(items []ExtendItem, codes []int64, err error) ([]int64, error) {
 	if err != nil {
-		n.failed(err)
+		n.Failed(err)
 	}
 	switch {
 	case err != nil && len(items) == 1:
-		return nil, errs.Op(nil, err, "extend %q", items[0].k.name)
+		return nil, errs.Op(nil, err, "extend %q", items[0].K.Name)
 	case err != nil:
 		return nil, errs.Op(nil, err, "extend %d leases", len(items))
 	case len(codes) != len(items):
@@ -753,14 +751,14 @@ func (n *node) extendResult(items []extendItem, codes []int64, err error) ([]int
 
 // shardOf returns the address of the server that serves channel's slot on a
 // Cluster, where a shard channel must be subscribed; "" on any other node.
-func (n *node) shardOf(ctx context.Context, channel string) (string, error) {
+func (n *Node) ShardOf(ctx context.Context, channel string) (string, error) {
 	cc, ok := n.rdb.(*redis.ClusterClient)
 	if !ok {
 		return "", nil
 	}
 	c, err := cc.MasterForKey(ctx, channel)
 	if err != nil {
-		n.failed(err)
+		n.Failed(err)
 		return "", err
 	}
 	return c.Options().Addr, nil
@@ -768,12 +766,12 @@ func (n *node) shardOf(ctx context.Context, channel string) (string, error) {
 
 // places returns where channel is to be subscribed: on the server that
 // serves it, which must confirm it.
-func (n *node) places(ctx context.Context, channel string) (placement, error) {
-	addr, err := n.shardOf(ctx, channel)
+func (n *Node) Places(ctx context.Context, channel string) (Placement, error) {
+	addr, err := n.ShardOf(ctx, channel)
 	if err != nil {
-		return placement{}, err
+		return Placement{}, err
 	}
-	return placement{at: []place{{addr, n.rdb}}, need: 1}, nil
+	return Placement{At: []Place{{addr, n.rdb}}, Need: 1}, nil
 }
 
 // failed notes a request to the node that failed. On a Cluster, a failure
@@ -782,14 +780,14 @@ func (n *node) places(ctx context.Context, channel string) (placement, error) {
 // background: it does so by itself only on a MOVED reply or every minute,
 // and a dead primary sends no MOVED, so without this requests would go on
 // dialling it after its replica was promoted.
-func (n *node) failed(err error) {
-	if transient(err) {
-		n.reload()
+func (n *Node) Failed(err error) {
+	if Transient(err) {
+		n.Reload()
 	}
 }
 
 // reload makes go-redis load a Cluster's slot map again, in the background.
-func (n *node) reload() {
+func (n *Node) Reload() {
 	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
 		cc.ReloadState(context.Background())
 	}
@@ -799,9 +797,9 @@ func (n *node) reload() {
 // could not be reached or is changing hands (a failover, a restart, a slot
 // migration), so that the request may succeed if made again shortly. A reply
 // that is an ordinary error, a closed client and an ended context are not.
-func transient(err error) bool {
+func Transient(err error) bool {
 	var rerr redis.Error
-	var nq *QuorumError
+	var nq *errs.QuorumError
 	switch {
 	case err == nil, errors.Is(err, redis.ErrClosed):
 		return false
@@ -836,8 +834,8 @@ var transientReplies = []string{"CLUSTERDOWN ", "TRYAGAIN ", "MOVED ", "ASK ", "
 
 // group returns the hash slot of key on a Cluster node, where one script
 // call must not span slots; 0 on any other.
-func (n *node) group(key string) int {
-	if !n.cluster {
+func (n *Node) Group(key string) int {
+	if !n.Cluster {
 		return 0
 	}
 	return slot(key)
@@ -846,47 +844,47 @@ func (n *node) group(key string) int {
 // ttl runs ttl.lua: whether owner holds its lease on k (codeDone; codeOther
 // or codeGone if not) and, if it does, how long the lease has left (-1ms: no
 // expiry).
-func (n *node) ttl(ctx context.Context, k keys, owner string) (left time.Duration, code int64, err error) {
-	ms, err := n.scripts[scriptTTL].Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.kind.leaseIn.arg()).Int64()
+func (n *Node) Ttl(ctx context.Context, k Keys, owner string) (left time.Duration, code int64, err error) {
+	ms, err := n.scripts[scriptTTL].Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.Kind.leaseIn.arg()).Int64()
 	switch {
 	case err != nil:
-		return 0, 0, errs.Op(nil, err, "ttl %q", k.name)
+		return 0, 0, errs.Op(nil, err, "ttl %q", k.Name)
 	case ms == ttlOther:
-		return 0, codeOther, nil
+		return 0, CodeOther, nil
 	case ms == ttlGone:
-		return 0, codeGone, nil
+		return 0, CodeGone, nil
 	}
-	return time.Duration(ms) * time.Millisecond, codeDone, nil
+	return time.Duration(ms) * time.Millisecond, CodeDone, nil
 }
 
 // latch runs latch.lua in mode, with an id of its own so that a retry of the
 // call answers as it did.
-func (n *node) latch(ctx context.Context, k keys, id string, mode latchMode, count int64) (int64, error) {
-	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.tag, k.marker(id)},
-		string(mode), latchChannel(k), count, markerTTL.Milliseconds()).Int64()
+func (n *Node) Latch(ctx context.Context, k Keys, id string, mode LatchMode, count int64) (int64, error) {
+	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.Tag, k.marker(id)},
+		string(mode), LatchChannel(k), count, markerTTL.Milliseconds()).Int64()
 	if err != nil {
-		return 0, errs.Op(nil, err, "latch %q", k.name)
+		return 0, errs.Op(nil, err, "latch %q", k.Name)
 	}
 	return v, nil
 }
 
 // latchChannel is where a latch's opening is published.
-func latchChannel(k keys) string { return k.tag + latchSuffix }
+func LatchChannel(k Keys) string { return k.Tag + LatchSuffix }
 
-const latchSuffix = ":zero"
+const LatchSuffix = ":zero"
 
 // latchCount reads a latch's count: 0 when it has none.
-func (n *node) latchCount(ctx context.Context, k keys) (int64, error) {
-	s, err := n.rdb.Get(ctx, k.tag).Result()
+func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
+	s, err := n.rdb.Get(ctx, k.Tag).Result()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, errs.Op(nil, err, "count of latch %q", k.name)
+		return 0, errs.Op(nil, err, "count of latch %q", k.Name)
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, errs.Op(nil, err, "count of latch %q: %q in Redis", k.name, s)
+		return 0, errs.Op(nil, err, "count of latch %q: %q in Redis", k.Name, s)
 	}
 	return v, nil
 }
@@ -894,14 +892,14 @@ func (n *node) latchCount(ctx context.Context, k keys) (int64, error) {
 // inspect runs inspect.lua over keys, for the kind inspect.lua names code:
 // read-only (EVALSHA_RO), so that a user allowed only to read keys may send
 // it, and a replica runs it.
-func (n *node) inspect(ctx context.Context, keys []string, code string, limit int) ([]any, error) {
+func (n *Node) Inspect(ctx context.Context, keys []string, code string, limit int) ([]any, error) {
 	return n.scripts[scriptInspect].RunRO(ctx, n.rdb, keys, code, limit).Slice()
 }
 
 // scan passes each key that matches the glob match to each, found with SCAN
 // on every primary (never KEYS, which would block Redis), until each
 // returns false.
-func (n *node) scan(ctx context.Context, match string, each func(key string) bool) error {
+func (n *Node) Scan(ctx context.Context, match string, each func(key string) bool) error {
 	servers, err := primaries(ctx, n.rdb)
 	if err != nil {
 		return errs.Op(nil, err, "list the primaries")
@@ -950,20 +948,20 @@ func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable,
 
 // evict releases owner's hold on k as its own last release would, a freed
 // lock going to the next waiter; marker is the administrative call's own.
-func (n *node) evict(ctx context.Context, k keys, owner, marker string, ttl time.Duration) (int64, error) {
-	return n.eval(ctx, n.scripts[k.kind.release], k.releaseKeys, k.marker(marker),
-		owner, k.channelArg, releaseLast.arg(), grantArg(ttl), 0, markerTTLArg).Int64()
+func (n *Node) Evict(ctx context.Context, k Keys, owner, marker string, ttl time.Duration) (int64, error) {
+	return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(marker),
+		owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, markerTTLArg).Int64()
 }
 
 // moveFence runs raise_fence.lua for no owner: k's fence becomes at least
 // fence, whoever holds the lock.
-func (n *node) moveFence(ctx context.Context, k keys, fence int64, ttl time.Duration) error {
-	return n.eval(ctx, n.scripts[scriptRaiseFence], k.acquireKeys[:2], "", "", strconv.FormatInt(fence, 10), msArg(ttl)).err
+func (n *Node) MoveFence(ctx context.Context, k Keys, fence int64, ttl time.Duration) error {
+	return n.eval(ctx, n.scripts[ScriptRaiseFence], k.AcquireKeys[:2], "", "", strconv.FormatInt(fence, 10), msArg(ttl)).err
 }
 
 // evictionPolicy reads Redis's maxmemory-policy; known is false if Redis
 // will not tell (CONFIG refused).
-func (n *node) evictionPolicy(ctx context.Context) (policy string, known bool, err error) {
+func (n *Node) EvictionPolicy(ctx context.Context) (policy string, known bool, err error) {
 	v, err := n.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
 	var rerr redis.Error
 	switch {
@@ -977,7 +975,7 @@ func (n *node) evictionPolicy(ctx context.Context) (policy string, known bool, e
 }
 
 // replicaShortfall: a node's writes wait for no replica.
-func (n *node) replicaShortfall(context.Context) (int, map[string]int, error) { return 0, nil, nil }
+func (n *Node) ReplicaShortfall(context.Context) (int, map[string]int, error) { return 0, nil, nil }
 
 // slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
 // hash tag, or of the whole key if it has none, modulo 16384.
@@ -1001,31 +999,23 @@ func slot(key string) int {
 	return int(crc) % 16384
 }
 
-// The times the scripts are given, each a fraction of a lock's TTL within
-// bounds; doc.go states them for users.
-
-// renewEvery is how often a lease is renewed while held; it may be renewed up
-// to renewSlack earlier, to share a script call with others.
-func renewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
-func renewSlack(ttl time.Duration) time.Duration { return ttl / 6 }
-
 // wake is a wake-up message, parsed: the owner id of the waiter it is for,
 // and for a grant (grant in lua/lib.lua) its fence, grant lease and the
 // server time it was made at, in µs; fence is 0 for any other message.
-type wake struct {
-	owner string
-	fence int64
-	lease time.Duration
-	at    int64
+type Wake struct {
+	Owner string
+	Fence int64
+	Lease time.Duration
+	At    int64
 }
 
 // parseWake parses a wake-up message: an owner id ("*" for every waiter), or
 // an owner id, a fence, a grant lease in ms and a server time in µs,
 // separated by spaces.
-func parseWake(msg string) wake {
+func ParseWake(msg string) Wake {
 	owner, rest, ok := strings.Cut(msg, " ")
 	if !ok {
-		return wake{owner: msg}
+		return Wake{Owner: msg}
 	}
 	f, rest, ok1 := strings.Cut(rest, " ")
 	ms, at, ok2 := strings.Cut(rest, " ")
@@ -1033,39 +1023,7 @@ func parseWake(msg string) wake {
 	n, err2 := strconv.ParseInt(ms, 10, 64)
 	t, err3 := strconv.ParseInt(at, 10, 64)
 	if !ok1 || !ok2 || err1 != nil || err2 != nil || err3 != nil || fence <= 0 || n <= 0 {
-		return wake{owner: msg}
+		return Wake{Owner: msg}
 	}
-	return wake{owner: owner, fence: fence, lease: time.Duration(n) * time.Millisecond, at: t}
-}
-
-// grantFor is the grant lease: how long a release grants a freed lock to
-// the waiter next in line (or keeps it for that waiter, for kinds that do not
-// grant) before that waiter's Client lengthens it to the TTL. It bounds what
-// a waiter that died costs; the Client that is told lengthens it at once.
-func grantFor(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, 50*time.Millisecond), time.Second)
-}
-
-// keepAlive is how often a waiter renews its registration (by trying again).
-// A registration lapses after three of these (registerFor), so a waiter that
-// died is forgotten soon after.
-func keepAlive(ttl time.Duration) time.Duration {
-	return min(max(ttl/6, 50*time.Millisecond), 5*time.Second)
-}
-
-func registerFor(ttl time.Duration) time.Duration { return 3 * keepAlive(ttl) }
-
-// retryDelay is the pause before a failed renewal or release is tried again.
-func retryDelay(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, 10*time.Millisecond), time.Second)
-}
-
-// drift is the allowance for the difference between the client's and Redis's
-// clocks and for timer lateness: the Redlock rule of 1% of the TTL plus 2ms.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
-
-// cleanupTimeout bounds a release made after the caller's context may have
-// ended.
-func cleanupTimeout(ttl time.Duration) time.Duration {
-	return min(max(ttl, time.Second), 5*time.Second)
+	return Wake{Owner: owner, Fence: fence, Lease: time.Duration(n) * time.Millisecond, At: t}
 }

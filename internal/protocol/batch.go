@@ -1,4 +1,4 @@
-package dlock
+package protocol
 
 import (
 	"context"
@@ -104,7 +104,7 @@ func (b *batcher) next(sending bool) []*batched {
 }
 
 // settle waits until no goroutine of b sends a pipeline.
-func (b *batcher) settle() {
+func (b *batcher) Settle() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for b.sending > 0 {

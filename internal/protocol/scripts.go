@@ -1,4 +1,4 @@
-package dlock
+package protocol
 
 import (
 	_ "embed"
@@ -6,7 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:generate go run ./internal/lualink
+//go:generate go run ../lualink
 
 // The Lua scripts. Each is written in lua/NAME.lua, whose header names its
 // KEYS, ARGV and return codes; Redis runs lua/gen/NAME.lua, that file with
@@ -16,55 +16,55 @@ import (
 // failover or SCRIPT FLUSH).
 var (
 	//go:embed lua/gen/acquire.lua
-	acquireLua string
+	AcquireLua string
 	//go:embed lua/gen/release.lua
-	releaseLua string
+	ReleaseLua string
 	//go:embed lua/gen/extend.lua
-	extendLua string
+	ExtendLua string
 	//go:embed lua/gen/ttl.lua
-	ttlLua string
+	TtlLua string
 	//go:embed lua/gen/fair_acquire.lua
-	fairAcquireLua string
+	FairAcquireLua string
 	//go:embed lua/gen/fair_release.lua
-	fairReleaseLua string
+	FairReleaseLua string
 	//go:embed lua/gen/sem_acquire.lua
-	semAcquireLua string
+	SemAcquireLua string
 	//go:embed lua/gen/sem_release.lua
-	semReleaseLua string
+	SemReleaseLua string
 	//go:embed lua/gen/latch.lua
-	latchLua string
+	LatchLua string
 	//go:embed lua/gen/rw_acquire.lua
-	rwAcquireLua string
+	RwAcquireLua string
 	//go:embed lua/gen/rw_release.lua
-	rwReleaseLua string
+	RwReleaseLua string
 	//go:embed lua/gen/raise_fence.lua
-	raiseFenceLua string
+	RaiseFenceLua string
 	//go:embed lua/gen/inspect.lua
-	inspectLua string
+	InspectLua string
 
 	// defaultScripts are the embedded scripts, which every node runs unless
 	// its Client was made with others (tests that show a check catches a
 	// broken script).
-	defaultScripts = scriptSet{
-		scriptAcquire: redis.NewScript(acquireLua),
-		scriptRelease: redis.NewScript(releaseLua),
-		scriptExtend:  redis.NewScript(extendLua),
-		scriptTTL:     redis.NewScript(ttlLua),
+	DefaultScripts = ScriptSet{
+		ScriptAcquire: redis.NewScript(AcquireLua),
+		scriptRelease: redis.NewScript(ReleaseLua),
+		ScriptExtend:  redis.NewScript(ExtendLua),
+		scriptTTL:     redis.NewScript(TtlLua),
 
-		scriptFairAcquire: redis.NewScript(fairAcquireLua),
-		scriptFairRelease: redis.NewScript(fairReleaseLua),
+		scriptFairAcquire: redis.NewScript(FairAcquireLua),
+		scriptFairRelease: redis.NewScript(FairReleaseLua),
 
-		scriptSemAcquire: redis.NewScript(semAcquireLua),
-		scriptSemRelease: redis.NewScript(semReleaseLua),
+		ScriptSemAcquire: redis.NewScript(SemAcquireLua),
+		scriptSemRelease: redis.NewScript(SemReleaseLua),
 
-		scriptLatch: redis.NewScript(latchLua),
+		scriptLatch: redis.NewScript(LatchLua),
 
-		scriptRWAcquire: redis.NewScript(rwAcquireLua),
-		scriptRWRelease: redis.NewScript(rwReleaseLua),
+		ScriptRWAcquire: redis.NewScript(RwAcquireLua),
+		scriptRWRelease: redis.NewScript(RwReleaseLua),
 
-		scriptRaiseFence: redis.NewScript(raiseFenceLua),
+		ScriptRaiseFence: redis.NewScript(RaiseFenceLua),
 
-		scriptInspect: redis.NewScript(inspectLua),
+		scriptInspect: redis.NewScript(InspectLua),
 	}
 )
 
@@ -72,18 +72,18 @@ var (
 type script uint8
 
 const (
-	scriptAcquire script = iota
+	ScriptAcquire script = iota
 	scriptRelease
-	scriptExtend
+	ScriptExtend
 	scriptTTL
 	scriptFairAcquire
 	scriptFairRelease
-	scriptSemAcquire
+	ScriptSemAcquire
 	scriptSemRelease
 	scriptLatch
-	scriptRWAcquire
+	ScriptRWAcquire
 	scriptRWRelease
-	scriptRaiseFence
+	ScriptRaiseFence
 	scriptInspect
 	numScripts
 )
@@ -91,4 +91,4 @@ const (
 // scriptSet is the scripts a node runs, by name: a value, so that a Client's
 // tests can run a deliberately broken one in its place and show that the
 // safety checks fail.
-type scriptSet [numScripts]*redis.Script
+type ScriptSet [numScripts]*redis.Script
