@@ -691,7 +691,7 @@ func (h *hold) unlock(ctx context.Context) error {
 		_, err := h.unlock1(ctx)
 		return err
 	}
-	info := h.t.info()
+	info := lockInfo(h.t)
 	if hk.UnlockStart != nil {
 		if c := hk.UnlockStart(ctx, info); c != nil {
 			ctx = c

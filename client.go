@@ -87,8 +87,8 @@ func newClient(b protocol.Backend, cfg config, op string, closing chan struct{})
 	return &Client{
 		e: &engine{
 			backend: b, traits: b.Traits(), bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
-			ren:  newRenewer(b, cfg.logger, cfg.hooks, events),
-			note: newNotifier(b, bg, cfg.logger, closing, cfg.notify),
+			ren:  newRenewer(b, cfg.logger, leaseEvents{cfg.hooks, events}),
+			note: newNotifier(b, bg.doSoon, cfg.logger, closing, cfg.notify),
 			id:   hexID,
 			own:  ":" + hexID,
 		},

@@ -113,3 +113,10 @@ func (e *ending) AfterFunc(f func()) (stop func() bool) {
 		return false
 	}
 }
+
+// closedChan is a channel that is closed: the Done of what has ended.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()

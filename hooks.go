@@ -130,3 +130,35 @@ func (d *dispatcher) close() {
 		d.idle.Wait()
 	}
 }
+
+// leaseEvents hands the renewer's events to the hooks, through the
+// dispatcher.
+type leaseEvents struct {
+	hooks *Hooks // nil if none
+	d     *dispatcher
+}
+
+func (e leaseEvents) lost(t *term, err error) {
+	if h := e.hooks; h != nil && h.Lost != nil {
+		e.d.post(func() { h.Lost(context.Background(), lockInfo(t), t.fence, err) })
+	}
+}
+
+func (e leaseEvents) extended(t *term) {
+	if h := e.hooks; h != nil && h.Extended != nil {
+		e.d.post(func() { h.Extended(context.Background(), lockInfo(t), t.fence) })
+	}
+}
+
+func (e leaseEvents) extendFailed(ts []*term, err error) {
+	if h := e.hooks; h != nil && h.ExtendFailed != nil {
+		e.d.post(func() {
+			for _, t := range ts {
+				h.ExtendFailed(context.Background(), lockInfo(t), t.fence, err)
+			}
+		})
+	}
+}
+
+// lockInfo names t's lock, for hooks.
+func lockInfo(t *term) LockInfo { return LockInfo{Kind: t.k.Kind.Name, Name: t.k.Name} }

@@ -72,12 +72,6 @@ func (l *Lease) Done() <-chan struct{} {
 	return l.h.t.ending.Done()
 }
 
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
-
 // Err returns nil while the lease is held. After Done is closed it returns why:
 // an error matching ErrLockLost if the lease was lost, ErrNotHeld if it was
 // unlocked, ErrClosed if the Client was closed.

@@ -38,7 +38,9 @@ import (
 // for themselves, and the channels are subscribed again, where they live now.
 type notifier struct {
 	backend protocol.Backend
-	bg      *background
+	// later runs f in the background, which Close waits for (once Close
+	// waits, on the caller's goroutine).
+	later   func(f func())
 	log     *slog.Logger
 	closing <-chan struct{}
 	cfg     notifyConfig
@@ -138,8 +140,8 @@ var defaultNotifyConfig = notifyConfig{
 	pongWait:     5 * time.Second,
 }
 
-func newNotifier(n protocol.Backend, bg *background, log *slog.Logger, closing <-chan struct{}, cfg notifyConfig) *notifier {
-	return &notifier{backend: n, bg: bg, log: log, closing: closing, cfg: cfg,
+func newNotifier(n protocol.Backend, later func(func()), log *slog.Logger, closing <-chan struct{}, cfg notifyConfig) *notifier {
+	return &notifier{backend: n, later: later, log: log, closing: closing, cfg: cfg,
 		shards: make(map[string]*shard), gates: make(map[string]*gate), idle: list.New()}
 }
 
@@ -150,7 +152,7 @@ func (n *notifier) join(ctx context.Context, k protocol.Keys, ttl time.Duration,
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errs.ErrClosed
 	}
 	g := n.gates[channel]
 	subscribe := g == nil
@@ -180,7 +182,7 @@ func (n *notifier) join(ctx context.Context, k protocol.Keys, ttl time.Duration,
 		return nil, ctx.Err()
 	case <-n.closing:
 		n.leave(g)
-		return nil, ErrClosed
+		return nil, errs.ErrClosed
 	}
 }
 
@@ -198,7 +200,7 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return ErrClosed
+		return errs.ErrClosed
 	}
 	type send struct {
 		sh    *shard
@@ -397,7 +399,7 @@ func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 // waits, it runs on the caller's goroutine (a waiting Lock, which Close waits
 // for too).
 func (n *notifier) unregister(k protocol.Keys, ttl time.Duration, owner string) {
-	n.bg.doSoon(func() {
+	n.later(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if _, err := n.backend.Release(ctx, k, owner, protocol.ReleaseLeave, ttl, 0); err != nil {

@@ -57,9 +57,6 @@ type term struct {
 	gen uint32
 }
 
-// info names the lock, for hooks.
-func (t *term) info() LockInfo { return LockInfo{Kind: t.k.Kind.Name, Name: t.k.Name} }
-
 // setWake sets when the renewer looks at t next. renewer.mu must be held.
 func (t *term) setWake() {
 	t.wakeDue = (t.renew || t.lengthen) && t.busy == nil && t.due.Before(t.deadline)
@@ -80,23 +77,22 @@ func (t *term) endedErr(op string) error {
 	if cause == nil {
 		return nil
 	}
-	return errs.Op(ErrNotHeld, cause, "%s %q", op, t.k.Name)
+	return errs.Op(errs.ErrNotHeld, cause, "%s %q", op, t.k.Name)
 }
 
 // lostErr describes a script's "not yours" answer.
 func (t *term) lostErr(code int64) error {
 	if code == protocol.CodeOther {
-		return errs.Op(ErrLockLost, nil, "%q is held by another owner", t.k.Name)
+		return errs.Op(errs.ErrLockLost, nil, "%q is held by another owner", t.k.Name)
 	}
-	return errs.Op(ErrLockLost, nil, "%q expired", t.k.Name)
+	return errs.Op(errs.ErrLockLost, nil, "%q expired", t.k.Name)
 }
 
 // renewer keeps the terms of a Client's leases, which are all on backend.
 type renewer struct {
 	backend protocol.Backend
 	log     *slog.Logger
-	hooks   *Hooks
-	events  *dispatcher
+	events  events
 
 	mu      sync.Mutex
 	queue   termQueue // every term not ended, by wake
@@ -110,9 +106,17 @@ type renewer struct {
 	wg     sync.WaitGroup // the loop and the renewal calls
 }
 
-func newRenewer(b protocol.Backend, log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
+// events is what the renewer tells of leases, off its own goroutine: the
+// Client hands them to its hooks.
+type events interface {
+	lost(t *term, err error)
+	extended(t *term)
+	extendFailed(ts []*term, err error)
+}
+
+func newRenewer(b protocol.Backend, log *slog.Logger, events events) *renewer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &renewer{backend: b, log: log, hooks: hooks, events: events, ctx: ctx, cancel: cancel}
+	return &renewer{backend: b, log: log, events: events, ctx: ctx, cancel: cancel}
 }
 
 // begin starts the term of a lease just acquired, whose acquire was sent
@@ -134,7 +138,7 @@ func (r *renewer) begin(k *protocol.Keys, owner string, fence int64, ttl time.Du
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
-		return nil, errs.Op(ErrClosed, nil, "lock %q acquired while closing", k.Name)
+		return nil, errs.Op(errs.ErrClosed, nil, "lock %q acquired while closing", k.Name)
 	}
 	heap.Push(&r.queue, t)
 	if !r.started {
@@ -214,9 +218,7 @@ func (r *renewer) lose(t *term, err error) {
 // lost logs and reports the loss of t, which has ended.
 func (r *renewer) lost(t *term, err error) {
 	r.log.Error("dlock: lease lost", "lock", t.k.Name, "fence", t.fence, "err", err)
-	if h := r.hooks; h != nil && h.Lost != nil {
-		r.events.post(func() { h.Lost(context.Background(), t.info(), t.fence, err) })
-	}
+	r.events.lost(t, err)
 }
 
 // extend makes t lapse ttl from now, and ttl its TTL from then on (Lease.Extend).
@@ -244,7 +246,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	}
 	if t.retired {
 		r.mu.Unlock()
-		return errs.Op(ErrNotHeld, nil, "extend %q: it is being unlocked", t.k.Name)
+		return errs.Op(errs.ErrNotHeld, nil, "extend %q: it is being unlocked", t.k.Name)
 	}
 	t.busy = make(chan struct{})
 	t.gen++
@@ -266,7 +268,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	case t.ended:
 	case t.retired:
 		// Unlocked meanwhile: the release decides how the lease ends.
-		err = errs.Op(ErrNotHeld, nil, "extend %q: unlocked while the Extend was in flight", t.k.Name)
+		err = errs.Op(errs.ErrNotHeld, nil, "extend %q: unlocked while the Extend was in flight", t.k.Name)
 	case err != nil:
 		// Redis may or may not run it, now or later: renew soon, counting
 		// on what holds either way.
@@ -277,7 +279,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 		lost = t.lostErr(codes[0])
 	case !time.Now().Before(sent.Add(ttl - protocol.Drift(ttl))):
 		// The lease, shortened, ran out before the reply came.
-		lost = errs.Op(ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.k.Name, ttl)
+		lost = errs.Op(errs.ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.k.Name, ttl)
 	default:
 		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-protocol.Drift(ttl)), nil, false
 		t.due, t.slack = sent.Add(protocol.RenewEvery(ttl)), protocol.RenewSlack(ttl)
@@ -291,7 +293,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 		return err
 	case lost != nil:
 		r.lose(t, lost)
-		return errs.Op(ErrNotHeld, lost, "extend")
+		return errs.Op(errs.ErrNotHeld, lost, "extend")
 	}
 	if err := t.endedErr("extend"); err != nil {
 		return err
@@ -302,9 +304,7 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 
 // extended reports a renewal or extension of t.
 func (r *renewer) extended(t *term) {
-	if h := r.hooks; h != nil && h.Extended != nil {
-		r.events.post(func() { h.Extended(context.Background(), t.info(), t.fence) })
-	}
+	r.events.extended(t)
 }
 
 // stop ends renewal, waits for the goroutine and every renewal call in
@@ -379,13 +379,13 @@ func (r *renewer) deadlineErr(t *term) error {
 	r.mu.Unlock()
 	switch {
 	case lengthen:
-		return errs.Op(ErrLockLost, lastErr, "%q: granted by a release, but not lengthened before its grant lease ran out", t.k.Name)
+		return errs.Op(errs.ErrLockLost, lastErr, "%q: granted by a release, but not lengthened before its grant lease ran out", t.k.Name)
 	case !renew:
-		return errs.Op(ErrLockLost, nil, "%q: its lease of %v ran out", t.k.Name, ttl)
+		return errs.Op(errs.ErrLockLost, nil, "%q: its lease of %v ran out", t.k.Name, ttl)
 	case lastErr != nil:
-		return errs.Op(ErrLockLost, lastErr, "%q: not renewed before its deadline", t.k.Name)
+		return errs.Op(errs.ErrLockLost, lastErr, "%q: not renewed before its deadline", t.k.Name)
 	}
-	return errs.Op(ErrLockLost, nil, "%q: not renewed before its deadline", t.k.Name)
+	return errs.Op(errs.ErrLockLost, nil, "%q: not renewed before its deadline", t.k.Name)
 }
 
 // renew renews due terms: those on one server (a node, or a Cluster's
@@ -607,13 +607,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []protocol.
 			return // stopping
 		}
 		r.log.Warn("dlock: renewal failed, will retry", "leases", len(failed), "first", failed[0].k.Name, "err", err)
-		if h := r.hooks; h != nil && h.ExtendFailed != nil {
-			r.events.post(func() {
-				for _, t := range failed {
-					h.ExtendFailed(context.Background(), t.info(), t.fence, err)
-				}
-			})
-		}
+		r.events.extendFailed(failed, err)
 	}
 	for _, t := range extended {
 		r.extended(t)
