@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/renew"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -22,8 +24,8 @@ import (
 type engine struct {
 	backend protocol.Backend
 	traits  protocol.Traits // backend's
-	ren     *renewer
-	note    *notifier
+	ren     *renew.Renewer
+	note    *notify.Notifier
 	bg      *background
 	hooks   *Hooks // nil if none
 	log     *slog.Logger
@@ -170,8 +172,8 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 	start := time.Now()
 	owner := e.newOwner()
 	var (
-		g          *gate
-		w          *waiter
+		g          *notify.Gate
+		w          *notify.Waiter
 		registered bool // in Redis, by an attempt that found the lock held
 		timer      *time.Timer
 		out        outage
@@ -181,11 +183,11 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			timer.Stop()
 		}
 		if w != nil {
-			e.note.exit(g, w, registered)
+			e.note.Exit(g, w, registered)
 			e.bg.wg.Done()
 		}
 		if g != nil {
-			e.note.leave(g)
+			e.note.Leave(g)
 		}
 	}()
 	// enter makes this call a waiter of g, which Close waits for, so that
@@ -194,13 +196,13 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		if !e.bg.add() {
 			return errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
 		}
-		w = e.note.enter(g, owner)
+		w = e.note.Enter(g, owner)
 		return nil
 	}
 	// Subscribed already (others wait for this lock here, or did lately):
 	// every attempt can be followed by a sleep.
 	if wait {
-		if g = e.note.joinSubscribed(a.k.Channel, e.own); g != nil {
+		if g = e.note.JoinSubscribed(a.k.Channel, e.own); g != nil {
 			if err := enter(); err != nil {
 				return nil, err
 			}
@@ -213,7 +215,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		var register time.Duration
 		if w != nil {
 			register, registered = protocol.RegisterFor(a.ttl), true // also if the attempt fails: its script may have run
-			w.drain()                                                // a grant made before this attempt is found by it
+			w.Drain()                                                // a grant made before this attempt is found by it
 		}
 		sent := time.Now()
 		l, pttl, r, err := a.attempt(ctx, owner, start, sent, register, extra)
@@ -256,7 +258,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		if g == nil {
 			// Subscribe, then try again at once: the lock may have been
 			// released before the subscription took.
-			if g, err = e.note.join(ctx, a.k, a.ttl, a.k.Channel+e.own); err != nil {
+			if g, err = e.note.Join(ctx, a.k, a.ttl, a.k.Channel+e.own); err != nil {
 				g = nil
 				switch {
 				case ended(ctx):
@@ -283,7 +285,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			timer.Reset(sleep)
 		}
 		select {
-		case m := <-w.wake:
+		case m := <-w.Wake:
 			if l := a.granted(ctx, owner, m, held, start); l != nil {
 				registered = false // the grant took the registration out of the queue
 				return l, nil
@@ -343,7 +345,7 @@ func (a *acquirer) granted(ctx context.Context, owner string, m protocol.Wake, h
 	if time.Since(from) >= m.Lease/2 {
 		return nil
 	}
-	t, err := e.ren.begin(&a.k, owner, m.Fence, a.ttl, a.renew, from, m.Lease)
+	t, err := e.ren.Begin(&a.k, owner, m.Fence, a.ttl, a.renew, from, m.Lease)
 	if err != nil {
 		return nil // closing: the caller's next attempt fails with ErrClosed, and gives the grant back
 	}
@@ -374,7 +376,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 				a.abandon(context.Background(), owner, sent)
 			}
 			if register > 0 {
-				e.note.unregister(a.k, a.ttl, owner)
+				e.note.Unregister(a.k, a.ttl, owner)
 			}
 		})
 	}
@@ -397,7 +399,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 		// caller abandons it.
 		return nil, 0, protocol.AcquireResult{}, errs.Op(ErrNotAcquired, r.NotReplicated, "acquire %q", a.k.Name)
 	}
-	t, err := e.ren.begin(&a.k, owner, r.Fence, a.ttl, a.renew, sent, 0)
+	t, err := e.ren.Begin(&a.k, owner, r.Fence, a.ttl, a.renew, sent, 0)
 	if err != nil {
 		a.abandon(ctx, owner, sent)
 		return nil, 0, protocol.AcquireResult{}, err
@@ -640,7 +642,7 @@ func cleanupContext(ctx context.Context, ttl time.Duration) (context.Context, co
 // Lease of the owner shares it.
 type hold struct {
 	e *engine
-	t *term
+	t *renew.Term
 
 	// mu serialises the round trips that change the hold count in Redis
 	// (re-entry and release), so that holds, the authoritative count, stays
@@ -655,29 +657,29 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.t
-	if err := t.endedErr("re-enter"); err != nil {
-		return nil, errs.Op(ErrNotAcquired, err, "re-enter %q", t.k.Name)
+	if err := t.EndedErr("re-enter"); err != nil {
+		return nil, errs.Op(ErrNotAcquired, err, "re-enter %q", t.K.Name)
 	}
-	r, err := h.e.backend.Reenter(ctx, *t.k, t.owner, h.e.ren.ttlOf(t), h.holds+1, extra...)
+	r, err := h.e.backend.Reenter(ctx, *t.K, t.Owner, h.e.ren.TtlOf(t), h.holds+1, extra...)
 	if err != nil {
 		// If the reply was lost the count in Redis may be one too high; the
 		// next count sent, or the last release, sets it right.
 		return nil, err
 	}
 	if !r.Reentered {
-		lost := t.lostErr(protocol.CodeGone)
-		h.e.ren.lose(t, lost)
-		return nil, errs.Op(ErrNotAcquired, lost, "re-enter %q", t.k.Name)
+		lost := t.LostErr(protocol.CodeGone)
+		h.e.ren.Lose(t, lost)
+		return nil, errs.Op(ErrNotAcquired, lost, "re-enter %q", t.K.Name)
 	}
 	if r.NotReplicated != nil {
 		// Give the hold back: the count in Redis returns to what it was.
-		ttl := h.e.ren.ttlOf(t)
+		ttl := h.e.ren.TtlOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
-		if _, err := h.e.backend.Release(cctx, *t.k, t.owner, protocol.ReleaseOne, ttl, h.holds); err != nil {
-			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.k.Name, "err", err)
+		if _, err := h.e.backend.Release(cctx, *t.K, t.Owner, protocol.ReleaseOne, ttl, h.holds); err != nil {
+			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.K.Name, "err", err)
 		}
-		return nil, errs.Op(ErrNotAcquired, r.NotReplicated, "re-enter %q", t.k.Name)
+		return nil, errs.Op(ErrNotAcquired, r.NotReplicated, "re-enter %q", t.K.Name)
 	}
 	h.holds++
 	return &Lease{h: h, reentered: true}, nil
@@ -699,7 +701,7 @@ func (h *hold) unlock(ctx context.Context) error {
 	}
 	last, err := h.unlock1(ctx)
 	if hk.UnlockEnd != nil {
-		hk.UnlockEnd(ctx, info, UnlockResult{Fence: h.t.fence, Last: last, Held: time.Since(h.t.begun), Err: err})
+		hk.UnlockEnd(ctx, info, UnlockResult{Fence: h.t.Fence, Last: last, Held: time.Since(h.t.Begun), Err: err})
 	}
 	return err
 }
@@ -708,58 +710,58 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t, e := h.t, h.e
-	if err := t.endedErr("unlock"); err != nil {
+	if err := t.EndedErr("unlock"); err != nil {
 		return false, err
 	}
 	if h.holds > 1 {
-		ttl := e.ren.ttlOf(t)
+		ttl := e.ren.TtlOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
 		// The client's count is the one that decides when the lock is freed:
 		// this hold is given back whatever Redis answers, and a count that
 		// failed to reach Redis is set right by the next one that does.
 		h.holds--
-		code, err := e.backend.Release(cctx, *t.k, t.owner, protocol.ReleaseOne, ttl, h.holds)
+		code, err := e.backend.Release(cctx, *t.K, t.Owner, protocol.ReleaseOne, ttl, h.holds)
 		switch {
 		case err != nil:
-			return false, errs.Op(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.k.Name)
+			return false, errs.Op(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.K.Name)
 		case code == protocol.CodeHeld:
 			return false, nil
 		}
-		lost := t.lostErr(code)
-		e.ren.lose(t, lost)
+		lost := t.LostErr(code)
+		e.ren.Lose(t, lost)
 		return false, errs.Op(ErrNotHeld, lost, "unlock")
 	}
 
 	// The last hold: the owner gives the lock up, so it is never renewed
 	// again, whatever Redis answers.
-	ttl := e.ren.retire(t)
+	ttl := e.ren.Retire(t)
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
 	sent := time.Now()
-	code, err := e.backend.Release(cctx, *t.k, t.owner, protocol.ReleaseLast, ttl, 0)
+	code, err := e.backend.Release(cctx, *t.K, t.Owner, protocol.ReleaseLast, ttl, 0)
 	switch {
 	case err != nil:
-		e.log.Error("dlock: release failed; retrying in the background", "lock", t.k.Name, "fence", t.fence, "err", err)
-		e.ren.end(t, errUnlocked, nil)
+		e.log.Error("dlock: release failed; retrying in the background", "lock", t.K.Name, "fence", t.Fence, "err", err)
+		e.ren.End(t, errUnlocked, nil)
 		e.bg.doSoon(func() { h.releaseLater(ttl) })
-		return true, errs.Op(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.k.Name)
+		return true, errs.Op(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.K.Name)
 	case code == protocol.CodeDone:
-		e.ren.end(t, errUnlocked, func() {
+		e.ren.End(t, errUnlocked, func() {
 			if e.log.Enabled(ctx, slog.LevelDebug) {
-				e.log.Debug("dlock: released", "lock", t.k.Name, "fence", t.fence, "held", time.Since(t.begun))
+				e.log.Debug("dlock: released", "lock", t.K.Name, "fence", t.Fence, "held", time.Since(t.Begun))
 			}
 		})
 		return true, nil
 	case time.Since(sent) >= protocol.MarkerTrust:
 		// The reply may come from a retry that ran after this release's
 		// marker lapsed: whether this call freed the lock is unknown.
-		e.ren.end(t, errUnlocked, nil)
+		e.ren.End(t, errUnlocked, nil)
 		return true, errs.Op(ErrNotHeld, nil, "unlock %q: the lock is free of this owner, but the reply took %v, too long to tell whether this call freed it or its lease had expired before",
-			t.k.Name, time.Since(sent).Round(time.Millisecond))
+			t.K.Name, time.Since(sent).Round(time.Millisecond))
 	}
-	lost := t.lostErr(code)
-	e.ren.lose(t, lost)
+	lost := t.LostErr(code)
+	e.ren.Lose(t, lost)
 	return true, errs.Op(ErrNotHeld, lost, "unlock")
 }
 
@@ -768,17 +770,17 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 // deadline passes; once the Client closes, it makes one last attempt.
 func (h *hold) releaseLater(ttl time.Duration) {
 	t, e := h.t, h.e
-	err := protocol.RetryRelease(e.closing, e.ren.deadlineOf(t), ttl, func(ctx context.Context) error {
-		_, err := e.backend.Release(ctx, *t.k, t.owner, protocol.ReleaseLast, ttl, 0)
+	err := protocol.RetryRelease(e.closing, e.ren.DeadlineOf(t), ttl, func(ctx context.Context) error {
+		_, err := e.backend.Release(ctx, *t.K, t.Owner, protocol.ReleaseLast, ttl, 0)
 		return err
 	})
 	switch {
 	case err == nil:
-		e.log.Info("dlock: released in the background", "lock", t.k.Name, "fence", t.fence)
+		e.log.Info("dlock: released in the background", "lock", t.K.Name, "fence", t.Fence)
 	case errors.Is(err, protocol.ErrReleaseLapsed):
-		e.log.Info("dlock: release not retried: the lease has expired by now", "lock", t.k.Name, "fence", t.fence)
+		e.log.Info("dlock: release not retried: the lease has expired by now", "lock", t.K.Name, "fence", t.Fence)
 	default:
-		e.log.Warn("dlock: release failed; Redis frees the lock when its TTL runs out", "lock", t.k.Name, "fence", t.fence, "err", err)
+		e.log.Warn("dlock: release failed; Redis frees the lock when its TTL runs out", "lock", t.K.Name, "fence", t.Fence, "err", err)
 	}
 }
 

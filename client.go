@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/renew"
 	"sync"
 	"time"
 
@@ -87,8 +89,8 @@ func newClient(b protocol.Backend, cfg config, op string, closing chan struct{})
 	return &Client{
 		e: &engine{
 			backend: b, traits: b.Traits(), bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
-			ren:  newRenewer(b, cfg.logger, leaseEvents{cfg.hooks, events}),
-			note: newNotifier(b, bg.doSoon, cfg.logger, closing, cfg.notify),
+			ren:  renew.New(b, cfg.logger, leaseEvents{cfg.hooks, events}),
+			note: notify.New(b, bg.doSoon, cfg.logger, closing, cfg.notify),
 			id:   hexID,
 			own:  ":" + hexID,
 		},
@@ -122,19 +124,19 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		e := c.e
 		close(e.closing)
-		live := e.ren.stop()
+		live := e.ren.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var failed []error
 		for _, t := range live {
-			if _, rerr := e.backend.Release(ctx, *t.k, t.owner, protocol.ReleaseLast, e.ren.ttlOf(t), 0); rerr != nil {
+			if _, rerr := e.backend.Release(ctx, *t.K, t.Owner, protocol.ReleaseLast, e.ren.TtlOf(t), 0); rerr != nil {
 				failed = append(failed, rerr)
 			}
-			e.ren.end(t, errs.Op(ErrClosed, nil, "lock %q ended by Close", t.k.Name), nil)
+			e.ren.End(t, errs.Op(ErrClosed, nil, "lock %q ended by Close", t.K.Name), nil)
 		}
 		e.bg.close()
 		c.events.close()
-		e.note.close()
+		e.note.Close()
 		e.backend.Settle()
 		err = errors.Join(failed...)
 	})

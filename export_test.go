@@ -140,20 +140,20 @@ func testOption(name string, apply func(*config)) Option {
 // silent before it is pinged, and how long a ping may go unanswered.
 func WithNotifierTimes(silence, pong time.Duration) Option {
 	return testOption("WithNotifierTimes", func(c *config) {
-		c.notify.healthCheck, c.notify.pongWait = silence, pong
+		c.notify.HealthCheck, c.notify.PongWait = silence, pong
 	})
 }
 
 // WithMaxIdleGates sets how many channels the Client keeps subscribed with
 // nobody waiting.
 func WithMaxIdleGates(n int) Option {
-	return testOption("WithMaxIdleGates", func(c *config) { c.notify.maxIdleGates = n })
+	return testOption("WithMaxIdleGates", func(c *config) { c.notify.MaxIdleGates = n })
 }
 
 // WithUnsubscribeHook makes f run whenever the Client's notifier is about to
 // let go of idle channels.
 func WithUnsubscribeHook(f func()) Option {
-	return testOption("WithUnsubscribeHook", func(c *config) { c.notify.beforeUnsubscribe = f })
+	return testOption("WithUnsubscribeHook", func(c *config) { c.notify.BeforeUnsubscribe = f })
 }
 
 // WithoutFenceRaise makes the Client's RedLock acquisitions skip writing
@@ -168,18 +168,7 @@ func WithoutFenceRaise() Option {
 }
 
 // ReadyChannels returns the channels c believes it is subscribed to.
-func ReadyChannels(c *Client) []string {
-	n := c.e.note
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var chs []string
-	for ch, g := range n.gates {
-		if g.readyOK && g.subErr == nil {
-			chs = append(chs, ch)
-		}
-	}
-	return chs
-}
+func ReadyChannels(c *Client) []string { return c.e.note.ReadyChannels() }
 
 // GroupBySlot makes c's node group renewals by hash slot, as on a Cluster,
 // so that tests on one server can see the per-slot script calls.

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/renew"
 	"sync"
 	"time"
 )
@@ -138,27 +139,27 @@ type leaseEvents struct {
 	d     *dispatcher
 }
 
-func (e leaseEvents) lost(t *term, err error) {
+func (e leaseEvents) Lost(t *renew.Term, err error) {
 	if h := e.hooks; h != nil && h.Lost != nil {
-		e.d.post(func() { h.Lost(context.Background(), lockInfo(t), t.fence, err) })
+		e.d.post(func() { h.Lost(context.Background(), lockInfo(t), t.Fence, err) })
 	}
 }
 
-func (e leaseEvents) extended(t *term) {
+func (e leaseEvents) Extended(t *renew.Term) {
 	if h := e.hooks; h != nil && h.Extended != nil {
-		e.d.post(func() { h.Extended(context.Background(), lockInfo(t), t.fence) })
+		e.d.post(func() { h.Extended(context.Background(), lockInfo(t), t.Fence) })
 	}
 }
 
-func (e leaseEvents) extendFailed(ts []*term, err error) {
+func (e leaseEvents) ExtendFailed(ts []*renew.Term, err error) {
 	if h := e.hooks; h != nil && h.ExtendFailed != nil {
 		e.d.post(func() {
 			for _, t := range ts {
-				h.ExtendFailed(context.Background(), lockInfo(t), t.fence, err)
+				h.ExtendFailed(context.Background(), lockInfo(t), t.Fence, err)
 			}
 		})
 	}
 }
 
 // lockInfo names t's lock, for hooks.
-func lockInfo(t *term) LockInfo { return LockInfo{Kind: t.k.Kind.Name, Name: t.k.Name} }
+func lockInfo(t *renew.Term) LockInfo { return LockInfo{Kind: t.K.Kind.Name, Name: t.K.Name} }

@@ -143,14 +143,14 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 			}
 		}
 	}
-	g := e.note.joinSubscribed(l.k.Tag, protocol.LatchSuffix)
+	g := e.note.JoinSubscribed(l.k.Tag, protocol.LatchSuffix)
 	for g == nil {
 		// Not subscribed yet: an open latch needs no subscription at all.
 		if n, err := count(); err != nil || n == 0 {
 			return err
 		}
 		var err error
-		if g, err = e.note.join(ctx, l.k, 0, channel); err != nil {
+		if g, err = e.note.Join(ctx, l.k, 0, channel); err != nil {
 			g = nil
 			switch {
 			case ctx.Err() != nil:
@@ -166,9 +166,9 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 			return errs.Op(nil, out.wrap(err), "%s %q", op, l.k.Name)
 		}
 	}
-	defer e.note.leave(g)
-	w := e.note.enter(g, e.newOwner())
-	defer e.note.exit(g, w, false)
+	defer e.note.Leave(g)
+	w := e.note.Enter(g, e.newOwner())
+	defer e.note.Exit(g, w, false)
 
 	// Subscribed: the latch opening from now on wakes w, so it is enough to
 	// look once before each sleep.
@@ -182,7 +182,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 		}
 		timer.Reset(recheck)
 		select {
-		case <-w.wake:
+		case <-w.Wake:
 		case <-timer.C:
 			recheck = min(2*recheck, latchMaxRecheck)
 		case <-ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/renew"
 	"sync/atomic"
 	"time"
 )
@@ -38,7 +39,7 @@ func (l *Lease) Name() string {
 	if l == nil || l.h == nil {
 		return ""
 	}
-	return l.h.t.k.Name
+	return l.h.t.K.Name
 }
 
 // Owner returns the lease's owner id, as Redis keeps it and as Inspect and
@@ -48,7 +49,7 @@ func (l *Lease) Owner() string {
 	if l == nil || l.h == nil {
 		return ""
 	}
-	return l.h.t.owner
+	return l.h.t.Owner
 }
 
 // Fence returns the lease's fencing token: a number that is strictly greater
@@ -60,16 +61,16 @@ func (l *Lease) Fence() int64 {
 	if l == nil || l.h == nil {
 		return 0
 	}
-	return l.h.t.fence
+	return l.h.t.Fence
 }
 
 // Done returns a channel that is closed when the lease ends: when it is lost,
 // when its last hold is unlocked, or when the Client is closed.
 func (l *Lease) Done() <-chan struct{} {
 	if l == nil || l.h == nil {
-		return closedChan
+		return renew.ClosedChan
 	}
-	return l.h.t.ending.Done()
+	return l.h.t.Ending.Done()
 }
 
 // Err returns nil while the lease is held. After Done is closed it returns why:
@@ -79,7 +80,7 @@ func (l *Lease) Err() error {
 	if l == nil || l.h == nil {
 		return errNilLease
 	}
-	return l.h.t.ending.cause()
+	return l.h.t.Ending.Cause()
 }
 
 // Context returns a copy of parent that is cancelled when parent is, or when
@@ -97,8 +98,8 @@ func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel con
 		cancelCause(errNilLease)
 		return ctx, func() {}
 	}
-	end := &l.h.t.ending
-	stop := end.AfterFunc(func() { cancelCause(end.cause()) })
+	end := &l.h.t.Ending
+	stop := end.AfterFunc(func() { cancelCause(end.Cause()) })
 	ctx = context.WithValue(ctx, heldKey{}, &heldEntry{h: l.h, next: heldIn(parent)})
 	return ctx, func() {
 		stop()
@@ -159,7 +160,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	case ttl < MinTTL:
 		return errs.Op(nil, nil, "extend %q by %v: the TTL must be at least %v", l.Name(), ttl, MinTTL)
 	}
-	return l.h.e.ren.extend(ctx, l.h.t, ttl)
+	return l.h.e.ren.Extend(ctx, l.h.t, ttl)
 }
 
 // TTL returns how long the lock has left before it expires, as Redis sees it.
@@ -170,19 +171,19 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	t := l.h.t
 	if ctx == nil {
-		return 0, errs.Op(nil, nil, "ttl %q: nil context", t.k.Name)
+		return 0, errs.Op(nil, nil, "ttl %q: nil context", t.K.Name)
 	}
-	if err := t.endedErr("ttl"); err != nil {
+	if err := t.EndedErr("ttl"); err != nil {
 		return 0, err
 	}
-	left, code, err := l.h.e.backend.Ttl(ctx, *t.k, t.owner)
+	left, code, err := l.h.e.backend.Ttl(ctx, *t.K, t.Owner)
 	switch {
 	case err != nil:
 		return 0, err
 	case code != protocol.CodeDone:
-		return 0, errs.Op(ErrNotHeld, t.lostErr(code), "ttl")
+		return 0, errs.Op(ErrNotHeld, t.LostErr(code), "ttl")
 	case left < 0:
-		return 0, errs.Op(nil, nil, "ttl %q: lock key has no expiry", t.k.Name)
+		return 0, errs.Op(nil, nil, "ttl %q: lock key has no expiry", t.K.Name)
 	}
 	return left, nil
 }
@@ -233,7 +234,7 @@ func heldIn(ctx context.Context) *heldEntry {
 // match too: an RWMutex's read and write holds share its keys.
 func (c *heldEntry) find(e *engine, k protocol.Keys) *hold {
 	for ; c != nil; c = c.next {
-		if c.h.e == e && c.h.t.k.Tag == k.Tag && c.h.t.k.Kind == k.Kind && c.h.t.ending.cause() == nil {
+		if c.h.e == e && c.h.t.K.Tag == k.Tag && c.h.t.K.Kind == k.Kind && c.h.t.Ending.Cause() == nil {
 			return c.h
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/renew"
 	"slices"
 	"sync"
 	"time"
@@ -173,8 +174,8 @@ func newMultiLease(names []string, leases []*Lease) *MultiLease {
 	l := &MultiLease{names: names, leases: leases, ctx: ctx, cancel: cancel}
 	l.stops = make([]func() bool, len(leases))
 	for i, sub := range leases {
-		end := &sub.h.t.ending
-		l.stops[i] = end.AfterFunc(func() { cancel(end.cause()) })
+		end := &sub.h.t.Ending
+		l.stops[i] = end.AfterFunc(func() { cancel(end.Cause()) })
 	}
 	return l
 }
@@ -215,7 +216,7 @@ func (l *MultiLease) Fences() []int64 {
 // is lost, when the MultiLease is unlocked, or when the Client is closed.
 func (l *MultiLease) Done() <-chan struct{} {
 	if l == nil || l.ctx == nil {
-		return closedChan
+		return renew.ClosedChan
 	}
 	return l.ctx.Done()
 }

@@ -3,6 +3,7 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"log/slog"
 	"strings"
@@ -52,8 +53,8 @@ type config struct {
 	// Set by tests only (export_test.go), per Client:
 	// scripts: the scripts the Client's nodes run. Default: defaultScripts.
 	scripts *protocol.ScriptSet
-	// notify: the notifier's tuning. Default: defaultNotifyConfig.
-	notify notifyConfig
+	// notify: the notifier's tuning. Default: notify.DefaultConfig.
+	notify notify.Config
 }
 
 func defaultConfig() config {
@@ -64,7 +65,7 @@ func defaultConfig() config {
 		renew:  true,
 
 		scripts: &protocol.DefaultScripts,
-		notify:  defaultNotifyConfig,
+		notify:  notify.DefaultConfig,
 	}
 }
 

@@ -127,7 +127,7 @@ func (m *RWMutex) rlock(ctx context.Context, op string, wait bool) (*Lease, erro
 	writer := "" // the owner of a write hold carried by ctx: the caller is the writer
 	if ctx != nil {
 		if h := heldIn(ctx).find(w.e, w.k); h != nil {
-			writer = h.t.owner
+			writer = h.t.Owner
 		}
 	}
 	return r.acquire(ctx, op, wait, []any{"r", writer})

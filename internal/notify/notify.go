@@ -1,4 +1,6 @@
-package dlock
+// Package notify is the notifier floor: the pub/sub messages that wake a
+// Client's waiters (Notifier).
+package notify
 
 import (
 	"container/list"
@@ -15,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// notifier receives the messages that wake a Client's waiters. A Client
+// Notifier receives the messages that wake a Client's waiters. A Client
 // listens on one shard channel per lock it waits for (the lock's channel stem
 // + its id), in the lock's hash slot: on a Cluster, the message of a release
 // stays on the shard that holds the lock. The notifier keeps one pub/sub
@@ -36,14 +38,14 @@ import (
 // (a half-open connection), or the server drops a channel because its slot
 // moved (a failover, a resharding), the waiters are woken so that they look
 // for themselves, and the channels are subscribed again, where they live now.
-type notifier struct {
+type Notifier struct {
 	backend protocol.Backend
 	// later runs f in the background, which Close waits for (once Close
 	// waits, on the caller's goroutine).
 	later   func(f func())
 	log     *slog.Logger
 	closing <-chan struct{}
-	cfg     notifyConfig
+	cfg     Config
 
 	// subMu orders every SSUBSCRIBE and SUNSUBSCRIBE the notifier sends, and
 	// the replacement of a connection, so that what a server last heard about
@@ -52,7 +54,7 @@ type notifier struct {
 
 	mu     sync.Mutex
 	shards map[string]*shard // by the address of the node serving them; "" on a single server
-	gates  map[string]*gate
+	gates  map[string]*Gate
 	idle   *list.List // gates without waiters, oldest first, still subscribed
 	closed bool
 	wg     sync.WaitGroup // the receive loops, and resubscriptions
@@ -69,7 +71,7 @@ type shard struct {
 }
 
 // gate is where this process's waiters for one lock wait.
-type gate struct {
+type Gate struct {
 	k       protocol.Keys
 	ttl     time.Duration // of the primitive that made the gate; sets the grant lease of a lock passed on
 	channel string
@@ -88,67 +90,67 @@ type gate struct {
 	// made again after the server dropped the channel.
 	again   chan struct{}
 	refs    int // joins not yet left
-	waiters map[string]*waiter
+	waiters map[string]*Waiter
 	idle    *list.Element // in notifier.idle while refs == 0
 }
 
 // waiter is one waiting Lock call, known by its owner id.
-type waiter struct {
+type Waiter struct {
 	owner string
 	// wake gets the message that woke the waiter, parsed (the zero wake
 	// after a broken connection); capacity 1, so that it never blocks the
 	// notifier: a message that finds it full is dropped, the waiter being
 	// awake.
-	wake chan protocol.Wake
+	Wake chan protocol.Wake
 }
 
 // drain empties w.wake: a message that came before a request is answered
 // by that request.
-func (w *waiter) drain() {
+func (w *Waiter) Drain() {
 	select {
-	case <-w.wake:
+	case <-w.Wake:
 	default:
 	}
 }
 
-func (w *waiter) signal(msg protocol.Wake) {
+func (w *Waiter) signal(msg protocol.Wake) {
 	select {
-	case w.wake <- msg:
+	case w.Wake <- msg:
 	default:
 	}
 }
 
-// notifyConfig is a notifier's tuning, which tests change per Client.
-type notifyConfig struct {
+// Config is a notifier's tuning, which tests change per Client.
+type Config struct {
 	// maxIdleGates is how many channels stay subscribed with nobody
 	// waiting, so that a lock contended over and over is not subscribed
 	// again for every wait.
-	maxIdleGates int
+	MaxIdleGates int
 	// healthCheck is how long a receive loop waits in silence before it
 	// pings its connection; pongWait is how long it then waits for any word
 	// from the server before it takes the connection for dead and makes
 	// another.
-	healthCheck, pongWait time.Duration
+	HealthCheck, PongWait time.Duration
 	// beforeUnsubscribe, if not nil, runs before unsubscribe decides which
 	// channels to let go; tests use it to make a join race the decision.
-	beforeUnsubscribe func()
+	BeforeUnsubscribe func()
 }
 
-var defaultNotifyConfig = notifyConfig{
-	maxIdleGates: 256,
-	healthCheck:  30 * time.Second,
-	pongWait:     5 * time.Second,
+var DefaultConfig = Config{
+	MaxIdleGates: 256,
+	HealthCheck:  30 * time.Second,
+	PongWait:     5 * time.Second,
 }
 
-func newNotifier(n protocol.Backend, later func(func()), log *slog.Logger, closing <-chan struct{}, cfg notifyConfig) *notifier {
-	return &notifier{backend: n, later: later, log: log, closing: closing, cfg: cfg,
-		shards: make(map[string]*shard), gates: make(map[string]*gate), idle: list.New()}
+func New(n protocol.Backend, later func(func()), log *slog.Logger, closing <-chan struct{}, cfg Config) *Notifier {
+	return &Notifier{backend: n, later: later, log: log, closing: closing, cfg: cfg,
+		shards: make(map[string]*shard), gates: make(map[string]*Gate), idle: list.New()}
 }
 
 // join returns the gate of channel, for lock k, subscribed: Redis has
 // confirmed the subscription when join returns, so any message from then on
 // arrives. Every join must be followed by one leave.
-func (n *notifier) join(ctx context.Context, k protocol.Keys, ttl time.Duration, channel string) (*gate, error) {
+func (n *Notifier) Join(ctx context.Context, k protocol.Keys, ttl time.Duration, channel string) (*Gate, error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -157,7 +159,7 @@ func (n *notifier) join(ctx context.Context, k protocol.Keys, ttl time.Duration,
 	g := n.gates[channel]
 	subscribe := g == nil
 	if subscribe {
-		g = &gate{k: k, ttl: ttl, channel: channel, ready: make(chan struct{}), waiters: make(map[string]*waiter)}
+		g = &Gate{k: k, ttl: ttl, channel: channel, ready: make(chan struct{}), waiters: make(map[string]*Waiter)}
 		n.gates[channel] = g
 	}
 	n.use(g)
@@ -173,15 +175,15 @@ func (n *notifier) join(ctx context.Context, k protocol.Keys, ttl time.Duration,
 	select {
 	case <-g.ready:
 		if g.subErr != nil {
-			n.leave(g)
+			n.Leave(g)
 			return nil, g.subErr
 		}
 		return g, nil
 	case <-ctx.Done():
-		n.leave(g)
+		n.Leave(g)
 		return nil, ctx.Err()
 	case <-n.closing:
-		n.leave(g)
+		n.Leave(g)
 		return nil, errs.ErrClosed
 	}
 }
@@ -189,7 +191,7 @@ func (n *notifier) join(ctx context.Context, k protocol.Keys, ttl time.Duration,
 // subscribe sends SSUBSCRIBE for g's channel on the connection of each
 // shard that serves it now: one, or on a RedLock one per member, of which a
 // majority must take it.
-func (n *notifier) subscribe(ctx context.Context, g *gate) error {
+func (n *Notifier) subscribe(ctx context.Context, g *Gate) error {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	ps, err := n.backend.Places(ctx, g.channel)
@@ -283,7 +285,7 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 // joinSubscribed is join for the channel stem + suffix, if its subscription
 // is in place already; it returns nil, and joins nothing, otherwise. Every
 // wait starts here, so the name is put together without an allocation.
-func (n *notifier) joinSubscribed(stem, suffix string) *gate {
+func (n *Notifier) JoinSubscribed(stem, suffix string) *Gate {
 	var buf [128]byte
 	channel := append(append(buf[:0], stem...), suffix...)
 	n.mu.Lock()
@@ -297,7 +299,7 @@ func (n *notifier) joinSubscribed(stem, suffix string) *gate {
 }
 
 // use counts one more join of g. n.mu must be held.
-func (n *notifier) use(g *gate) {
+func (n *Notifier) use(g *Gate) {
 	if g.idle != nil {
 		n.idle.Remove(g.idle)
 		g.idle = nil
@@ -307,7 +309,7 @@ func (n *notifier) use(g *gate) {
 
 // fail forgets a gate whose subscription failed, so that the next join tries
 // again, and tells the waiters that joined it meanwhile.
-func (n *notifier) fail(g *gate, err error) {
+func (n *Notifier) fail(g *Gate, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	g.refs--
@@ -323,14 +325,14 @@ func (n *notifier) fail(g *gate, err error) {
 
 // leave gives back a gate from join. A gate nobody waits on stays subscribed
 // until cfg.maxIdleGates newer ones are idle.
-func (n *notifier) leave(g *gate) {
+func (n *Notifier) Leave(g *Gate) {
 	n.mu.Lock()
 	g.refs--
-	var evict []*gate
+	var evict []*Gate
 	if g.refs == 0 && n.gates[g.channel] == g {
 		g.idle = n.idle.PushBack(g)
-		for n.idle.Len() > n.cfg.maxIdleGates {
-			old := n.idle.Remove(n.idle.Front()).(*gate)
+		for n.idle.Len() > n.cfg.MaxIdleGates {
+			old := n.idle.Remove(n.idle.Front()).(*Gate)
 			old.idle = nil
 			delete(n.gates, old.channel)
 			evict = append(evict, old)
@@ -345,11 +347,11 @@ func (n *notifier) leave(g *gate) {
 // unsubscribe sends SUNSUBSCRIBE for the channels of gates that no join has
 // taken up again meanwhile: a join that did is ordered after this by subMu,
 // so its SSUBSCRIBE comes later and stands.
-func (n *notifier) unsubscribe(gates []*gate) {
+func (n *Notifier) unsubscribe(gates []*Gate) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
-	if n.cfg.beforeUnsubscribe != nil {
-		n.cfg.beforeUnsubscribe()
+	if n.cfg.BeforeUnsubscribe != nil {
+		n.cfg.BeforeUnsubscribe()
 	}
 	byShard := make(map[*shard][]string)
 	n.mu.Lock()
@@ -372,8 +374,8 @@ func (n *notifier) unsubscribe(gates []*gate) {
 }
 
 // enter makes owner a waiter of g, to be woken by messages naming it.
-func (n *notifier) enter(g *gate, owner string) *waiter {
-	w := &waiter{owner: owner, wake: make(chan protocol.Wake, 1)}
+func (n *Notifier) Enter(g *Gate, owner string) *Waiter {
+	w := &Waiter{owner: owner, Wake: make(chan protocol.Wake, 1)}
 	n.mu.Lock()
 	g.waiters[owner] = w
 	n.mu.Unlock()
@@ -383,12 +385,12 @@ func (n *notifier) enter(g *gate, owner string) *waiter {
 // exit ends w's wait. If w gives up (registered is true and it did not take
 // the lock), its registration is removed from Redis, and the lock passed on if
 // it was granted to w.
-func (n *notifier) exit(g *gate, w *waiter, registered bool) {
+func (n *Notifier) Exit(g *Gate, w *Waiter, registered bool) {
 	n.mu.Lock()
 	delete(g.waiters, w.owner)
 	n.mu.Unlock()
 	if registered {
-		n.unregister(g.k, g.ttl, w.owner)
+		n.Unregister(g.k, g.ttl, w.owner)
 	}
 }
 
@@ -398,7 +400,7 @@ func (n *notifier) exit(g *gate, w *waiter, registered bool) {
 // caller may be a Lock that is returning or the receive loop; once Close
 // waits, it runs on the caller's goroutine (a waiting Lock, which Close waits
 // for too).
-func (n *notifier) unregister(k protocol.Keys, ttl time.Duration, owner string) {
+func (n *Notifier) Unregister(k protocol.Keys, ttl time.Duration, owner string) {
 	n.later(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -409,16 +411,16 @@ func (n *notifier) unregister(k protocol.Keys, ttl time.Duration, owner string) 
 }
 
 // receive reads sh's connection until the notifier closes.
-func (n *notifier) receive(sh *shard) {
+func (n *Notifier) receive(sh *shard) {
 	defer n.wg.Done()
 	ctx := context.Background()
 	ps := sh.ps
 	pinged := false // a PING went out, and nothing has come back since
 	down := 0       // receives failed in a row, up to 4
 	for {
-		wait := n.cfg.healthCheck
+		wait := n.cfg.HealthCheck
 		if pinged {
-			wait = n.cfg.pongWait
+			wait = n.cfg.PongWait
 		}
 		msg, err := ps.ReceiveTimeout(ctx, wait)
 		if err != nil {
@@ -504,7 +506,7 @@ func subscribeRefused(reply redis.Error) bool {
 // docs/acl.md), so each of them is refused too; their waiters return err at
 // once rather than waiting for their contexts. On a RedLock, a gate fails
 // only once too few members are left to confirm it.
-func (n *notifier) refused(sh *shard, err error) {
+func (n *Notifier) refused(sh *shard, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for ch, g := range n.gates {
@@ -527,7 +529,7 @@ func (n *notifier) refused(sh *shard, err error) {
 // The channel's gate is ready once the last SSUBSCRIBE sent for it is
 // confirmed: an earlier one may have been undone by an SUNSUBSCRIBE sent
 // after it.
-func (n *notifier) confirmed(sh *shard, channel string) {
+func (n *Notifier) confirmed(sh *shard, channel string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if sh.pending[channel] > 1 {
@@ -558,7 +560,7 @@ func (n *notifier) confirmed(sh *shard, channel string) {
 // asked for (an idle gate let go) needs nothing. One the server decided (the
 // channel's slot moved to another node: a failover, a resharding) is taken
 // up where the slot lives now, and its waiters woken meanwhile.
-func (n *notifier) dropped(sh *shard, channel string) {
+func (n *Notifier) dropped(sh *shard, channel string) {
 	n.mu.Lock()
 	g := n.gates[channel]
 	moved := g != nil && slices.Contains(g.shs, sh)
@@ -596,7 +598,7 @@ func (n *notifier) dropped(sh *shard, channel string) {
 // dropped, and reports whether Redis confirmed it within resubscribeWait.
 // It waits a while for the Cluster's slot map to show the channel's new
 // server: go-redis loads it in the background.
-func (n *notifier) resubscribe(g *gate, old *shard, attempt int) bool {
+func (n *Notifier) resubscribe(g *Gate, old *shard, attempt int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), resubscribeWait)
 	defer cancel()
 	n.backend.Reload()
@@ -639,7 +641,7 @@ var resubscribeWait = 2 * time.Second
 // reconnect replaces sh's connection, which stopped answering, by a new one
 // subscribed to every channel of sh's gates. It returns the new connection,
 // or nil if the notifier closed meanwhile.
-func (n *notifier) reconnect(sh *shard) *redis.PubSub {
+func (n *Notifier) reconnect(sh *shard) *redis.PubSub {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	n.mu.Lock()
@@ -667,7 +669,7 @@ func (n *notifier) reconnect(sh *shard) *redis.PubSub {
 	return ps
 }
 
-func (n *notifier) isClosed() bool {
+func (n *Notifier) isClosed() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.closed
@@ -678,7 +680,7 @@ func (n *notifier) isClosed() bool {
 // waiter that has gone needs nothing: a waiter leaves either with the lock,
 // or after removing its registration, which gives back a grant made to it
 // (releaseLeave).
-func (n *notifier) deliver(channel, msg string) {
+func (n *Notifier) deliver(channel, msg string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	g := n.gates[channel]
@@ -698,7 +700,7 @@ func (n *notifier) deliver(channel, msg string) {
 }
 
 // wakeAll wakes the waiters of every gate subscribed on sh.
-func (n *notifier) wakeAll(sh *shard) {
+func (n *Notifier) wakeAll(sh *shard) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, g := range n.gates {
@@ -711,7 +713,7 @@ func (n *notifier) wakeAll(sh *shard) {
 }
 
 // close closes every connection and waits for the receive loops.
-func (n *notifier) close() {
+func (n *Notifier) Close() {
 	n.subMu.Lock()
 	n.mu.Lock()
 	n.closed = true
@@ -729,7 +731,7 @@ func (n *notifier) close() {
 
 // confirmedBy counts the shards that confirmed g's subscription.
 // notifier.mu must be held.
-func confirmedBy(g *gate) int {
+func confirmedBy(g *Gate) int {
 	c := 0
 	for _, ok := range g.got {
 		if ok {
@@ -742,4 +744,17 @@ func confirmedBy(g *gate) int {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
+}
+
+// ReadyChannels returns the channels n believes it is subscribed to.
+func (n *Notifier) ReadyChannels() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var chs []string
+	for ch, g := range n.gates {
+		if g.readyOK && g.subErr == nil {
+			chs = append(chs, ch)
+		}
+	}
+	return chs
 }
