@@ -70,7 +70,7 @@ type shard struct {
 	pending map[string]int
 }
 
-// gate is where this process's waiters for one lock wait.
+// Gate is where this process's waiters for one lock wait.
 type Gate struct {
 	k       protocol.Keys
 	ttl     time.Duration // of the primitive that made the gate; sets the grant lease of a lock passed on
@@ -94,17 +94,17 @@ type Gate struct {
 	idle    *list.Element // in notifier.idle while refs == 0
 }
 
-// waiter is one waiting Lock call, known by its owner id.
+// Waiter is one waiting Lock call, known by its owner id.
 type Waiter struct {
 	owner string
-	// wake gets the message that woke the waiter, parsed (the zero wake
+	// Wake gets the message that woke the waiter, parsed (the zero wake
 	// after a broken connection); capacity 1, so that it never blocks the
 	// notifier: a message that finds it full is dropped, the waiter being
 	// awake.
 	Wake chan protocol.Wake
 }
 
-// drain empties w.wake: a message that came before a request is answered
+// Drain empties w.wake: a message that came before a request is answered
 // by that request.
 func (w *Waiter) Drain() {
 	select {
@@ -122,16 +122,16 @@ func (w *Waiter) signal(msg protocol.Wake) {
 
 // Config is a notifier's tuning, which tests change per Client.
 type Config struct {
-	// maxIdleGates is how many channels stay subscribed with nobody
+	// MaxIdleGates is how many channels stay subscribed with nobody
 	// waiting, so that a lock contended over and over is not subscribed
 	// again for every wait.
 	MaxIdleGates int
-	// healthCheck is how long a receive loop waits in silence before it
+	// HealthCheck is how long a receive loop waits in silence before it
 	// pings its connection; pongWait is how long it then waits for any word
 	// from the server before it takes the connection for dead and makes
 	// another.
 	HealthCheck, PongWait time.Duration
-	// beforeUnsubscribe, if not nil, runs before unsubscribe decides which
+	// BeforeUnsubscribe, if not nil, runs before unsubscribe decides which
 	// channels to let go; tests use it to make a join race the decision.
 	BeforeUnsubscribe func()
 }
@@ -147,7 +147,7 @@ func New(n protocol.Backend, later func(func()), log *slog.Logger, closing <-cha
 		shards: make(map[string]*shard), gates: make(map[string]*Gate), idle: list.New()}
 }
 
-// join returns the gate of channel, for lock k, subscribed: Redis has
+// Join returns the gate of channel, for lock k, subscribed: Redis has
 // confirmed the subscription when join returns, so any message from then on
 // arrives. Every join must be followed by one leave.
 func (n *Notifier) Join(ctx context.Context, k protocol.Keys, ttl time.Duration, channel string) (*Gate, error) {
@@ -282,7 +282,7 @@ func (n *Notifier) subscribe(ctx context.Context, g *Gate) error {
 	return nil
 }
 
-// joinSubscribed is join for the channel stem + suffix, if its subscription
+// JoinSubscribed is join for the channel stem + suffix, if its subscription
 // is in place already; it returns nil, and joins nothing, otherwise. Every
 // wait starts here, so the name is put together without an allocation.
 func (n *Notifier) JoinSubscribed(stem, suffix string) *Gate {
@@ -323,7 +323,7 @@ func (n *Notifier) fail(g *Gate, err error) {
 	}
 }
 
-// leave gives back a gate from join. A gate nobody waits on stays subscribed
+// Leave gives back a gate from join. A gate nobody waits on stays subscribed
 // until cfg.maxIdleGates newer ones are idle.
 func (n *Notifier) Leave(g *Gate) {
 	n.mu.Lock()
@@ -373,7 +373,7 @@ func (n *Notifier) unsubscribe(gates []*Gate) {
 	}
 }
 
-// enter makes owner a waiter of g, to be woken by messages naming it.
+// Enter makes owner a waiter of g, to be woken by messages naming it.
 func (n *Notifier) Enter(g *Gate, owner string) *Waiter {
 	w := &Waiter{owner: owner, Wake: make(chan protocol.Wake, 1)}
 	n.mu.Lock()
@@ -382,7 +382,7 @@ func (n *Notifier) Enter(g *Gate, owner string) *Waiter {
 	return w
 }
 
-// exit ends w's wait. If w gives up (registered is true and it did not take
+// Exit ends w's wait. If w gives up (registered is true and it did not take
 // the lock), its registration is removed from Redis, and the lock passed on if
 // it was granted to w.
 func (n *Notifier) Exit(g *Gate, w *Waiter, registered bool) {
@@ -394,7 +394,7 @@ func (n *Notifier) Exit(g *Gate, w *Waiter, registered bool) {
 	}
 }
 
-// unregister removes owner's registration as a waiter of lock k (whose TTL
+// Unregister removes owner's registration as a waiter of lock k (whose TTL
 // is ttl), and if the lock was granted to owner, passes it
 // to the next waiter or frees it. It runs in the background, which Close waits for, since the
 // caller may be a Lock that is returning or the receive loop; once Close
@@ -712,7 +712,7 @@ func (n *Notifier) wakeAll(sh *shard) {
 	}
 }
 
-// close closes every connection and waits for the receive loops.
+// Close closes every connection and waits for the receive loops.
 func (n *Notifier) Close() {
 	n.subMu.Lock()
 	n.mu.Lock()

@@ -89,16 +89,16 @@ type Backend interface {
 
 // Traits are what the floors above a Backend need to know of it.
 type Traits struct {
-	// ctxAware: a request gives up at its context's deadline by itself.
+	// CtxAware: a request gives up at its context's deadline by itself.
 	CtxAware bool
-	// grantWake: a waiter may take a lock on the grant message that a
+	// GrantWake: a waiter may take a lock on the grant message that a
 	// Release sent it, without asking again (not so if acquisitions must
 	// wait for replicas, or if the release only tells).
 	GrantWake bool
-	// admin: Inspect, Locks and ForceRelease can run here (not on a
+	// Admin: Inspect, Locks and ForceRelease can run here (not on a
 	// RedLock, whose members each need a Client of their own).
 	Admin bool
-	// slow is how long a request may take by design beyond its round trip:
+	// Slow is how long a request may take by design beyond its round trip:
 	// a WAIT's timeout, a RedLock's per-node timeout.
 	Slow time.Duration
 }
@@ -107,10 +107,10 @@ type Traits struct {
 type Placement struct {
 	At   []Place
 	Need int // how many of at must confirm the subscription
-	// apart: at are independent deployments (a RedLock's members), each
+	// Apart: at are independent deployments (a RedLock's members), each
 	// subscribed on a connection of its own, none waiting for another.
 	Apart bool
-	// short, if not nil, says why too few of at can confirm it.
+	// Short, if not nil, says why too few of at can confirm it.
 	Short error
 }
 

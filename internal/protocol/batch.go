@@ -103,7 +103,7 @@ func (b *batcher) next(sending bool) []*batched {
 	return batch
 }
 
-// settle waits until no goroutine of b sends a pipeline.
+// Settle waits until no goroutine of b sends a pipeline.
 func (b *batcher) Settle() {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// node is a Redis deployment that holds locks: a plain, Sentinel or Cluster
+// Node is a Redis deployment that holds locks: a plain, Sentinel or Cluster
 // go-redis client. A Client runs on one node; a lock is on the node that
 // owns its keys, which go-redis finds for a Cluster.
 type Node struct {
@@ -40,7 +40,7 @@ type Node struct {
 	// ctxAware: cmd gives up a request at its context's deadline by itself
 	// (rdb made with ContextTimeoutEnabled, and no autopipeliner).
 	ctxAware bool
-	// cluster: keys of different hash slots may live on different servers,
+	// Cluster: keys of different hash slots may live on different servers,
 	// so one script call must not span slots.
 	Cluster bool
 	// scripts are the scripts the node runs: defaultScripts, unless a
@@ -74,7 +74,7 @@ func NewNode(rdb redis.UniversalClient, autoPipeline bool, scripts *ScriptSet) (
 	return n, nil
 }
 
-// settle waits for the pipelines of n's batcher, which outlive the requests
+// Settle waits for the pipelines of n's batcher, which outlive the requests
 // they carry.
 func (n *Node) Settle() {
 	if n.batch != nil {
@@ -82,12 +82,12 @@ func (n *Node) Settle() {
 	}
 }
 
-// traits: a node's requests give up at their context's end if its Redis
+// Traits: a node's requests give up at their context's end if its Redis
 // client does so (ctxAware), and its waiters may take a lock on a grant
 // message.
 func (n *Node) Traits() Traits { return Traits{CtxAware: n.ctxAware, GrantWake: true, Admin: true} }
 
-// kindFor: every kind runs on a node.
+// KindFor: every kind runs on a node.
 func (n *Node) KindFor(k *Kind) *Kind { return k }
 
 // A kind is a lock type's scripts and the layout of its keys. Each key list
@@ -120,7 +120,7 @@ const (
 	// handoffNone: the kind's own release script decides (a Semaphore, a
 	// read hold).
 	handoffNone handoff = iota
-	// handoffGrant: the release grants the lock to the next waiter and tells
+	// HandoffGrant: the release grants the lock to the next waiter and tells
 	// it the fence (grant in lua/lib.lua), so that its Lock may return on
 	// that message.
 	HandoffGrant
@@ -185,7 +185,7 @@ var (
 		leaseKeys:   []string{"lock", "fence", "fences"},
 		Handoff:     HandoffGrant, Reentrant: true}
 	LatchKind = &Kind{Name: "CountDownLatch", Space: "latch:"}
-	// redMutexKind is a Mutex on a RedLock: its keys and scripts, but no
+	// RedMutexKind is a Mutex on a RedLock: its keys and scripts, but no
 	// grant, for each member keeps a queue of its own.
 	RedMutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
 		acquireKeys: MutexKind.acquireKeys,
@@ -194,7 +194,7 @@ var (
 		Handoff:     handoffTell, Reentrant: true}
 )
 
-// keys names everything in Redis that belongs to one lock. Every name carries
+// Keys names everything in Redis that belongs to one lock. Every name carries
 // the same {hash tag}, so they share a Redis Cluster slot and one script can
 // touch them all; the package documentation lists them.
 type Keys struct {
@@ -207,7 +207,7 @@ type Keys struct {
 	AcquireKeys, releaseKeys, leaseKeys []string
 }
 
-// newKeys names the keys of kind k's lock called name, and its wake-up
+// NewKeys names the keys of kind k's lock called name, and its wake-up
 // channel stem. Every key and the stem are slices of one string, and the key
 // lists share one array, so that a lock's names cost a few allocations, not
 // one each.
@@ -283,7 +283,7 @@ func NewKeys(prefix string, k *Kind, name string) Keys {
 	return ks
 }
 
-// nameEscaper makes any byte string safe inside a hash tag: '{' and '}' would
+// NameEscaper makes any byte string safe inside a hash tag: '{' and '}' would
 // end the tag early and change the slot. '%' is escaped too, so the mapping is
 // one-to-one.
 var NameEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
@@ -396,22 +396,22 @@ func (h extendHow) arg() any {
 	return string(extendLonger)
 }
 
-// acquireResult is what an acquire script answered, decoded.
+// AcquireResult is what an acquire script answered, decoded.
 type AcquireResult struct {
 	Fence     int64         // > 0 when the lock was taken
 	Reentered bool          // the owner's hold count went up
 	Gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
 	Pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
-	// floor, when held by another, if the script tells it: every fence a
+	// Floor, when held by another, if the script tells it: every fence a
 	// release grants the caller from then on is above it (fence_floor); at is
 	// the server's time then, in µs.
 	Floor, At int64
-	// notReplicated: the hold was granted or re-entered, but fewer replicas
+	// NotReplicated: the hold was granted or re-entered, but fewer replicas
 	// than WithWaitReplicas asks for acknowledged it (an ErrNotReplicated).
 	NotReplicated error
 }
 
-// acquire runs k's acquire script once: one round trip. If the lock is held
+// Acquire runs k's acquire script once: one round trip. If the lock is held
 // and register is above zero, owner is registered as a waiter for that long.
 // extra are the kind's own arguments, after the four every acquire script
 // takes.
@@ -425,7 +425,7 @@ func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register 
 	return n.runAcquire(ctx, k, args)
 }
 
-// reenter runs k's acquire script to add a hold of owner, which then has
+// Reenter runs k's acquire script to add a hold of owner, which then has
 // count holds: one round trip. extra are the kind's own arguments, as for
 // acquire.
 func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
@@ -596,7 +596,7 @@ func decodeAcquire(v any) (AcquireResult, error) {
 	return AcquireResult{}, fmt.Errorf("unexpected reply %v from the acquire script", v)
 }
 
-// release runs k's release script once: one round trip. ttl is the lock's
+// Release runs k's release script once: one round trip. ttl is the lock's
 // TTL, which sets the grant lease of the waiter a freed lock goes to;
 // count, for releaseOne, the holds that remain. It returns a result code.
 func (n *Node) Release(ctx context.Context, k Keys, owner string, mode ReleaseMode, ttl time.Duration, count int) (int64, error) {
@@ -613,7 +613,7 @@ func (n *Node) Release(ctx context.Context, k Keys, owner string, mode ReleaseMo
 	return code, nil
 }
 
-// raiseFence runs raise_fence.lua on a RedLock's member: owner's fence on k
+// RaiseFence runs raise_fence.lua on a RedLock's member: owner's fence on k
 // there becomes at least fence. It returns a result code.
 func (n *Node) RaiseFence(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error) {
 	code, err := n.eval(ctx, n.scripts[ScriptRaiseFence], k.leaseKeys[:2], "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
@@ -624,7 +624,7 @@ func (n *Node) RaiseFence(ctx context.Context, k Keys, owner string, fence int64
 	return code, nil
 }
 
-// semaphore runs sem_release.lua in one of its own modes, with total as its
+// Semaphore runs sem_release.lua in one of its own modes, with total as its
 // argument: the new total, or the one to use when none is stored. id is the
 // call's own, so that a retried Delete answers as it did.
 func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, total int64) (int64, error) {
@@ -636,15 +636,15 @@ func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, t
 	return v, nil
 }
 
-// extendItem is one lease in an extend call.
+// ExtendItem is one lease in an extend call.
 type ExtendItem struct {
 	K     Keys
 	Owner string
 	Ttl   time.Duration
-	// exact: the lease lapses ttl from now even if it would have lapsed later
+	// Exact: the lease lapses ttl from now even if it would have lapsed later
 	// (Lease.Extend); otherwise it is only lengthened (a renewal).
 	Exact bool
-	// gen is how many Extends of the lease had been sent when this request
+	// Gen is how many Extends of the lease had been sent when this request
 	// was, itself included: Redis ignores a request of an earlier generation
 	// than the latest Extend it ran (codeStale), whenever it arrives.
 	Gen uint32
@@ -656,14 +656,14 @@ type ExtendItem struct {
 // names, which every acquisition builds.
 func (k *Keys) extendsKey() string { return k.Tag + ":extends" }
 
-// maxBatch is the most leases renewed by one script call, and by one
+// MaxBatch is the most leases renewed by one script call, and by one
 // pipeline. A renewal pass takes the leases due by then, not a multiple of
 // maxBatch, so its last call is a partial one: at 128, 10,000 leases on one
 // server take about 80 round trips a period, under one per 100 leases; each
 // call keeps Redis busy for about a millisecond.
 const MaxBatch = 128
 
-// extend runs extend.lua once over items, whose keys must all be in one
+// Extend runs extend.lua once over items, whose keys must all be in one
 // hash slot if the node is a Cluster: one round trip. It returns a result
 // code per item.
 func (n *Node) Extend(ctx context.Context, items []ExtendItem) ([]int64, error) {
@@ -672,7 +672,7 @@ func (n *Node) Extend(ctx context.Context, items []ExtendItem) ([]int64, error) 
 	return n.extendResult(items, codes, err)
 }
 
-// extendAll runs extend.lua once per call, all in one pipeline: one round
+// ExtendAll runs extend.lua once per call, all in one pipeline: one round
 // trip per server. It returns the result codes and the error of each call.
 func (n *Node) ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error) {
 	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
@@ -749,7 +749,7 @@ func (n *Node) extendResult(items []ExtendItem, codes []int64, err error) ([]int
 	return codes, nil
 }
 
-// shardOf returns the address of the server that serves channel's slot on a
+// ShardOf returns the address of the server that serves channel's slot on a
 // Cluster, where a shard channel must be subscribed; "" on any other node.
 func (n *Node) ShardOf(ctx context.Context, channel string) (string, error) {
 	cc, ok := n.rdb.(*redis.ClusterClient)
@@ -764,7 +764,7 @@ func (n *Node) ShardOf(ctx context.Context, channel string) (string, error) {
 	return c.Options().Addr, nil
 }
 
-// places returns where channel is to be subscribed: on the server that
+// Places returns where channel is to be subscribed: on the server that
 // serves it, which must confirm it.
 func (n *Node) Places(ctx context.Context, channel string) (Placement, error) {
 	addr, err := n.ShardOf(ctx, channel)
@@ -774,7 +774,7 @@ func (n *Node) Places(ctx context.Context, channel string) (Placement, error) {
 	return Placement{At: []Place{{addr, n.rdb}}, Need: 1}, nil
 }
 
-// failed notes a request to the node that failed. On a Cluster, a failure
+// Failed notes a request to the node that failed. On a Cluster, a failure
 // that a changed topology explains (a server unreachable or gone, the cluster
 // down, a slot moved) makes go-redis load the slot map again, in the
 // background: it does so by itself only on a MOVED reply or every minute,
@@ -786,14 +786,14 @@ func (n *Node) Failed(err error) {
 	}
 }
 
-// reload makes go-redis load a Cluster's slot map again, in the background.
+// Reload makes go-redis load a Cluster's slot map again, in the background.
 func (n *Node) Reload() {
 	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
 		cc.ReloadState(context.Background())
 	}
 }
 
-// transient reports whether err, the failure of a request, says that Redis
+// Transient reports whether err, the failure of a request, says that Redis
 // could not be reached or is changing hands (a failover, a restart, a slot
 // migration), so that the request may succeed if made again shortly. A reply
 // that is an ordinary error, a closed client and an ended context are not.
@@ -832,7 +832,7 @@ func Transient(err error) bool {
 // loading its data, it was demoted to a replica, or it lost its primary.
 var transientReplies = []string{"CLUSTERDOWN ", "TRYAGAIN ", "MOVED ", "ASK ", "LOADING ", "READONLY ", "MASTERDOWN "}
 
-// group returns the hash slot of key on a Cluster node, where one script
+// Group returns the hash slot of key on a Cluster node, where one script
 // call must not span slots; 0 on any other.
 func (n *Node) Group(key string) int {
 	if !n.Cluster {
@@ -841,7 +841,7 @@ func (n *Node) Group(key string) int {
 	return slot(key)
 }
 
-// ttl runs ttl.lua: whether owner holds its lease on k (codeDone; codeOther
+// Ttl runs ttl.lua: whether owner holds its lease on k (codeDone; codeOther
 // or codeGone if not) and, if it does, how long the lease has left (-1ms: no
 // expiry).
 func (n *Node) Ttl(ctx context.Context, k Keys, owner string) (left time.Duration, code int64, err error) {
@@ -857,7 +857,7 @@ func (n *Node) Ttl(ctx context.Context, k Keys, owner string) (left time.Duratio
 	return time.Duration(ms) * time.Millisecond, CodeDone, nil
 }
 
-// latch runs latch.lua in mode, with an id of its own so that a retry of the
+// Latch runs latch.lua in mode, with an id of its own so that a retry of the
 // call answers as it did.
 func (n *Node) Latch(ctx context.Context, k Keys, id string, mode LatchMode, count int64) (int64, error) {
 	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.Tag, k.marker(id)},
@@ -868,12 +868,12 @@ func (n *Node) Latch(ctx context.Context, k Keys, id string, mode LatchMode, cou
 	return v, nil
 }
 
-// latchChannel is where a latch's opening is published.
+// LatchChannel is where a latch's opening is published.
 func LatchChannel(k Keys) string { return k.Tag + LatchSuffix }
 
 const LatchSuffix = ":zero"
 
-// latchCount reads a latch's count: 0 when it has none.
+// LatchCount reads a latch's count: 0 when it has none.
 func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
 	s, err := n.rdb.Get(ctx, k.Tag).Result()
 	if errors.Is(err, redis.Nil) {
@@ -889,14 +889,14 @@ func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
 	return v, nil
 }
 
-// inspect runs inspect.lua over keys, for the kind inspect.lua names code:
+// Inspect runs inspect.lua over keys, for the kind inspect.lua names code:
 // read-only (EVALSHA_RO), so that a user allowed only to read keys may send
 // it, and a replica runs it.
 func (n *Node) Inspect(ctx context.Context, keys []string, code string, limit int) ([]any, error) {
 	return n.scripts[scriptInspect].RunRO(ctx, n.rdb, keys, code, limit).Slice()
 }
 
-// scan passes each key that matches the glob match to each, found with SCAN
+// Scan passes each key that matches the glob match to each, found with SCAN
 // on every primary (never KEYS, which would block Redis), until each
 // returns false.
 func (n *Node) Scan(ctx context.Context, match string, each func(key string) bool) error {
@@ -946,20 +946,20 @@ func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable,
 	return out, nil
 }
 
-// evict releases owner's hold on k as its own last release would, a freed
+// Evict releases owner's hold on k as its own last release would, a freed
 // lock going to the next waiter; marker is the administrative call's own.
 func (n *Node) Evict(ctx context.Context, k Keys, owner, marker string, ttl time.Duration) (int64, error) {
 	return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(marker),
 		owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, markerTTLArg).Int64()
 }
 
-// moveFence runs raise_fence.lua for no owner: k's fence becomes at least
+// MoveFence runs raise_fence.lua for no owner: k's fence becomes at least
 // fence, whoever holds the lock.
 func (n *Node) MoveFence(ctx context.Context, k Keys, fence int64, ttl time.Duration) error {
 	return n.eval(ctx, n.scripts[ScriptRaiseFence], k.AcquireKeys[:2], "", "", strconv.FormatInt(fence, 10), msArg(ttl)).err
 }
 
-// evictionPolicy reads Redis's maxmemory-policy; known is false if Redis
+// EvictionPolicy reads Redis's maxmemory-policy; known is false if Redis
 // will not tell (CONFIG refused).
 func (n *Node) EvictionPolicy(ctx context.Context) (policy string, known bool, err error) {
 	v, err := n.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
@@ -974,7 +974,7 @@ func (n *Node) EvictionPolicy(ctx context.Context) (policy string, known bool, e
 	return policy, known, nil
 }
 
-// replicaShortfall: a node's writes wait for no replica.
+// ReplicaShortfall: a node's writes wait for no replica.
 func (n *Node) ReplicaShortfall(context.Context) (int, map[string]int, error) { return 0, nil, nil }
 
 // slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
@@ -999,7 +999,7 @@ func slot(key string) int {
 	return int(crc) % 16384
 }
 
-// wake is a wake-up message, parsed: the owner id of the waiter it is for,
+// Wake is a wake-up message, parsed: the owner id of the waiter it is for,
 // and for a grant (grant in lua/lib.lua) its fence, grant lease and the
 // server time it was made at, in µs; fence is 0 for any other message.
 type Wake struct {
@@ -1009,7 +1009,7 @@ type Wake struct {
 	At    int64
 }
 
-// parseWake parses a wake-up message: an owner id ("*" for every waiter), or
+// ParseWake parses a wake-up message: an owner id ("*" for every waiter), or
 // an owner id, a fence, a grant lease in ms and a server time in µs,
 // separated by spaces.
 func ParseWake(msg string) Wake {

@@ -42,7 +42,7 @@ var (
 	//go:embed lua/gen/inspect.lua
 	InspectLua string
 
-	// defaultScripts are the embedded scripts, which every node runs unless
+	// DefaultScripts are the embedded scripts, which every node runs unless
 	// its Client was made with others (tests that show a check catches a
 	// broken script).
 	DefaultScripts = ScriptSet{
@@ -88,7 +88,7 @@ const (
 	numScripts
 )
 
-// scriptSet is the scripts a node runs, by name: a value, so that a Client's
+// ScriptSet is the scripts a node runs, by name: a value, so that a Client's
 // tests can run a deliberately broken one in its place and show that the
 // safety checks fail.
 type ScriptSet [numScripts]*redis.Script

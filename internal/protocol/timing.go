@@ -12,7 +12,7 @@ import (
 // The times the scripts are given, each a fraction of a lock's TTL within
 // bounds; doc.go states them for users.
 
-// renewEvery is how often a lease is renewed while held; it may be renewed up
+// RenewEvery is how often a lease is renewed while held; it may be renewed up
 // to renewSlack earlier, to share a script call with others.
 func RenewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
 func RenewSlack(ttl time.Duration) time.Duration { return ttl / 6 }
@@ -25,7 +25,7 @@ func grantFor(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 50*time.Millisecond), time.Second)
 }
 
-// keepAlive is how often a waiter renews its registration (by trying again).
+// KeepAlive is how often a waiter renews its registration (by trying again).
 // A registration lapses after three of these (registerFor), so a waiter that
 // died is forgotten soon after.
 func KeepAlive(ttl time.Duration) time.Duration {
@@ -34,22 +34,22 @@ func KeepAlive(ttl time.Duration) time.Duration {
 
 func RegisterFor(ttl time.Duration) time.Duration { return 3 * KeepAlive(ttl) }
 
-// retryDelay is the pause before a failed renewal or release is tried again.
+// RetryDelay is the pause before a failed renewal or release is tried again.
 func RetryDelay(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 10*time.Millisecond), time.Second)
 }
 
-// drift is the allowance for the difference between the client's and Redis's
+// Drift is the allowance for the difference between the client's and Redis's
 // clocks and for timer lateness: the Redlock rule of 1% of the TTL plus 2ms.
 func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
-// cleanupTimeout bounds a release made after the caller's context may have
+// CleanupTimeout bounds a release made after the caller's context may have
 // ended.
 func CleanupTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl, time.Second), 5*time.Second)
 }
 
-// retryRelease makes release again, retryDelay(ttl) apart, after a release
+// RetryRelease makes release again, retryDelay(ttl) apart, after a release
 // that could not reach Redis: until a try has Redis's answer (release returns
 // nil), or deadline, when Redis frees the lock by itself, passes. Any answer
 // ends it: freed, or not (or no longer) this owner's, which no retry can
@@ -84,6 +84,6 @@ func RetryRelease(stop <-chan struct{}, deadline time.Time, ttl time.Duration, r
 	}
 }
 
-// errReleaseLapsed is retryRelease's error when the lock's TTL ran out before
+// ErrReleaseLapsed is retryRelease's error when the lock's TTL ran out before
 // Redis answered.
 var ErrReleaseLapsed = errors.New("the lock's TTL has run out by now")

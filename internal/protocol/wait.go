@@ -16,21 +16,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// replicas is WithWaitReplicas's setting: n replicas must acknowledge, within
+// Replicas is WithWaitReplicas's setting: n replicas must acknowledge, within
 // timeout, each write that grants or lengthens a hold.
 type Replicas struct {
 	N       int
 	Timeout time.Duration
 }
 
-// waitNode is a node whose acquisitions and extensions wait for replicas;
+// WaitNode is a node whose acquisitions and extensions wait for replicas;
 // every other request is the node's own.
 type WaitNode struct {
 	*Node
 	wait Replicas
 }
 
-// withWait returns n, if w asks for no replica; otherwise n wrapped so that
+// WithWait returns n, if w asks for no replica; otherwise n wrapped so that
 // every write that grants or lengthens a hold waits for w's replicas. The
 // node must be one whose server for a key is known, and w's timeout at most
 // half the Redis client's ReadTimeout, which bounds the reply of the
@@ -54,7 +54,7 @@ func WithWait(n *Node, w Replicas) (Backend, error) {
 	return &WaitNode{Node: n, wait: w}, nil
 }
 
-// traits: a waiter must not take a lock on a grant message, whose write no
+// Traits: a waiter must not take a lock on a grant message, whose write no
 // replica may have acknowledged: it asks again, and that acquire waits for
 // them. A request may take the WAIT's timeout.
 func (w *WaitNode) Traits() Traits {
@@ -63,25 +63,25 @@ func (w *WaitNode) Traits() Traits {
 	return t
 }
 
-// acquire is node.acquire followed by WAIT.
+// Acquire is node.acquire followed by WAIT.
 func (w *WaitNode) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
 	args := append([]any{owner, msArg(ttl), string(takeMode), register.Milliseconds()}, extra...)
 	return w.runAcquireWaited(ctx, k, args)
 }
 
-// reenter is node.reenter followed by WAIT.
+// Reenter is node.reenter followed by WAIT.
 func (w *WaitNode) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
 	args := append([]any{owner, ttl.Milliseconds(), string(reenterMode), count}, extra...)
 	return w.runAcquireWaited(ctx, k, args)
 }
 
-// extend is node.extend followed by WAIT.
+// Extend is node.extend followed by WAIT.
 func (w *WaitNode) Extend(ctx context.Context, items []ExtendItem) ([]int64, error) {
 	codes, errs := w.extendWaited(ctx, [][]ExtendItem{items})
 	return codes[0], errs[0]
 }
 
-// extendAll is node.extendAll followed by WAIT.
+// ExtendAll is node.extendAll followed by WAIT.
 func (w *WaitNode) ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error) {
 	return w.extendWaited(ctx, calls)
 }
@@ -209,7 +209,7 @@ func (w *WaitNode) extendWaited(ctx context.Context, calls [][]ExtendItem) ([][]
 	return codes, errs
 }
 
-// replicaShortfall returns how many replicas w waits for and, for each
+// ReplicaShortfall returns how many replicas w waits for and, for each
 // primary of the node with fewer connected, its address and how many it has.
 func (w *WaitNode) ReplicaShortfall(ctx context.Context) (int, map[string]int, error) {
 	short := map[string]int{}

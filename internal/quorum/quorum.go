@@ -52,13 +52,13 @@ func New(members []protocol.Backend, timeout time.Duration, closing <-chan struc
 		busy: make(map[busyKey]int), ended: make(map[string]bool), closing: closing}
 }
 
-// traits: the quorum bounds every request by the per-node timeout and
+// Traits: the quorum bounds every request by the per-node timeout and
 // returns at ctx's end by itself; a waiter is only told to try again (each
 // member keeps a queue of its own), and administration needs a Client of
 // each member's own.
 func (q *quorum) Traits() protocol.Traits { return protocol.Traits{CtxAware: true, Slow: q.timeout} }
 
-// kindFor: only a Mutex runs on a RedLock, whose release tells the next
+// KindFor: only a Mutex runs on a RedLock, whose release tells the next
 // waiter instead of granting (redMutexKind).
 func (q *quorum) KindFor(k *protocol.Kind) *protocol.Kind {
 	if k == protocol.MutexKind {
@@ -67,7 +67,7 @@ func (q *quorum) KindFor(k *protocol.Kind) *protocol.Kind {
 	return nil
 }
 
-// settle waits for the requests to the slower members, and then for each
+// Settle waits for the requests to the slower members, and then for each
 // member's own.
 func (q *quorum) Settle() {
 	q.wg.Wait()
@@ -76,7 +76,7 @@ func (q *quorum) Settle() {
 	}
 }
 
-// places returns where a channel is subscribed: on each member that can
+// Places returns where a channel is subscribed: on each member that can
 // say where, a majority of which must confirm it.
 func (q *quorum) Places(ctx context.Context, channel string) (protocol.Placement, error) {
 	p := protocol.Placement{At: make([]protocol.Place, 0, len(q.members)), Need: q.need, Apart: true}
@@ -141,13 +141,13 @@ func (q *quorum) unsupported(what string, k protocol.Keys) error {
 	return errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock", what, k.Name)
 }
 
-// extend extends items on a majority of the members (extendAll).
+// Extend extends items on a majority of the members (extendAll).
 func (q *quorum) Extend(ctx context.Context, items []protocol.ExtendItem) ([]int64, error) {
 	codes, errs := q.ExtendAll(ctx, [][]protocol.ExtendItem{items})
 	return codes[0], errs[0]
 }
 
-// raiseFence is asked of a RedLock's members only (raiseFenceAll), and a
+// RaiseFence is asked of a RedLock's members only (raiseFenceAll), and a
 // RedLock is never a member of another.
 func (q *quorum) RaiseFence(_ context.Context, k protocol.Keys, _ string, _ int64, _ time.Duration) (int64, error) {
 	return 0, q.unsupported("raise the fence of", k)
@@ -369,7 +369,7 @@ func (q *quorum) undo(k protocol.Keys, owner string, i int, ttl time.Duration, s
 	})
 }
 
-// acquire takes k's lock on a majority of the members, or registers owner as
+// Acquire takes k's lock on a majority of the members, or registers owner as
 // a waiter on the members where it is held. The fence is the largest of the
 // majority's, written to every member that may have less (raiseFence), and
 // acquire returns once a majority has it, so that every later majority,
@@ -535,7 +535,7 @@ func (q *quorum) raiseFenceAll(ctx context.Context, k protocol.Keys, owner strin
 	return 0, errs.Op(nil, q.short(have, failed), "raise the fence of %q to %d", k.Name, fence)
 }
 
-// reenter adds a hold of owner on every member; it counts when a majority
+// Reenter adds a hold of owner on every member; it counts when a majority
 // added it.
 func (q *quorum) Reenter(ctx context.Context, k protocol.Keys, owner string, ttl time.Duration, count int, extra ...any) (protocol.AcquireResult, error) {
 	var done, gone int
@@ -564,7 +564,7 @@ func (q *quorum) Reenter(ctx context.Context, k protocol.Keys, owner string, ttl
 	return protocol.AcquireResult{}, errs.Op(nil, q.short(done+gone, errsOf(replies)), "re-enter %q", k.Name)
 }
 
-// release gives back owner's hold on every member. The result is the code a
+// Release gives back owner's hold on every member. The result is the code a
 // majority answered (codeDone, or codeHeld for releaseOne); else, if the
 // members that answered otherwise leave no majority that could have,
 // codeOther if one of them has another owner, codeGone if not; else an
@@ -614,7 +614,7 @@ func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, mod
 	return 0, errs.Op(nil, q.short(ok+not, errsOf(replies)), "release %q", k.Name)
 }
 
-// extendAll runs every call on every member, each member in one pipeline.
+// ExtendAll runs every call on every member, each member in one pipeline.
 // A lease is extended when a majority extended it; it is lost (with the code
 // of a member that refused it) when the refusals leave no majority that
 // could have; it is stale (codeStale) when the refusals and the members
@@ -699,7 +699,7 @@ func (q *quorum) ExtendAll(ctx context.Context, calls [][]protocol.ExtendItem) (
 	return codes, callErrs
 }
 
-// ttl returns how long a majority of the members still hold owner's lease:
+// Ttl returns how long a majority of the members still hold owner's lease:
 // the need-th longest time left among those that hold it.
 func (q *quorum) Ttl(ctx context.Context, k protocol.Keys, owner string) (time.Duration, int64, error) {
 	type left struct {
@@ -744,7 +744,7 @@ func (q *quorum) Ttl(ctx context.Context, k protocol.Keys, owner string) (time.D
 	return 0, 0, errs.Op(nil, q.short(len(lefts)+not, errsOf(replies)), "ttl %q", k.Name)
 }
 
-// evictionPolicy returns the first member's policy that is not noeviction,
+// EvictionPolicy returns the first member's policy that is not noeviction,
 // or noeviction; known is false if a member would not tell.
 func (q *quorum) EvictionPolicy(ctx context.Context) (string, bool, error) {
 	policy, known := "noeviction", true

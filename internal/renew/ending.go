@@ -29,7 +29,7 @@ type afterEnd struct {
 
 var _ context.Context = (*ending)(nil)
 
-// end ends e with cause, and reports whether it did: the first end says
+// End ends e with cause, and reports whether it did: the first end says
 // why, and those after it change nothing.
 func (e *ending) End(cause error) bool {
 	if cause == nil {
@@ -53,7 +53,7 @@ func (e *ending) End(cause error) bool {
 	return true
 }
 
-// cause returns why e ended, or nil if it has not.
+// Cause returns why e ended, or nil if it has not.
 func (e *ending) Cause() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -114,7 +114,7 @@ func (e *ending) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-// closedChan is a channel that is closed: the Done of what has ended.
+// ClosedChan is a channel that is closed: the Done of what has ended.
 var ClosedChan = func() chan struct{} {
 	c := make(chan struct{})
 	close(c)

@@ -69,7 +69,7 @@ func (t *Term) wake() time.Time {
 	return t.deadline
 }
 
-// endedErr returns nil while t is held, else an error matching ErrNotHeld and
+// EndedErr returns nil while t is held, else an error matching ErrNotHeld and
 // the reason it ended.
 func (t *Term) EndedErr(op string) error {
 	cause := t.Ending.Cause()
@@ -79,7 +79,7 @@ func (t *Term) EndedErr(op string) error {
 	return errs.Op(errs.ErrNotHeld, cause, "%s %q", op, t.K.Name)
 }
 
-// lostErr describes a script's "not yours" answer.
+// LostErr describes a script's "not yours" answer.
 func (t *Term) LostErr(code int64) error {
 	if code == protocol.CodeOther {
 		return errs.Op(errs.ErrLockLost, nil, "%q is held by another owner", t.K.Name)
@@ -118,7 +118,7 @@ func New(b protocol.Backend, log *slog.Logger, events Events) *Renewer {
 	return &Renewer{backend: b, log: log, events: events, ctx: ctx, cancel: cancel}
 }
 
-// begin starts the term of a lease just acquired, whose acquire was sent
+// Begin starts the term of a lease just acquired, whose acquire was sent
 // at sent: the lease lapses at sent + ttl in Redis at the latest, and counts
 // as lost drift before that unless renewed.
 //
@@ -175,7 +175,7 @@ func (r *Renewer) reschedule(t *Term) {
 	}
 }
 
-// retire takes t out of the renewer's care, for its owner is giving it up:
+// Retire takes t out of the renewer's care, for its owner is giving it up:
 // it is never renewed again, and no longer lost at its deadline. It returns
 // t's TTL. end ends it.
 func (r *Renewer) Retire(t *Term) time.Duration {
@@ -188,7 +188,7 @@ func (r *Renewer) Retire(t *Term) time.Duration {
 	return t.ttl
 }
 
-// end ends t with cause, once, and reports whether it did. report, if not
+// End ends t with cause, once, and reports whether it did. report, if not
 // nil, runs before Done closes, so that whoever sees Done closed also sees
 // what report recorded.
 func (r *Renewer) End(t *Term, cause error, report func()) bool {
@@ -209,7 +209,7 @@ func (r *Renewer) End(t *Term, cause error, report func()) bool {
 	return true
 }
 
-// lose ends t as lost.
+// Lose ends t as lost.
 func (r *Renewer) Lose(t *Term, err error) {
 	r.End(t, err, func() { r.lost(t, err) })
 }
@@ -220,7 +220,7 @@ func (r *Renewer) lost(t *Term, err error) {
 	r.events.Lost(t, err)
 }
 
-// extend makes t lapse ttl from now, and ttl its TTL from then on (Lease.Extend).
+// Extend makes t lapse ttl from now, and ttl its TTL from then on (Lease.Extend).
 // It waits for a renewal of t in flight; while it is in flight itself, t
 // counts as ending no later than ttl from when it was sent. It is of a new
 // generation (term.gen): no request about t sent before it, however late
@@ -306,7 +306,7 @@ func (r *Renewer) extended(t *Term) {
 	r.events.Extended(t)
 }
 
-// stop ends renewal, waits for the goroutine and every renewal call in
+// Stop ends renewal, waits for the goroutine and every renewal call in
 // flight, and returns the terms that have not ended.
 func (r *Renewer) Stop() []*Term {
 	r.mu.Lock()
@@ -640,14 +640,14 @@ func (q *termQueue) Pop() any {
 	return t
 }
 
-// ttlOf returns t's TTL.
+// TtlOf returns t's TTL.
 func (r *Renewer) TtlOf(t *Term) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return t.ttl
 }
 
-// deadlineOf returns t's local deadline.
+// DeadlineOf returns t's local deadline.
 func (r *Renewer) DeadlineOf(t *Term) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
