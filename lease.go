@@ -176,7 +176,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := t.EndedErr("ttl"); err != nil {
 		return 0, err
 	}
-	left, code, err := l.h.e.backend.Ttl(ctx, *t.K, t.Owner)
+	left, code, err := l.h.e.backend.TTL(ctx, *t.K, t.Owner)
 	switch {
 	case err != nil:
 		return 0, err

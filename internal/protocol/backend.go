@@ -33,8 +33,8 @@ type Backend interface {
 	// call, all in one round trip per server.
 	Extend(ctx context.Context, items []ExtendItem) ([]int64, error)
 	ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error)
-	// Ttl tells whether owner holds its lease on k and how long it has left.
-	Ttl(ctx context.Context, k Keys, owner string) (left time.Duration, code int64, err error)
+	// TTL tells whether owner holds its lease on k and how long it has left.
+	TTL(ctx context.Context, k Keys, owner string) (left time.Duration, code int64, err error)
 	// RaiseFence makes owner's fence on k at least fence.
 	RaiseFence(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error)
 

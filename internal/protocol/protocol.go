@@ -640,7 +640,7 @@ func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, t
 type ExtendItem struct {
 	K     Keys
 	Owner string
-	Ttl   time.Duration
+	TTL   time.Duration
 	// Exact: the lease lapses ttl from now even if it would have lapsed later
 	// (Lease.Extend); otherwise it is only lengthened (a renewal).
 	Exact bool
@@ -729,7 +729,7 @@ func extendArgs(items []ExtendItem) (ks []string, args []any) {
 			how = extendExact
 		}
 		ks = append(append(ks, it.K.leaseKeys...), it.K.extendsKey())
-		args = append(args, it.K.Kind.leaseIn.arg(), it.Owner, it.Ttl.Milliseconds(), how.arg(), it.Gen, len(it.K.leaseKeys)+1)
+		args = append(args, it.K.Kind.leaseIn.arg(), it.Owner, it.TTL.Milliseconds(), how.arg(), it.Gen, len(it.K.leaseKeys)+1)
 	}
 	return ks, args
 }
@@ -841,10 +841,10 @@ func (n *Node) Group(key string) int {
 	return slot(key)
 }
 
-// Ttl runs ttl.lua: whether owner holds its lease on k (codeDone; codeOther
+// TTL runs ttl.lua: whether owner holds its lease on k (codeDone; codeOther
 // or codeGone if not) and, if it does, how long the lease has left (-1ms: no
 // expiry).
-func (n *Node) Ttl(ctx context.Context, k Keys, owner string) (left time.Duration, code int64, err error) {
+func (n *Node) TTL(ctx context.Context, k Keys, owner string) (left time.Duration, code int64, err error) {
 	ms, err := n.scripts[scriptTTL].Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.Kind.leaseIn.arg()).Int64()
 	switch {
 	case err != nil:

@@ -699,16 +699,16 @@ func (q *quorum) ExtendAll(ctx context.Context, calls [][]protocol.ExtendItem) (
 	return codes, callErrs
 }
 
-// Ttl returns how long a majority of the members still hold owner's lease:
+// TTL returns how long a majority of the members still hold owner's lease:
 // the need-th longest time left among those that hold it.
-func (q *quorum) Ttl(ctx context.Context, k protocol.Keys, owner string) (time.Duration, int64, error) {
+func (q *quorum) TTL(ctx context.Context, k protocol.Keys, owner string) (time.Duration, int64, error) {
 	type left struct {
 		d    time.Duration
 		code int64
 	}
 	replies := fanOut(ctx, q, fan[left]{
 		call: func(ctx context.Context, m protocol.Backend) (left, error) {
-			d, code, err := m.Ttl(ctx, k, owner)
+			d, code, err := m.TTL(ctx, k, owner)
 			return left{d, code}, err
 		},
 		decide: func(memberReply[left]) bool { return false },

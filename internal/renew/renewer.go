@@ -257,7 +257,7 @@ func (r *Renewer) Extend(ctx context.Context, t *Term, ttl time.Duration) error 
 	r.reschedule(t)
 	r.mu.Unlock()
 
-	codes, err := r.backend.Extend(ctx, []protocol.ExtendItem{{K: *t.K, Owner: t.Owner, Ttl: ttl, Exact: true, Gen: gen}})
+	codes, err := r.backend.Extend(ctx, []protocol.ExtendItem{{K: *t.K, Owner: t.Owner, TTL: ttl, Exact: true, Gen: gen}})
 
 	r.mu.Lock()
 	close(t.busy)
@@ -442,7 +442,7 @@ func (r *Renewer) renewCalls(calls [][]*Term) {
 		items[i] = make([]protocol.ExtendItem, len(batch))
 		busy[i] = make([]chan struct{}, len(batch))
 		for j, t := range batch {
-			items[i][j] = protocol.ExtendItem{K: *t.K, Owner: t.Owner, Ttl: t.ttl, Gen: t.gen}
+			items[i][j] = protocol.ExtendItem{K: *t.K, Owner: t.Owner, TTL: t.ttl, Gen: t.gen}
 			busy[i][j] = t.busy
 			if t.deadline.After(latest) {
 				latest = t.deadline
@@ -538,7 +538,7 @@ func (r *Renewer) renewed(batch []*Term, busy []chan struct{}, items []protocol.
 			}
 			continue
 		}
-		ttl := items[i].Ttl
+		ttl := items[i].TTL
 		mine := t.busy == busy[i]
 		if mine {
 			close(t.busy)
