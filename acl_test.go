@@ -309,9 +309,8 @@ func allUsed(t *testing.T, cmd []string, used map[string]int) {
 // grants is used.
 func TestACL(t *testing.T) {
 	// So that the wake-up connection's health check (PING) runs, and idle
-	// channels are let go (SUNSUBSCRIBE); restored after the Clients close.
-	t.Cleanup(dlock.SetNotifierTimes(300*time.Millisecond, 2*time.Second))
-	t.Cleanup(dlock.SetMaxIdleGates(1))
+	// channels are let go (SUNSUBSCRIBE).
+	tuned := []dlock.Option{dlock.WithNotifierTimes(300*time.Millisecond, 2*time.Second), dlock.WithMaxIdleGates(1)}
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	ctx := context.Background()
@@ -323,8 +322,8 @@ func TestACL(t *testing.T) {
 	}
 
 	var handed atomic.Int64
-	a := clientOn(t, userClient(t, srv, "dlock", password))
-	b := clientOn(t, userClient(t, srv, "dlock", password), handOffs(&handed))
+	a := clientOn(t, userClient(t, srv, "dlock", password), tuned...)
+	b := clientOn(t, userClient(t, srv, "dlock", password), append(tuned, handOffs(&handed))...)
 	exerciseACL(t, admin, dlock.DefaultPrefix, a, b, &handed)
 	time.Sleep(400 * time.Millisecond) // a health check of the wake-up connection
 

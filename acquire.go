@@ -9,6 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/notify"
+	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/renew"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -18,9 +22,10 @@ import (
 
 // engine is what the primitives of one Client share.
 type engine struct {
-	node    *node
-	ren     *renewer
-	note    *notifier
+	backend protocol.Backend
+	traits  protocol.Traits // backend's
+	ren     *renew.Renewer
+	note    *notify.Notifier
 	bg      *background
 	hooks   *Hooks // nil if none
 	log     *slog.Logger
@@ -39,24 +44,21 @@ type engine struct {
 
 // check looks at Redis's eviction policy (Client.Check).
 func (e *engine) check(ctx context.Context) error {
-	policy, known, err := e.node.evictionPolicy(ctx)
+	policy, known, err := e.backend.EvictionPolicy(ctx)
 	switch {
 	case err != nil:
-		return opErr(nil, err, "check")
+		return errs.Op(nil, err, "check")
 	case !known:
 		e.log.Info("dlock: cannot read Redis's maxmemory-policy; it must be noeviction")
 	case policy != "noeviction":
-		return opErr(nil, nil, "check: Redis's maxmemory-policy is %q: it may evict locks and fence keys; set it to noeviction", policy)
+		return errs.Op(nil, nil, "check: Redis's maxmemory-policy is %q: it may evict locks and fence keys; set it to noeviction", policy)
 	}
-	if e.node.wait.n == 0 {
-		return nil
-	}
-	short, err := e.node.replicaShortfall(ctx)
+	want, short, err := e.backend.ReplicaShortfall(ctx)
 	if err != nil {
-		return opErr(nil, err, "check")
+		return errs.Op(nil, err, "check")
 	}
 	for addr, have := range short {
-		return opErr(nil, nil, "check: WithWaitReplicas asks for %d replicas, but the primary %s has %d connected: every acquire will fail", e.node.wait.n, addr, have)
+		return errs.Op(nil, nil, "check: WithWaitReplicas asks for %d replicas, but the primary %s has %d connected: every acquire will fail", want, addr, have)
 	}
 	return nil
 }
@@ -98,7 +100,7 @@ func (e *engine) closed() bool {
 // acquirer takes leases on one lock: an immutable description of it.
 type acquirer struct {
 	e     *engine
-	k     keys
+	k     protocol.Keys
 	ttl   time.Duration
 	renew bool
 	err   error // an invalid name or option, returned by every call
@@ -111,9 +113,9 @@ func (a *acquirer) check(ctx context.Context, op string) error {
 	case a.err != nil:
 		return a.err
 	case ctx == nil:
-		return opErr(nil, nil, "%s %q: nil context", op, a.k.name)
+		return errs.Op(nil, nil, "%s %q: nil context", op, a.k.Name)
 	case a.e.closed():
-		return opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+		return errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
 	}
 	a.e.firstUse()
 	return nil
@@ -130,7 +132,7 @@ func (a *acquirer) acquire(ctx context.Context, op string, wait bool, extra []an
 	if h == nil {
 		return a.acquire1(ctx, op, wait, extra)
 	}
-	info := LockInfo{Kind: a.k.kind.name, Name: a.k.name}
+	info := LockInfo{Kind: a.k.Kind.Name, Name: a.k.Name}
 	if h.LockStart != nil {
 		if c := h.LockStart(ctx, info, op); c != nil {
 			ctx = c
@@ -152,7 +154,7 @@ func (a *acquirer) acquire1(ctx context.Context, op string, wait bool, extra []a
 	if ctx.Err() != nil {
 		return nil, a.gaveUp(ctx, op)
 	}
-	if a.k.kind.reentrant {
+	if a.k.Kind.Reentrant {
 		if h := heldIn(ctx).find(a.e, a.k); h != nil {
 			return h.reenter(ctx, extra)
 		}
@@ -170,8 +172,8 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 	start := time.Now()
 	owner := e.newOwner()
 	var (
-		g          *gate
-		w          *waiter
+		g          *notify.Gate
+		w          *notify.Waiter
 		registered bool // in Redis, by an attempt that found the lock held
 		timer      *time.Timer
 		out        outage
@@ -181,26 +183,26 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			timer.Stop()
 		}
 		if w != nil {
-			e.note.exit(g, w, registered)
+			e.note.Exit(g, w, registered)
 			e.bg.wg.Done()
 		}
 		if g != nil {
-			e.note.leave(g)
+			e.note.Leave(g)
 		}
 	}()
 	// enter makes this call a waiter of g, which Close waits for, so that
 	// its registration is gone from Redis when Close returns.
 	enter := func() error {
 		if !e.bg.add() {
-			return opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+			return errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
 		}
-		w = e.note.enter(g, owner)
+		w = e.note.Enter(g, owner)
 		return nil
 	}
 	// Subscribed already (others wait for this lock here, or did lately):
 	// every attempt can be followed by a sleep.
 	if wait {
-		if g = e.note.joinSubscribed(a.k.channel, e.own); g != nil {
+		if g = e.note.JoinSubscribed(a.k.Channel, e.own); g != nil {
 			if err := enter(); err != nil {
 				return nil, err
 			}
@@ -212,14 +214,14 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 	for tries := 0; ; tries++ {
 		var register time.Duration
 		if w != nil {
-			register, registered = registerFor(a.ttl), true // also if the attempt fails: its script may have run
-			w.drain()                                       // a grant made before this attempt is found by it
+			register, registered = protocol.RegisterFor(a.ttl), true // also if the attempt fails: its script may have run
+			w.Drain()                                                // a grant made before this attempt is found by it
 		}
 		sent := time.Now()
 		l, pttl, r, err := a.attempt(ctx, owner, start, sent, register, extra)
 		if err == nil {
 			out = outage{}
-			held = heldAt{sent: sent, floor: r.floor, at: r.at}
+			held = heldAt{sent: sent, floor: r.Floor, at: r.At}
 		}
 		switch {
 		case l != nil:
@@ -235,7 +237,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			continue
 		case err != nil:
 			a.abandon(ctx, owner, sent)
-			if ended(ctx) && wait && transient(err) {
+			if ended(ctx) && wait && protocol.Transient(err) {
 				// The context ended while Redis could not be reached: say so.
 				out.err = err
 				if out.since.IsZero() {
@@ -248,7 +250,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			}
 			return nil, out.wrap(err)
 		case !wait:
-			return nil, opErr(ErrNotAcquired, nil, "%s %q: held by another owner", op, a.k.name)
+			return nil, errs.Op(ErrNotAcquired, nil, "%s %q: held by another owner", op, a.k.Name)
 		}
 		if tries == 0 {
 			a.contended(ctx)
@@ -256,34 +258,34 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		if g == nil {
 			// Subscribe, then try again at once: the lock may have been
 			// released before the subscription took.
-			if g, err = e.note.join(ctx, a.k, a.ttl, a.k.channel+e.own); err != nil {
+			if g, err = e.note.Join(ctx, a.k, a.ttl, a.k.Channel+e.own); err != nil {
 				g = nil
 				switch {
 				case ended(ctx):
 					return nil, a.gaveUp(ctx, op)
 				case errors.Is(err, ErrClosed):
-					return nil, opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+					return nil, errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
 				case out.rideOut(ctx, e, a.k, err):
 					if err := out.pause(ctx, e); err != nil {
 						return nil, a.interrupted(ctx, op, err, &out)
 					}
 					continue
 				}
-				return nil, opErr(nil, out.wrap(err), "%s %q", op, a.k.name)
+				return nil, errs.Op(nil, out.wrap(err), "%s %q", op, a.k.Name)
 			}
 			if err := enter(); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		sleep := min(pttl, keepAlive(a.ttl))
+		sleep := min(pttl, protocol.KeepAlive(a.ttl))
 		if timer == nil {
 			timer = time.NewTimer(sleep)
 		} else {
 			timer.Reset(sleep)
 		}
 		select {
-		case m := <-w.wake:
+		case m := <-w.Wake:
 			if l := a.granted(ctx, owner, m, held, start); l != nil {
 				registered = false // the grant took the registration out of the queue
 				return l, nil
@@ -292,14 +294,14 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		case <-ctx.Done():
 			return nil, a.gaveUp(ctx, op)
 		case <-e.closing:
-			return nil, opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+			return nil, errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
 		}
 	}
 }
 
 func (a *acquirer) contended(ctx context.Context) {
 	if h := a.e.hooks; h != nil && h.Contended != nil {
-		h.Contended(ctx, LockInfo{Kind: a.k.kind.name, Name: a.k.name})
+		h.Contended(ctx, LockInfo{Kind: a.k.Kind.Name, Name: a.k.Name})
 	}
 }
 
@@ -327,28 +329,28 @@ type heldAt struct {
 // older grant, too little left, WithWaitReplicas, whose acquire waits for the
 // replicas to acknowledge the grant) the caller tries again, which finds the
 // lock held by owner if it was granted and lengthens it.
-func (a *acquirer) granted(ctx context.Context, owner string, m wake, h heldAt, start time.Time) *Lease {
+func (a *acquirer) granted(ctx context.Context, owner string, m protocol.Wake, h heldAt, start time.Time) *Lease {
 	e := a.e
-	if !a.k.kind.grants || e.node.wait.n > 0 || h.sent.IsZero() {
+	if a.k.Kind.Handoff != protocol.HandoffGrant || !e.traits.GrantWake || h.sent.IsZero() {
 		return nil
 	}
-	if m.owner != owner || m.fence <= h.floor {
+	if m.Owner != owner || m.Fence <= h.floor {
 		return nil
 	}
 	from := h.sent
-	if h.at > 0 && m.at > h.at {
-		later := time.Duration(m.at-h.at) * time.Microsecond
+	if h.at > 0 && m.At > h.at {
+		later := time.Duration(m.At-h.at) * time.Microsecond
 		from = from.Add(later - later/100)
 	}
-	if time.Since(from) >= m.lease/2 {
+	if time.Since(from) >= m.Lease/2 {
 		return nil
 	}
-	t, err := e.ren.begin(e.node, &a.k, owner, m.fence, a.ttl, a.renew, from, m.lease)
+	t, err := e.ren.Begin(&a.k, owner, m.Fence, a.ttl, a.renew, from, m.Lease)
 	if err != nil {
 		return nil // closing: the caller's next attempt fails with ErrClosed, and gives the grant back
 	}
 	if e.log.Enabled(ctx, slog.LevelDebug) {
-		e.log.Debug("dlock: acquired by a grant", "lock", a.k.name, "fence", m.fence, "waited", time.Since(start))
+		e.log.Debug("dlock: acquired by a grant", "lock", a.k.Name, "fence", m.Fence, "waited", time.Since(start))
 	}
 	return &Lease{h: &hold{e: e, t: t, holds: 1}, handedOff: true}
 }
@@ -358,54 +360,54 @@ func (a *acquirer) granted(ctx context.Context, owner string, m wake, h heldAt, 
 // Lease if the lock was taken, else how long the holder's lease has left
 // (never less than 1ms; the lock's own TTL if that is unknown) and the
 // script's answer (its fence floor and server time, if it tells them).
-func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.Time, register time.Duration, extra []any) (*Lease, time.Duration, acquireResult, error) {
+func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.Time, register time.Duration, extra []any) (*Lease, time.Duration, protocol.AcquireResult, error) {
 	e := a.e
-	var r acquireResult
+	var r protocol.AcquireResult
 	var err error
 	if inline(e, ctx) {
-		r, err = e.node.acquire(ctx, a.k, owner, a.ttl, register, extra...)
+		r, err = e.backend.Acquire(ctx, a.k, owner, a.ttl, register, extra...)
 	} else {
-		r, err = within(e, ctx, func() (acquireResult, error) {
-			return e.node.acquire(ctx, a.k, owner, a.ttl, register, extra...)
-		}, func(r acquireResult, err error) {
+		r, err = within(e, ctx, func() (protocol.AcquireResult, error) {
+			return e.backend.Acquire(ctx, a.k, owner, a.ttl, register, extra...)
+		}, func(r protocol.AcquireResult, err error) {
 			// The caller has gone: undo whatever the script did for it. Its
 			// own unregistration may have run before this script did.
-			if err != nil || r.fence > 0 {
+			if err != nil || r.Fence > 0 {
 				a.abandon(context.Background(), owner, sent)
 			}
 			if register > 0 {
-				e.note.unregister(a.k, a.ttl, owner)
+				e.note.Unregister(a.k, a.ttl, owner)
 			}
 		})
 	}
 	e.heard(err)
 	switch {
 	case errors.Is(err, errLeftBehind):
-		return nil, 0, acquireResult{}, opErr(nil, err, "acquire %q", a.k.name)
+		return nil, 0, protocol.AcquireResult{}, errs.Op(nil, err, "acquire %q", a.k.Name)
 	case err != nil:
 		// The script may have run: the caller tries again with the same
 		// owner, which gives the same outcome, or abandons.
-		return nil, 0, acquireResult{}, err
-	case r.gone:
-		return nil, 0, acquireResult{}, errTooMany
-	case r.fence == 0 && r.pttl < 0:
+		return nil, 0, protocol.AcquireResult{}, err
+	case r.Gone:
+		return nil, 0, protocol.AcquireResult{}, errTooMany
+	case r.Fence == 0 && r.Pttl < 0:
 		return nil, a.ttl, r, nil
-	case r.fence == 0:
-		return nil, max(r.pttl, time.Millisecond), r, nil
-	case r.notReplicated != nil:
+	case r.Fence == 0:
+		return nil, max(r.Pttl, time.Millisecond), r, nil
+	case r.NotReplicated != nil:
 		// Taken on the primary only: a failover could grant it again. The
 		// caller abandons it.
-		return nil, 0, acquireResult{}, opErr(ErrNotAcquired, r.notReplicated, "acquire %q", a.k.name)
+		return nil, 0, protocol.AcquireResult{}, errs.Op(ErrNotAcquired, r.NotReplicated, "acquire %q", a.k.Name)
 	}
-	t, err := e.ren.begin(e.node, &a.k, owner, r.fence, a.ttl, a.renew, sent, 0)
+	t, err := e.ren.Begin(&a.k, owner, r.Fence, a.ttl, a.renew, sent, 0)
 	if err != nil {
 		a.abandon(ctx, owner, sent)
-		return nil, 0, acquireResult{}, err
+		return nil, 0, protocol.AcquireResult{}, err
 	}
 	if e.log.Enabled(ctx, slog.LevelDebug) { // the arguments would escape even if discarded
-		e.log.Debug("dlock: acquired", "lock", a.k.name, "fence", r.fence, "waited", time.Since(start))
+		e.log.Debug("dlock: acquired", "lock", a.k.Name, "fence", r.Fence, "waited", time.Since(start))
 	}
-	return &Lease{h: &hold{e: e, t: t, holds: 1}}, 0, acquireResult{}, nil
+	return &Lease{h: &hold{e: e, t: t, holds: 1}}, 0, protocol.AcquireResult{}, nil
 }
 
 // abandon releases whatever owner may hold after an acquire, sent at sent,
@@ -417,7 +419,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time) {
 	e := a.e
 	release := func(ctx context.Context) error {
-		_, err := e.node.release(ctx, a.k, owner, releaseLast, a.ttl, 0)
+		_, err := e.backend.Release(ctx, a.k, owner, protocol.ReleaseLast, a.ttl, 0)
 		return err
 	}
 	first := func() {
@@ -427,17 +429,17 @@ func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time) {
 		if err == nil {
 			return
 		}
-		e.log.Debug("dlock: cleanup after failed acquire failed; retrying in the background", "lock", a.k.name, "err", err)
+		e.log.Debug("dlock: cleanup after failed acquire failed; retrying in the background", "lock", a.k.Name, "err", err)
 		// The script may have taken the lock: left alone, it would be held
 		// by nobody, and refuse everyone, for its whole TTL.
 		e.bg.doSoon(func() {
-			switch err := retryRelease(e.closing, sent.Add(a.ttl), a.ttl, release); {
+			switch err := protocol.RetryRelease(e.closing, sent.Add(a.ttl), a.ttl, release); {
 			case err == nil:
-				e.log.Debug("dlock: cleanup after failed acquire done in the background", "lock", a.k.name)
-			case errors.Is(err, errReleaseLapsed):
-				e.log.Debug("dlock: cleanup after failed acquire not retried: the TTL has run out by now", "lock", a.k.name)
+				e.log.Debug("dlock: cleanup after failed acquire done in the background", "lock", a.k.Name)
+			case errors.Is(err, protocol.ErrReleaseLapsed):
+				e.log.Debug("dlock: cleanup after failed acquire not retried: the TTL has run out by now", "lock", a.k.Name)
 			default:
-				e.log.Warn("dlock: cleanup after failed acquire failed; Redis frees what it took when its TTL runs out", "lock", a.k.name, "err", err)
+				e.log.Warn("dlock: cleanup after failed acquire failed; Redis frees what it took when its TTL runs out", "lock", a.k.Name, "err", err)
 			}
 		})
 	}
@@ -481,14 +483,14 @@ func someAnswered(err error) bool {
 // err is to try again: err says Redis could not be reached or is changing
 // hands, the Client has reached Redis before (a wrong address fails at
 // once), and the outage has not gone on too long.
-func (o *outage) rideOut(ctx context.Context, e *engine, k keys, err error) bool {
-	if !transient(err) || !e.reached.Load() || ended(ctx) {
+func (o *outage) rideOut(ctx context.Context, e *engine, k protocol.Keys, err error) bool {
+	if !protocol.Transient(err) || !e.reached.Load() || ended(ctx) {
 		return false
 	}
 	now := time.Now()
 	if o.since.IsZero() {
 		o.since, o.wait = now, outagePause
-		e.log.Warn("dlock: Redis unavailable; waiting for it", "lock", k.name, "err", err)
+		e.log.Warn("dlock: Redis unavailable; waiting for it", "lock", k.Name, "err", err)
 	}
 	if _, ok := ctx.Deadline(); !ok && now.Sub(o.since) >= outageLimit {
 		return false
@@ -526,22 +528,22 @@ func (o *outage) wrap(err error) error {
 	if o.since.IsZero() {
 		return err
 	}
-	return opErr(nil, err, "Redis unavailable for %v", time.Since(o.since).Round(time.Millisecond))
+	return errs.Op(nil, err, "Redis unavailable for %v", time.Since(o.since).Round(time.Millisecond))
 }
 
 // interrupted is the error of a call whose pause in an outage was cut short
 // by its context (err is ctx's error) or by Close.
 func (a *acquirer) interrupted(ctx context.Context, op string, err error, o *outage) error {
 	if errors.Is(err, ErrClosed) {
-		return opErr(ErrClosed, nil, "%s %q", op, a.k.name)
+		return errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
 	}
 	cause := fmt.Errorf("%w; Redis unavailable for %v: %w", ctxErr(ctx), time.Since(o.since).Round(time.Millisecond), o.err)
-	return opErr(ErrNotAcquired, cause, "%s %q: gave up waiting", op, a.k.name)
+	return errs.Op(ErrNotAcquired, cause, "%s %q: gave up waiting", op, a.k.Name)
 }
 
 // gaveUp is the error of a wait that ended with its context.
 func (a *acquirer) gaveUp(ctx context.Context, op string) error {
-	return opErr(ErrNotAcquired, ctxErr(ctx), "%s %q: gave up waiting", op, a.k.name)
+	return errs.Op(ErrNotAcquired, ctxErr(ctx), "%s %q: gave up waiting", op, a.k.Name)
 }
 
 // ctxErr is the error of a context that ended, with its cause if it has its
@@ -621,7 +623,7 @@ func within[T any](e *engine, ctx context.Context, call func() (T, error), late 
 // goroutine: go-redis gives up the request at ctx's deadline by itself, or
 // ctx can never end. A caller can then skip within and the closures it takes.
 func inline(e *engine, ctx context.Context) bool {
-	return e.node.ctxAware || ctx.Done() == nil
+	return e.traits.CtxAware || ctx.Done() == nil
 }
 
 // cleanupContext returns a context for releasing a lock after the caller's
@@ -632,7 +634,7 @@ func cleanupContext(ctx context.Context, ttl time.Duration) (context.Context, co
 	if ctx.Done() == nil {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout(ttl))
+	return context.WithTimeout(context.WithoutCancel(ctx), protocol.CleanupTimeout(ttl))
 }
 
 // hold is what one owner holds of a lock: the lease's term, and how many
@@ -640,7 +642,7 @@ func cleanupContext(ctx context.Context, ttl time.Duration) (context.Context, co
 // Lease of the owner shares it.
 type hold struct {
 	e *engine
-	t *term
+	t *renew.Term
 
 	// mu serialises the round trips that change the hold count in Redis
 	// (re-entry and release), so that holds, the authoritative count, stays
@@ -655,29 +657,29 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.t
-	if err := t.endedErr("re-enter"); err != nil {
-		return nil, opErr(ErrNotAcquired, err, "re-enter %q", t.k.name)
+	if err := t.EndedErr("re-enter"); err != nil {
+		return nil, errs.Op(ErrNotAcquired, err, "re-enter %q", t.K.Name)
 	}
-	r, err := h.e.node.reenter(ctx, *t.k, t.owner, h.e.ren.ttlOf(t), h.holds+1, extra...)
+	r, err := h.e.backend.Reenter(ctx, *t.K, t.Owner, h.e.ren.TtlOf(t), h.holds+1, extra...)
 	if err != nil {
 		// If the reply was lost the count in Redis may be one too high; the
 		// next count sent, or the last release, sets it right.
 		return nil, err
 	}
-	if !r.reentered {
-		lost := t.lostErr(codeGone)
-		h.e.ren.lose(t, lost)
-		return nil, opErr(ErrNotAcquired, lost, "re-enter %q", t.k.name)
+	if !r.Reentered {
+		lost := t.LostErr(protocol.CodeGone)
+		h.e.ren.Lose(t, lost)
+		return nil, errs.Op(ErrNotAcquired, lost, "re-enter %q", t.K.Name)
 	}
-	if r.notReplicated != nil {
+	if r.NotReplicated != nil {
 		// Give the hold back: the count in Redis returns to what it was.
-		ttl := h.e.ren.ttlOf(t)
+		ttl := h.e.ren.TtlOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
-		if _, err := h.e.node.release(cctx, *t.k, t.owner, releaseOne, ttl, h.holds); err != nil {
-			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.k.name, "err", err)
+		if _, err := h.e.backend.Release(cctx, *t.K, t.Owner, protocol.ReleaseOne, ttl, h.holds); err != nil {
+			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.K.Name, "err", err)
 		}
-		return nil, opErr(ErrNotAcquired, r.notReplicated, "re-enter %q", t.k.name)
+		return nil, errs.Op(ErrNotAcquired, r.NotReplicated, "re-enter %q", t.K.Name)
 	}
 	h.holds++
 	return &Lease{h: h, reentered: true}, nil
@@ -691,7 +693,7 @@ func (h *hold) unlock(ctx context.Context) error {
 		_, err := h.unlock1(ctx)
 		return err
 	}
-	info := h.t.info()
+	info := lockInfo(h.t)
 	if hk.UnlockStart != nil {
 		if c := hk.UnlockStart(ctx, info); c != nil {
 			ctx = c
@@ -699,7 +701,7 @@ func (h *hold) unlock(ctx context.Context) error {
 	}
 	last, err := h.unlock1(ctx)
 	if hk.UnlockEnd != nil {
-		hk.UnlockEnd(ctx, info, UnlockResult{Fence: h.t.fence, Last: last, Held: time.Since(h.t.begun), Err: err})
+		hk.UnlockEnd(ctx, info, UnlockResult{Fence: h.t.Fence, Last: last, Held: time.Since(h.t.Begun), Err: err})
 	}
 	return err
 }
@@ -708,59 +710,59 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t, e := h.t, h.e
-	if err := t.endedErr("unlock"); err != nil {
+	if err := t.EndedErr("unlock"); err != nil {
 		return false, err
 	}
 	if h.holds > 1 {
-		ttl := e.ren.ttlOf(t)
+		ttl := e.ren.TtlOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
 		// The client's count is the one that decides when the lock is freed:
 		// this hold is given back whatever Redis answers, and a count that
 		// failed to reach Redis is set right by the next one that does.
 		h.holds--
-		code, err := e.node.release(cctx, *t.k, t.owner, releaseOne, ttl, h.holds)
+		code, err := e.backend.Release(cctx, *t.K, t.Owner, protocol.ReleaseOne, ttl, h.holds)
 		switch {
 		case err != nil:
-			return false, opErr(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.k.name)
-		case code == codeHeld:
+			return false, errs.Op(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.K.Name)
+		case code == protocol.CodeHeld:
 			return false, nil
 		}
-		lost := t.lostErr(code)
-		e.ren.lose(t, lost)
-		return false, opErr(ErrNotHeld, lost, "unlock")
+		lost := t.LostErr(code)
+		e.ren.Lose(t, lost)
+		return false, errs.Op(ErrNotHeld, lost, "unlock")
 	}
 
 	// The last hold: the owner gives the lock up, so it is never renewed
 	// again, whatever Redis answers.
-	ttl := e.ren.retire(t)
+	ttl := e.ren.Retire(t)
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
 	sent := time.Now()
-	code, err := e.node.release(cctx, *t.k, t.owner, releaseLast, ttl, 0)
+	code, err := e.backend.Release(cctx, *t.K, t.Owner, protocol.ReleaseLast, ttl, 0)
 	switch {
 	case err != nil:
-		e.log.Error("dlock: release failed; retrying in the background", "lock", t.k.name, "fence", t.fence, "err", err)
-		e.ren.end(t, errUnlocked, nil)
+		e.log.Error("dlock: release failed; retrying in the background", "lock", t.K.Name, "fence", t.Fence, "err", err)
+		e.ren.End(t, errUnlocked, nil)
 		e.bg.doSoon(func() { h.releaseLater(ttl) })
-		return true, opErr(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.k.name)
-	case code == codeDone:
-		e.ren.end(t, errUnlocked, func() {
+		return true, errs.Op(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.K.Name)
+	case code == protocol.CodeDone:
+		e.ren.End(t, errUnlocked, func() {
 			if e.log.Enabled(ctx, slog.LevelDebug) {
-				e.log.Debug("dlock: released", "lock", t.k.name, "fence", t.fence, "held", time.Since(t.begun))
+				e.log.Debug("dlock: released", "lock", t.K.Name, "fence", t.Fence, "held", time.Since(t.Begun))
 			}
 		})
 		return true, nil
-	case time.Since(sent) >= markerTrust:
+	case time.Since(sent) >= protocol.MarkerTrust:
 		// The reply may come from a retry that ran after this release's
 		// marker lapsed: whether this call freed the lock is unknown.
-		e.ren.end(t, errUnlocked, nil)
-		return true, opErr(ErrNotHeld, nil, "unlock %q: the lock is free of this owner, but the reply took %v, too long to tell whether this call freed it or its lease had expired before",
-			t.k.name, time.Since(sent).Round(time.Millisecond))
+		e.ren.End(t, errUnlocked, nil)
+		return true, errs.Op(ErrNotHeld, nil, "unlock %q: the lock is free of this owner, but the reply took %v, too long to tell whether this call freed it or its lease had expired before",
+			t.K.Name, time.Since(sent).Round(time.Millisecond))
 	}
-	lost := t.lostErr(code)
-	e.ren.lose(t, lost)
-	return true, opErr(ErrNotHeld, lost, "unlock")
+	lost := t.LostErr(code)
+	e.ren.Lose(t, lost)
+	return true, errs.Op(ErrNotHeld, lost, "unlock")
 }
 
 // releaseLater retries the release of a hold whose last Unlock could not
@@ -768,19 +770,19 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 // deadline passes; once the Client closes, it makes one last attempt.
 func (h *hold) releaseLater(ttl time.Duration) {
 	t, e := h.t, h.e
-	err := retryRelease(e.closing, e.ren.deadlineOf(t), ttl, func(ctx context.Context) error {
-		_, err := e.node.release(ctx, *t.k, t.owner, releaseLast, ttl, 0)
+	err := protocol.RetryRelease(e.closing, e.ren.DeadlineOf(t), ttl, func(ctx context.Context) error {
+		_, err := e.backend.Release(ctx, *t.K, t.Owner, protocol.ReleaseLast, ttl, 0)
 		return err
 	})
 	switch {
 	case err == nil:
-		e.log.Info("dlock: released in the background", "lock", t.k.name, "fence", t.fence)
-	case errors.Is(err, errReleaseLapsed):
-		e.log.Info("dlock: release not retried: the lease has expired by now", "lock", t.k.name, "fence", t.fence)
+		e.log.Info("dlock: released in the background", "lock", t.K.Name, "fence", t.Fence)
+	case errors.Is(err, protocol.ErrReleaseLapsed):
+		e.log.Info("dlock: release not retried: the lease has expired by now", "lock", t.K.Name, "fence", t.Fence)
 	default:
-		e.log.Warn("dlock: release failed; Redis frees the lock when its TTL runs out", "lock", t.k.name, "fence", t.fence, "err", err)
+		e.log.Warn("dlock: release failed; Redis frees the lock when its TTL runs out", "lock", t.K.Name, "fence", t.Fence, "err", err)
 	}
 }
 
 // errUnlocked is the cause of a lease's end by Unlock.
-var errUnlocked = opErr(ErrNotHeld, nil, "the lease was unlocked")
+var errUnlocked = errs.Op(ErrNotHeld, nil, "the lease was unlocked")

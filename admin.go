@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"iter"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Kind is a lock type, as Inspect, Locks and ForceRelease name it, and as
@@ -33,14 +32,14 @@ var Kinds = []Kind{KindMutex, KindFairMutex, KindRWMutex, KindSemaphore, KindCou
 // adminKinds maps each Kind to the layout of its keys and its inspect.lua
 // name.
 var adminKinds = map[Kind]struct {
-	k    *kind
+	k    *protocol.Kind
 	code string
 }{
-	KindMutex:          {mutexKind, "mutex"},
-	KindFairMutex:      {fairKind, "fair"},
-	KindRWMutex:        {rwWriteKind, "rw"},
-	KindSemaphore:      {semKind, "sem"},
-	KindCountDownLatch: {latchKind, "latch"},
+	KindMutex:          {protocol.MutexKind, "mutex"},
+	KindFairMutex:      {protocol.FairKind, "fair"},
+	KindRWMutex:        {protocol.RwWriteKind, "rw"},
+	KindSemaphore:      {protocol.SemKind, "sem"},
+	KindCountDownLatch: {protocol.LatchKind, "latch"},
 }
 
 // LockID names one lock: its kind and the name its callers gave it.
@@ -139,17 +138,17 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 	if err != nil {
 		return nil, err
 	}
-	keys := k.acquireKeys
+	keys := k.AcquireKeys
 	if kind == KindCountDownLatch {
-		keys = []string{k.tag}
+		keys = []string{k.Tag}
 	}
-	v, err := scripts.inspect.RunRO(ctx, c.e.node.rdb, keys, code, InspectLimit).Slice()
+	v, err := c.e.backend.Inspect(ctx, keys, code, InspectLimit)
 	if err != nil {
-		return nil, opErr(nil, err, "inspect %s %q", kind, name)
+		return nil, errs.Op(nil, err, "inspect %s %q", kind, name)
 	}
 	s, err := decodeState(v)
 	if err != nil {
-		return nil, opErr(nil, err, "inspect %s %q", kind, name)
+		return nil, errs.Op(nil, err, "inspect %s %q", kind, name)
 	}
 	s.LockID = LockID{kind, name}
 	if kind == KindCountDownLatch {
@@ -160,24 +159,24 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 
 // adminKeys checks an administrative call and names the keys of the lock
 // it is about, with kind's name in inspect.lua.
-func (c *Client) adminKeys(op string, kind Kind, name string) (keys, string, error) {
+func (c *Client) adminKeys(op string, kind Kind, name string) (protocol.Keys, string, error) {
 	ak, ok := adminKinds[kind]
 	if !ok {
-		return keys{}, "", opErr(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
+		return protocol.Keys{}, "", errs.Op(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
 	}
 	if err := c.adminCheck(op); err != nil {
-		return keys{}, "", err
+		return protocol.Keys{}, "", err
 	}
-	return newKeys(c.cfg.prefix, ak.k, name), ak.code, nil
+	return protocol.NewKeys(c.cfg.prefix, ak.k, name), ak.code, nil
 }
 
 // adminCheck rejects an administrative call the Client cannot make.
 func (c *Client) adminCheck(op string) error {
 	switch {
-	case c.e.node.q != nil:
-		return opErr(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
+	case !c.e.backend.Traits().Admin:
+		return errs.Op(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
 	case c.e.closed():
-		return opErr(ErrClosed, nil, "%s", op)
+		return errs.Op(ErrClosed, nil, "%s", op)
 	}
 	return nil
 }
@@ -269,63 +268,26 @@ func (c *Client) Locks(ctx context.Context, pattern string) iter.Seq2[LockID, er
 			yield(LockID{}, err)
 			return
 		}
-		servers, err := primaries(ctx, c.e.node.rdb)
-		if err != nil {
-			yield(LockID{}, opErr(nil, err, "Locks: list the primaries"))
-			return
-		}
-		match := globEscaper.Replace(c.cfg.prefix) + "*{" + nameEscaper.Replace(pattern) + "}*"
+		match := globEscaper.Replace(c.cfg.prefix) + "*{" + protocol.NameEscaper.Replace(pattern) + "}*"
 		seen := make(map[LockID]bool)
-		for _, srv := range servers {
-			it := srv.Scan(ctx, 0, match, 1000).Iterator()
-			for it.Next(ctx) {
-				id, ok := parseKey(c.cfg.prefix, it.Val())
-				if !ok || seen[id] {
-					continue
-				}
-				seen[id] = true
-				if !yield(id, nil) {
-					return
-				}
+		stopped := false
+		err := c.e.backend.Scan(ctx, match, func(key string) bool {
+			id, ok := parseKey(c.cfg.prefix, key)
+			if !ok || seen[id] {
+				return true
 			}
-			if err := it.Err(); err != nil {
-				yield(LockID{}, opErr(nil, err, "Locks: SCAN %s", match))
-				return
-			}
+			seen[id] = true
+			stopped = !yield(id, nil)
+			return !stopped
+		})
+		if err != nil && !stopped {
+			yield(LockID{}, errs.Op(nil, err, "Locks"))
 		}
 	}
 }
 
 // globEscaper escapes the characters special in a Redis glob.
 var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
-
-// primaries returns a client of each server a SCAN must cover: every
-// primary of a Cluster, every shard of a Ring, else rdb itself.
-func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable, error) {
-	var (
-		mu  sync.Mutex
-		out []redis.Cmdable
-	)
-	add := func(_ context.Context, c *redis.Client) error {
-		mu.Lock()
-		out = append(out, c)
-		mu.Unlock()
-		return nil
-	}
-	switch r := rdb.(type) {
-	case *redis.ClusterClient:
-		if err := r.ForEachMaster(ctx, add); err != nil {
-			return nil, err
-		}
-	case *redis.Ring:
-		if err := r.ForEachShard(ctx, add); err != nil {
-			return nil, err
-		}
-	default:
-		out = append(out, rdb)
-	}
-	return out, nil
-}
 
 // stateSuffixes are the key suffixes that hold a lock's state; a key with
 // another (a call's marker) makes no lock appear.
@@ -347,7 +309,7 @@ func parseKey(prefix, key string) (LockID, bool) {
 		return LockID{}, false
 	}
 	for kind, ak := range adminKinds {
-		if ak.k.space == space {
+		if ak.k.Space == space {
 			if kind == KindCountDownLatch && suffix != "" {
 				return LockID{}, false
 			}
@@ -389,7 +351,7 @@ type Eviction struct {
 // CountDownLatch.Delete.
 func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owners ...string) (*Eviction, error) {
 	if kind == KindCountDownLatch {
-		return nil, opErr(nil, nil, "ForceRelease %q: a CountDownLatch has no holders (CountDownLatch.Delete opens it)", name)
+		return nil, errs.Op(nil, nil, "ForceRelease %q: a CountDownLatch has no holders (CountDownLatch.Delete opens it)", name)
 	}
 	k, _, err := c.adminKeys("ForceRelease", kind, name)
 	if err != nil {
@@ -397,7 +359,7 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	}
 	st, err := c.Inspect(ctx, kind, name)
 	if err != nil {
-		return nil, opErr(nil, err, "ForceRelease")
+		return nil, errs.Op(nil, err, "ForceRelease")
 	}
 	if len(owners) == 0 {
 		for _, h := range st.Holders {
@@ -405,16 +367,14 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 		}
 	}
 	ev := &Eviction{}
-	n := c.e.node
 	call := c.e.newOwner() // the release marker's id: no holder's own
 	var last int64
 	for _, o := range owners {
-		code, err := n.eval(ctx, k.kind.release, k.releaseKeys, k.marker(call+"/"+o),
-			o, k.channelArg, releaseLast.arg(), grantArg(c.cfg.ttl), 0, markerTTLArg).Int64()
+		code, err := c.e.backend.Evict(ctx, k, o, call+"/"+o, c.cfg.ttl)
 		if err != nil {
-			return ev, opErr(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
+			return ev, errs.Op(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
 		}
-		if code != codeDone {
+		if code != protocol.CodeDone {
 			ev.Gone = append(ev.Gone, o)
 			continue
 		}
@@ -428,8 +388,8 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	// Every fence handed out from now on exceeds the evicted ones: the
 	// fence Inspect read is at least theirs.
 	ev.Fence = max(st.Fence, last) + 1
-	if _, err := n.eval(ctx, scripts.raiseFence, k.acquireKeys[:2], "", "", strconv.FormatInt(ev.Fence, 10), msArg(c.cfg.ttl)).Result(); err != nil {
-		return ev, opErr(nil, err, "ForceRelease %s %q: move the fence on", kind, name)
+	if err := c.e.backend.MoveFence(ctx, k, ev.Fence, c.cfg.ttl); err != nil {
+		return ev, errs.Op(nil, err, "ForceRelease %s %q: move the fence on", kind, name)
 	}
 	return ev, nil
 }

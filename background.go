@@ -1,11 +1,6 @@
 package dlock
 
-import (
-	"context"
-	"errors"
-	"sync"
-	"time"
-)
+import "sync"
 
 // background is the work a Client does beside its callers, which Close waits
 // for: requests left behind by callers whose context ended, waiters'
@@ -59,42 +54,3 @@ func (b *background) close() {
 	b.mu.Unlock()
 	b.wg.Wait()
 }
-
-// retryRelease makes release again, retryDelay(ttl) apart, after a release
-// that could not reach Redis: until a try has Redis's answer (release returns
-// nil), or deadline, when Redis frees the lock by itself, passes. Any answer
-// ends it: freed, or not (or no longer) this owner's, which no retry can
-// change. Each try is bounded by deadline. Once stop is closed (the Client
-// is closing), it makes one last try at once. It returns nil once Redis
-// answered, errReleaseLapsed if deadline passed first, else the last try's
-// error.
-//
-// It runs on the caller's goroutine: the caller starts one that Close waits
-// for, so that a lock whose release failed is freed soon after Redis is back,
-// or at Close, rather than held by nobody until its TTL runs out.
-func retryRelease(stop <-chan struct{}, deadline time.Time, ttl time.Duration, release func(ctx context.Context) error) error {
-	timer := time.NewTimer(retryDelay(ttl))
-	defer timer.Stop()
-	for {
-		closing := false
-		select {
-		case <-timer.C:
-		case <-stop:
-			closing = true
-		}
-		if !time.Now().Before(deadline) {
-			return errReleaseLapsed
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		err := release(ctx)
-		cancel()
-		if err == nil || closing {
-			return err
-		}
-		timer.Reset(retryDelay(ttl))
-	}
-}
-
-// errReleaseLapsed is retryRelease's error when the lock's TTL ran out before
-// Redis answered.
-var errReleaseLapsed = errors.New("the lock's TTL has run out by now")

@@ -5,6 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/notify"
+	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/renew"
 	"sync"
 	"time"
 
@@ -61,34 +65,32 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if cfg.nodeTimeout > 0 {
 		return nil, errors.New("dlock: New: WithNodeTimeout applies to NewRedLock only")
 	}
-	n, err := newNode(rdb, cfg.autoPipeline)
+	n, err := protocol.NewNode(rdb, cfg.autoPipeline, cfg.scripts)
 	if err != nil {
-		return nil, opErr(nil, err, "New: WithAutoPipeline")
+		return nil, errs.Op(nil, err, "New: WithAutoPipeline")
 	}
-	if err := n.setWait(cfg.wait); err != nil {
-		return nil, opErr(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.n, cfg.wait.timeout)
+	b, err := protocol.WithWait(n, cfg.wait)
+	if err != nil {
+		return nil, errs.Op(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.N, cfg.wait.Timeout)
 	}
-	return newClient(n, cfg, "New")
+	return newClient(b, cfg, "New", make(chan struct{}))
 }
 
-// newClient returns a Client on n.
-func newClient(n *node, cfg config, op string) (*Client, error) {
+// newClient returns a Client on b; closing is to be closed when its Close
+// starts.
+func newClient(b protocol.Backend, cfg config, op string, closing chan struct{}) (*Client, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
-		return nil, opErr(nil, err, "%s: make client id", op)
+		return nil, errs.Op(nil, err, "%s: make client id", op)
 	}
 	hexID := hex.EncodeToString(id[:])
 	events := &dispatcher{}
-	closing := make(chan struct{})
 	bg := &background{}
-	if n.q != nil {
-		n.q.closing = closing
-	}
 	return &Client{
 		e: &engine{
-			node: n, bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
-			ren:  newRenewer(cfg.logger, cfg.hooks, events),
-			note: newNotifier(n, bg, cfg.logger, closing),
+			backend: b, traits: b.Traits(), bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
+			ren:  renew.New(b, cfg.logger, leaseEvents{cfg.hooks, events}),
+			note: notify.New(b, bg.doSoon, cfg.logger, closing, cfg.notify),
 			id:   hexID,
 			own:  ":" + hexID,
 		},
@@ -122,21 +124,21 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		e := c.e
 		close(e.closing)
-		live := e.ren.stop()
+		live := e.ren.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		var errs []error
+		var failed []error
 		for _, t := range live {
-			if _, rerr := e.node.release(ctx, *t.k, t.owner, releaseLast, e.ren.ttlOf(t), 0); rerr != nil {
-				errs = append(errs, rerr)
+			if _, rerr := e.backend.Release(ctx, *t.K, t.Owner, protocol.ReleaseLast, e.ren.TtlOf(t), 0); rerr != nil {
+				failed = append(failed, rerr)
 			}
-			e.ren.end(t, opErr(ErrClosed, nil, "lock %q ended by Close", t.k.name), nil)
+			e.ren.End(t, errs.Op(ErrClosed, nil, "lock %q ended by Close", t.K.Name), nil)
 		}
 		e.bg.close()
 		c.events.close()
-		e.note.close()
-		e.node.settle()
-		err = errors.Join(errs...)
+		e.note.Close()
+		e.backend.Settle()
+		err = errors.Join(failed...)
 	})
 	return err
 }
@@ -163,30 +165,28 @@ func (c *Client) Check(ctx context.Context) error {
 // acquirer describes, for a primitive, the lock of kind k called name with
 // opts over the Client's defaults. An empty name, an invalid option or a nil
 // Client are errors the acquirer returns from every call.
-func (c *Client) acquirer(k *kind, name string, opts []Option) acquirer {
+func (c *Client) acquirer(k *protocol.Kind, name string, opts []Option) acquirer {
 	if c == nil || c.e == nil {
-		return acquirer{k: keys{kind: k, name: name}, err: opErr(nil, nil, "%s of a nil or zero Client", k.name)}
+		return acquirer{k: protocol.Keys{Kind: k, Name: name}, err: errs.Op(nil, nil, "%s of a nil or zero Client", k.Name)}
 	}
 	unsupported := false
-	if c.e.node.q != nil {
-		if k == mutexKind {
-			k = redMutexKind
-		} else {
-			unsupported = true
-		}
+	if rk := c.e.backend.KindFor(k); rk != nil {
+		k = rk
+	} else {
+		unsupported = true
 	}
-	a := acquirer{e: c.e, k: newKeys(c.cfg.prefix, k, name)}
+	a := acquirer{e: c.e, k: protocol.NewKeys(c.cfg.prefix, k, name)}
 	cfg, err := c.cfg, error(nil)
 	if len(opts) > 0 { // with makes a copy of the config escape
 		cfg, err = c.cfg.with(opts, false)
 	}
 	switch {
 	case unsupported:
-		a.err = opErr(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.name, name)
+		a.err = errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.Name, name)
 	case name == "":
-		a.err = opErr(nil, nil, "%s: empty lock name", k.name)
+		a.err = errs.Op(nil, nil, "%s: empty lock name", k.Name)
 	case err != nil:
-		a.err = opErr(nil, err, "%s %q", k.name, name)
+		a.err = errs.Op(nil, err, "%s %q", k.Name, name)
 	}
 	a.ttl, a.renew = cfg.ttl, cfg.renew
 	return a

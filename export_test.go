@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"github.com/dlock-go/dlock/internal/protocol"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -81,25 +82,25 @@ end
 return res`,
 }
 
-// UseMutant replaces an acquire or extend script by the named broken one. It
-// reports false if there is no such mutant.
+// UseMutant replaces an acquire or extend script by the named broken one, in
+// every Client the process makes from then on: it is process-wide, for the
+// worker processes of the multi-process safety tests call it before they make
+// any Client. It reports false if there is no such mutant.
 func UseMutant(name string) bool {
 	if src, ok := extendMutants[name]; ok {
-		scripts.extend = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptExtend] = redis.NewScript(src)
 		return true
 	}
 	if src, ok := rwMutants[name]; ok {
-		rwReadKind.acquire = redis.NewScript(src)
-		rwWriteKind.acquire = rwReadKind.acquire
+		protocol.DefaultScripts[protocol.ScriptRWAcquire] = redis.NewScript(src)
 		return true
 	}
 	if src, ok := mutants[name]; ok {
-		mutexKind.acquire = redis.NewScript(src)
-		redMutexKind.acquire = mutexKind.acquire
+		protocol.DefaultScripts[protocol.ScriptAcquire] = redis.NewScript(src)
 		return true
 	}
 	if src, ok := semMutants[name]; ok {
-		semKind.acquire = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptSemAcquire] = redis.NewScript(src)
 		return true
 	}
 	return false
@@ -111,69 +112,71 @@ func UseMutant(name string) bool {
 // "inspect"), as sent to Redis, for tests that inject faults into its
 // requests.
 func ScriptHash(op string) string {
-	s := map[string]*redis.Script{
-		"acquire": scripts.acquire, "release": scripts.release, "extend": scripts.extend, "ttl": scripts.ttl,
-		"fair_acquire": scripts.fairAcquire, "fair_release": scripts.fairRelease,
-		"sem_acquire": scripts.semAcquire, "sem_release": scripts.semRelease,
-		"rw_acquire": scripts.rwAcquire, "rw_release": scripts.rwRelease,
-		"raise_fence": scripts.raiseFence,
-		"latch":       scripts.latch,
-		"inspect":     scripts.inspect,
+	src, ok := map[string]string{
+		"acquire": protocol.AcquireLua, "release": protocol.ReleaseLua, "extend": protocol.ExtendLua, "ttl": protocol.TtlLua,
+		"fair_acquire": protocol.FairAcquireLua, "fair_release": protocol.FairReleaseLua,
+		"sem_acquire": protocol.SemAcquireLua, "sem_release": protocol.SemReleaseLua,
+		"rw_acquire": protocol.RwAcquireLua, "rw_release": protocol.RwReleaseLua,
+		"raise_fence": protocol.RaiseFenceLua,
+		"latch":       protocol.LatchLua,
+		"inspect":     protocol.InspectLua,
 	}[op]
-	if s == nil {
+	if !ok {
 		panic("ScriptHash: no script " + op)
 	}
-	return s.Hash()
+	return redis.NewScript(src).Hash()
 }
 
-// SetNotifierTimes sets how long the wake-up connection may stay silent
-// before it is pinged, and how long a ping may go unanswered, until restore
-// is called.
-func SetNotifierTimes(silence, pong time.Duration) (restore func()) {
-	oldSilence, oldPong := healthCheck, pongWait
-	healthCheck, pongWait = silence, pong
-	return func() { healthCheck, pongWait = oldSilence, oldPong }
+// testOption is an Option that only tests can make: it sets what
+// config holds for them.
+func testOption(name string, apply func(*config)) Option {
+	return Option{name: name, clientOnly: true, apply: func(c *config) error {
+		apply(c)
+		return nil
+	}}
 }
 
-// SetMaxIdleGates sets how many channels stay subscribed with nobody
-// waiting, until restore is called.
-func SetMaxIdleGates(n int) (restore func()) {
-	old := maxIdleGates
-	maxIdleGates = n
-	return func() { maxIdleGates = old }
+// WithNotifierTimes sets how long the Client's wake-up connection may stay
+// silent before it is pinged, and how long a ping may go unanswered.
+func WithNotifierTimes(silence, pong time.Duration) Option {
+	return testOption("WithNotifierTimes", func(c *config) {
+		c.notify.HealthCheck, c.notify.PongWait = silence, pong
+	})
 }
 
-// SetUnsubscribeHook makes f run whenever the notifier is about to let go of
-// idle channels, until restore is called.
-func SetUnsubscribeHook(f func()) (restore func()) {
-	old := testHookUnsubscribe
-	testHookUnsubscribe = f
-	return func() { testHookUnsubscribe = old }
+// WithMaxIdleGates sets how many channels the Client keeps subscribed with
+// nobody waiting.
+func WithMaxIdleGates(n int) Option {
+	return testOption("WithMaxIdleGates", func(c *config) { c.notify.MaxIdleGates = n })
+}
+
+// WithUnsubscribeHook makes f run whenever the Client's notifier is about to
+// let go of idle channels.
+func WithUnsubscribeHook(f func()) Option {
+	return testOption("WithUnsubscribeHook", func(c *config) { c.notify.BeforeUnsubscribe = f })
+}
+
+// WithoutFenceRaise makes the Client's RedLock acquisitions skip writing
+// their fence back to the nodes, as a broken RedLock would: the raise script
+// only reports whether the owner holds the lock.
+func WithoutFenceRaise() Option {
+	return testOption("WithoutFenceRaise", func(c *config) {
+		s := *c.scripts
+		s[protocol.ScriptRaiseFence] = redis.NewScript(`return redis.call('HEXISTS', KEYS[1], ARGV[1])`)
+		c.scripts = &s
+	})
 }
 
 // ReadyChannels returns the channels c believes it is subscribed to.
-func ReadyChannels(c *Client) []string {
-	n := c.e.note
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var chs []string
-	for ch, g := range n.gates {
-		if g.readyOK && g.subErr == nil {
-			chs = append(chs, ch)
-		}
-	}
-	return chs
-}
+func ReadyChannels(c *Client) []string { return c.e.note.ReadyChannels() }
 
 // GroupBySlot makes c's node group renewals by hash slot, as on a Cluster,
 // so that tests on one server can see the per-slot script calls.
-func GroupBySlot(c *Client) { c.e.node.cluster = true }
-
-// SkipFenceRaise makes RedLock acquisitions skip writing their fence back to
-// the nodes, as a broken RedLock would: the raise script only reports
-// whether the owner holds the lock. It returns the function that undoes it.
-func SkipFenceRaise() (restore func()) {
-	old := scripts.raiseFence
-	scripts.raiseFence = redis.NewScript(`return redis.call('HEXISTS', KEYS[1], ARGV[1])`)
-	return func() { scripts.raiseFence = old }
+func GroupBySlot(c *Client) {
+	switch b := c.e.backend.(type) {
+	case *protocol.Node:
+		b.Cluster = true
+	case *protocol.WaitNode:
+		b.Cluster = true
+	}
 }

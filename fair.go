@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"strconv"
 )
 
@@ -37,11 +38,11 @@ type FairMutex struct {
 // are returned by every call. A FairMutex and a Mutex of the same name are
 // different locks.
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
-	return &FairMutex{a: c.acquirer(fairKind, name, opts)}
+	return &FairMutex{a: c.acquirer(protocol.FairKind, name, opts)}
 }
 
 // Name returns the lock's name.
-func (m *FairMutex) Name() string { return m.acquirer().k.name }
+func (m *FairMutex) Name() string { return m.acquirer().k.Name }
 
 // Lock queues for the lock and waits until it is this caller's turn, or ctx
 // is done. ctx bounds the wait only, never the lease. If ctx ends first, the

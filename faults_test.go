@@ -778,13 +778,12 @@ func TestGateEvictedWhileJoined(t *testing.T) {
 	ctx := context.Background()
 	// A wait on "a" makes its gate; when it ends, the gate is let go at once
 	// (no idle gates kept), and the hook has a second waiter join "a" right
-	// then. Both settings are undone after the Clients close.
-	t.Cleanup(dlock.SetMaxIdleGates(0))
+	// then.
 	var once sync.Once
 	second := make(chan *dlock.Lease, 1)
 	joined := make(chan struct{})
 	var c *dlock.Client
-	t.Cleanup(dlock.SetUnsubscribeHook(func() {
+	hook := dlock.WithUnsubscribeHook(func() {
 		once.Do(func() {
 			go func() {
 				l, err := c.Mutex("a").Lock(ctx)
@@ -798,11 +797,11 @@ func TestGateEvictedWhileJoined(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 			close(joined)
 		})
-	}))
+	})
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	holder := clientOn(t, srv.Client(t))
-	c = clientOn(t, srv.Client(t))
+	c = clientOn(t, srv.Client(t), dlock.WithMaxIdleGates(0), hook)
 
 	l, err := holder.Mutex("a").Lock(ctx)
 	if err != nil {
@@ -862,8 +861,7 @@ func TestGateEvictedWhileJoined(t *testing.T) {
 // replaced, so the next release still wakes its waiter at once.
 func TestHalfOpenWakeUpConnection(t *testing.T) {
 	ctx := context.Background()
-	t.Cleanup(dlock.SetNotifierTimes(200*time.Millisecond, 200*time.Millisecond)) // after the Clients close
-	c, p, rdb := proxied(t)
+	c, p, rdb := proxied(t, dlock.WithNotifierTimes(200*time.Millisecond, 200*time.Millisecond))
 	holder := clientOn(t, rdb)
 	l, err := holder.Mutex("x").Lock(ctx)
 	if err != nil {

@@ -26,10 +26,11 @@ type header struct {
 
 var headerLine = regexp.MustCompile(`^-- (KEYS|ARGV)\[(\d+)\]\s+(\w+):`)
 
-// readHeaders reads the header of every script under lua/ but lib.lua.
+// readHeaders reads the header of every script under internal/protocol/lua/
+// but lib.lua.
 func readHeaders(t *testing.T) map[string]header {
 	t.Helper()
-	files, err := filepath.Glob("lua/*.lua")
+	files, err := filepath.Glob("internal/protocol/lua/*.lua")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scripts: %v", err)
 	}
@@ -177,7 +178,7 @@ func TestScriptHeaders(t *testing.T) {
 			}
 		}
 		if name == "" {
-			t.Errorf("a script request of no script under lua/: %v", call)
+			t.Errorf("a script request of no script under internal/protocol/lua/: %v", call)
 			continue
 		}
 		seen[name] = true

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/renew"
 	"sync"
 	"time"
 )
@@ -130,3 +131,35 @@ func (d *dispatcher) close() {
 		d.idle.Wait()
 	}
 }
+
+// leaseEvents hands the renewer's events to the hooks, through the
+// dispatcher.
+type leaseEvents struct {
+	hooks *Hooks // nil if none
+	d     *dispatcher
+}
+
+func (e leaseEvents) Lost(t *renew.Term, err error) {
+	if h := e.hooks; h != nil && h.Lost != nil {
+		e.d.post(func() { h.Lost(context.Background(), lockInfo(t), t.Fence, err) })
+	}
+}
+
+func (e leaseEvents) Extended(t *renew.Term) {
+	if h := e.hooks; h != nil && h.Extended != nil {
+		e.d.post(func() { h.Extended(context.Background(), lockInfo(t), t.Fence) })
+	}
+}
+
+func (e leaseEvents) ExtendFailed(ts []*renew.Term, err error) {
+	if h := e.hooks; h != nil && h.ExtendFailed != nil {
+		e.d.post(func() {
+			for _, t := range ts {
+				h.ExtendFailed(context.Background(), lockInfo(t), t.Fence, err)
+			}
+		})
+	}
+}
+
+// lockInfo names t's lock, for hooks.
+func lockInfo(t *renew.Term) LockInfo { return LockInfo{Kind: t.K.Kind.Name, Name: t.K.Name} }

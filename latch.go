@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"time"
 )
 
@@ -25,7 +27,7 @@ import (
 // deleted. The package documentation (Keys) says what it keeps in Redis.
 type CountDownLatch struct {
 	e   *engine
-	k   keys
+	k   protocol.Keys
 	err error // an invalid name or Client, returned by every call
 }
 
@@ -41,12 +43,12 @@ const (
 // latch.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	if c == nil || c.e == nil {
-		return &CountDownLatch{k: keys{name: name}, err: errors.New("dlock: CountDownLatch of a nil or zero Client")}
+		return &CountDownLatch{k: protocol.Keys{Name: name}, err: errors.New("dlock: CountDownLatch of a nil or zero Client")}
 	}
-	l := &CountDownLatch{e: c.e, k: newKeys(c.cfg.prefix, latchKind, name)}
+	l := &CountDownLatch{e: c.e, k: protocol.NewKeys(c.cfg.prefix, protocol.LatchKind, name)}
 	switch {
-	case c.e.node.q != nil:
-		l.err = opErr(errors.ErrUnsupported, nil, "CountDownLatch %q on a RedLock Client: only Mutex and MultiLock are", name)
+	case c.e.backend.KindFor(protocol.LatchKind) == nil:
+		l.err = errs.Op(errors.ErrUnsupported, nil, "CountDownLatch %q on a RedLock Client: only Mutex and MultiLock are", name)
 	case name == "":
 		l.err = errors.New("dlock: CountDownLatch: empty latch name")
 	}
@@ -58,7 +60,7 @@ func (l *CountDownLatch) Name() string {
 	if l == nil {
 		return ""
 	}
-	return l.k.name
+	return l.k.Name
 }
 
 // TrySetCount sets the latch's count to count, which must be above zero, if
@@ -70,9 +72,9 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 		return false, err
 	}
 	if count <= 0 {
-		return false, opErr(nil, nil, "%s %q: count %d, want more than 0", op, l.k.name, count)
+		return false, errs.Op(nil, nil, "%s %q: count %d, want more than 0", op, l.k.Name, count)
 	}
-	v, err := l.e.node.latch(ctx, l.k, l.e.newOwner(), latchSet, count)
+	v, err := l.e.backend.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchSet, count)
 	return v == 1, err
 }
 
@@ -83,7 +85,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx, "count down latch"); err != nil {
 		return err
 	}
-	_, err := l.e.node.latch(ctx, l.k, l.e.newOwner(), latchDown, 0)
+	_, err := l.e.backend.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchDown, 0)
 	return err
 }
 
@@ -95,7 +97,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx, "delete latch"); err != nil {
 		return false, err
 	}
-	v, err := l.e.node.latch(ctx, l.k, l.e.newOwner(), latchDelete, 0)
+	v, err := l.e.backend.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchDelete, 0)
 	return v == 1, err
 }
 
@@ -104,7 +106,7 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	if err := l.check(ctx, "count of latch"); err != nil {
 		return 0, err
 	}
-	return l.e.node.latchCount(ctx, l.k)
+	return l.e.backend.LatchCount(ctx, l.k)
 }
 
 // Wait returns nil once the latch is open: at once if it has no count,
@@ -123,12 +125,12 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return l.gaveUp(ctx)
 	}
-	e, channel := l.e, latchChannel(l.k)
+	e, channel := l.e, protocol.LatchChannel(l.k)
 	var out outage
 	// count returns the latch's count, riding out an outage of Redis.
 	count := func() (int64, error) {
 		for {
-			n, err := e.node.latchCount(ctx, l.k)
+			n, err := e.backend.LatchCount(ctx, l.k)
 			e.heard(err)
 			if err == nil {
 				return n, nil
@@ -141,32 +143,32 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 			}
 		}
 	}
-	g := e.note.joinSubscribed(l.k.tag, latchSuffix)
+	g := e.note.JoinSubscribed(l.k.Tag, protocol.LatchSuffix)
 	for g == nil {
 		// Not subscribed yet: an open latch needs no subscription at all.
 		if n, err := count(); err != nil || n == 0 {
 			return err
 		}
 		var err error
-		if g, err = e.note.join(ctx, l.k, 0, channel); err != nil {
+		if g, err = e.note.Join(ctx, l.k, 0, channel); err != nil {
 			g = nil
 			switch {
 			case ctx.Err() != nil:
 				return l.gaveUp(ctx)
 			case errors.Is(err, ErrClosed):
-				return opErr(ErrClosed, nil, "%s %q", op, l.k.name)
+				return errs.Op(ErrClosed, nil, "%s %q", op, l.k.Name)
 			case out.rideOut(ctx, e, l.k, err):
 				if err := out.pause(ctx, e); err != nil {
 					return l.waitErr(ctx, err)
 				}
 				continue
 			}
-			return opErr(nil, out.wrap(err), "%s %q", op, l.k.name)
+			return errs.Op(nil, out.wrap(err), "%s %q", op, l.k.Name)
 		}
 	}
-	defer e.note.leave(g)
-	w := e.note.enter(g, e.newOwner())
-	defer e.note.exit(g, w, false)
+	defer e.note.Leave(g)
+	w := e.note.Enter(g, e.newOwner())
+	defer e.note.Exit(g, w, false)
 
 	// Subscribed: the latch opening from now on wakes w, so it is enough to
 	// look once before each sleep.
@@ -180,13 +182,13 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 		}
 		timer.Reset(recheck)
 		select {
-		case <-w.wake:
+		case <-w.Wake:
 		case <-timer.C:
 			recheck = min(2*recheck, latchMaxRecheck)
 		case <-ctx.Done():
 			return l.gaveUp(ctx)
 		case <-e.closing:
-			return opErr(ErrClosed, nil, "%s %q", op, l.k.name)
+			return errs.Op(ErrClosed, nil, "%s %q", op, l.k.Name)
 		}
 	}
 }
@@ -198,29 +200,29 @@ func (l *CountDownLatch) waitErr(ctx context.Context, err error) error {
 	case err != nil && ctx.Err() != nil:
 		return l.gaveUp(ctx)
 	case errors.Is(err, ErrClosed):
-		return opErr(ErrClosed, nil, "wait for latch %q", l.k.name)
+		return errs.Op(ErrClosed, nil, "wait for latch %q", l.k.Name)
 	}
 	return err
 }
 
 // gaveUp is the error of a wait that ended with its context.
 func (l *CountDownLatch) gaveUp(ctx context.Context) error {
-	return opErr(nil, ctxErr(ctx), "wait for latch %q", l.k.name)
+	return errs.Op(nil, ctxErr(ctx), "wait for latch %q", l.k.Name)
 }
 
 // check rejects a call that cannot proceed.
 func (l *CountDownLatch) check(ctx context.Context, op string) error {
 	switch {
 	case l == nil:
-		return opErr(nil, nil, "%s: nil *CountDownLatch", op)
+		return errs.Op(nil, nil, "%s: nil *CountDownLatch", op)
 	case l.err != nil:
 		return l.err
 	case l.e == nil:
-		return opErr(nil, nil, "%s: zero CountDownLatch; get one from Client.CountDownLatch", op)
+		return errs.Op(nil, nil, "%s: zero CountDownLatch; get one from Client.CountDownLatch", op)
 	case ctx == nil:
-		return opErr(nil, nil, "%s %q: nil context", op, l.k.name)
+		return errs.Op(nil, nil, "%s %q: nil context", op, l.k.Name)
 	case l.e.closed():
-		return opErr(ErrClosed, nil, "%s %q", op, l.k.name)
+		return errs.Op(ErrClosed, nil, "%s %q", op, l.k.Name)
 	}
 	l.e.firstUse()
 	return nil

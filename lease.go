@@ -3,6 +3,9 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/renew"
 	"sync/atomic"
 	"time"
 )
@@ -36,7 +39,7 @@ func (l *Lease) Name() string {
 	if l == nil || l.h == nil {
 		return ""
 	}
-	return l.h.t.k.name
+	return l.h.t.K.Name
 }
 
 // Owner returns the lease's owner id, as Redis keeps it and as Inspect and
@@ -46,7 +49,7 @@ func (l *Lease) Owner() string {
 	if l == nil || l.h == nil {
 		return ""
 	}
-	return l.h.t.owner
+	return l.h.t.Owner
 }
 
 // Fence returns the lease's fencing token: a number that is strictly greater
@@ -58,23 +61,17 @@ func (l *Lease) Fence() int64 {
 	if l == nil || l.h == nil {
 		return 0
 	}
-	return l.h.t.fence
+	return l.h.t.Fence
 }
 
 // Done returns a channel that is closed when the lease ends: when it is lost,
 // when its last hold is unlocked, or when the Client is closed.
 func (l *Lease) Done() <-chan struct{} {
 	if l == nil || l.h == nil {
-		return closedChan
+		return renew.ClosedChan
 	}
-	return l.h.t.ending.Done()
+	return l.h.t.Ending.Done()
 }
-
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
 
 // Err returns nil while the lease is held. After Done is closed it returns why:
 // an error matching ErrLockLost if the lease was lost, ErrNotHeld if it was
@@ -83,7 +80,7 @@ func (l *Lease) Err() error {
 	if l == nil || l.h == nil {
 		return errNilLease
 	}
-	return l.h.t.ending.cause()
+	return l.h.t.Ending.Cause()
 }
 
 // Context returns a copy of parent that is cancelled when parent is, or when
@@ -101,8 +98,8 @@ func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel con
 		cancelCause(errNilLease)
 		return ctx, func() {}
 	}
-	end := &l.h.t.ending
-	stop := end.AfterFunc(func() { cancelCause(end.cause()) })
+	end := &l.h.t.Ending
+	stop := end.AfterFunc(func() { cancelCause(end.Cause()) })
 	ctx = context.WithValue(ctx, heldKey{}, &heldEntry{h: l.h, next: heldIn(parent)})
 	return ctx, func() {
 		stop()
@@ -128,10 +125,10 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return errNilLease
 	}
 	if ctx == nil {
-		return opErr(nil, nil, "unlock %q: nil context", l.Name())
+		return errs.Op(nil, nil, "unlock %q: nil context", l.Name())
 	}
 	if !l.unlocked.CompareAndSwap(false, true) {
-		return opErr(ErrNotHeld, nil, "unlock %q: already unlocked", l.Name())
+		return errs.Op(ErrNotHeld, nil, "unlock %q: already unlocked", l.Name())
 	}
 	return l.h.unlock(ctx)
 }
@@ -159,11 +156,11 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	switch {
 	case ctx == nil:
-		return opErr(nil, nil, "extend %q: nil context", l.Name())
+		return errs.Op(nil, nil, "extend %q: nil context", l.Name())
 	case ttl < MinTTL:
-		return opErr(nil, nil, "extend %q by %v: the TTL must be at least %v", l.Name(), ttl, MinTTL)
+		return errs.Op(nil, nil, "extend %q by %v: the TTL must be at least %v", l.Name(), ttl, MinTTL)
 	}
-	return l.h.e.ren.extend(ctx, l.h.t, ttl)
+	return l.h.e.ren.Extend(ctx, l.h.t, ttl)
 }
 
 // TTL returns how long the lock has left before it expires, as Redis sees it.
@@ -174,19 +171,19 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	t := l.h.t
 	if ctx == nil {
-		return 0, opErr(nil, nil, "ttl %q: nil context", t.k.name)
+		return 0, errs.Op(nil, nil, "ttl %q: nil context", t.K.Name)
 	}
-	if err := t.endedErr("ttl"); err != nil {
+	if err := t.EndedErr("ttl"); err != nil {
 		return 0, err
 	}
-	left, code, err := l.h.e.node.ttl(ctx, *t.k, t.owner)
+	left, code, err := l.h.e.backend.TTL(ctx, *t.K, t.Owner)
 	switch {
 	case err != nil:
 		return 0, err
-	case code != codeDone:
-		return 0, opErr(ErrNotHeld, t.lostErr(code), "ttl")
+	case code != protocol.CodeDone:
+		return 0, errs.Op(ErrNotHeld, t.LostErr(code), "ttl")
 	case left < 0:
-		return 0, opErr(nil, nil, "ttl %q: lock key has no expiry", t.k.name)
+		return 0, errs.Op(nil, nil, "ttl %q: lock key has no expiry", t.K.Name)
 	}
 	return left, nil
 }
@@ -203,7 +200,7 @@ type heldLock interface {
 // with Unlock's. what names the lock in the error for a nil fn.
 func doLocked[L heldLock](ctx context.Context, what string, fn func(context.Context) error, acquire func(context.Context) (L, error)) (err error) {
 	if fn == nil {
-		return opErr(nil, nil, "Do %s: nil function", what)
+		return errs.Op(nil, nil, "Do %s: nil function", what)
 	}
 	l, err := acquire(ctx)
 	if err != nil {
@@ -235,9 +232,9 @@ func heldIn(ctx context.Context) *heldEntry {
 // find returns the live hold of lock k of engine e carried by the chain, if
 // any: a hold that has ended is no longer anyone's to re-enter. The kind must
 // match too: an RWMutex's read and write holds share its keys.
-func (c *heldEntry) find(e *engine, k keys) *hold {
+func (c *heldEntry) find(e *engine, k protocol.Keys) *hold {
 	for ; c != nil; c = c.next {
-		if c.h.e == e && c.h.t.k.tag == k.tag && c.h.t.k.kind == k.kind && c.h.t.ending.cause() == nil {
+		if c.h.e == e && c.h.t.K.Tag == k.Tag && c.h.t.K.Kind == k.Kind && c.h.t.Ending.Cause() == nil {
 			return c.h
 		}
 	}

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/renew"
 	"slices"
 	"sync"
 	"time"
@@ -58,7 +60,7 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 		return &MultiLock{err: errors.New("dlock: MultiLock: empty lock name")}
 	}
 	if _, err := c.cfg.with(opts, false); err != nil {
-		return &MultiLock{err: opErr(nil, err, "MultiLock")}
+		return &MultiLock{err: errs.Op(nil, err, "MultiLock")}
 	}
 	sorted := slices.Compact(slices.Sorted(slices.Values(names)))
 	ml := &MultiLock{names: sorted, locks: make([]*Mutex, len(sorted))}
@@ -117,14 +119,14 @@ func (ml *MultiLock) lock(ctx context.Context, op string, acquire func(*Mutex, c
 	case len(ml.locks) == 0:
 		return nil, errors.New("dlock: zero MultiLock; get one from Client.MultiLock")
 	case ctx == nil:
-		return nil, opErr(nil, nil, "multi%s %q: nil context", op, ml.names)
+		return nil, errs.Op(nil, nil, "multi%s %q: nil context", op, ml.names)
 	}
 	leases := make([]*Lease, 0, len(ml.locks))
 	for _, m := range ml.locks {
 		l, err := acquire(m, ctx)
 		if err != nil {
 			return nil, errors.Join(
-				opErr(nil, err, "multi%s %q", op, ml.names),
+				errs.Op(nil, err, "multi%s %q", op, ml.names),
 				unlockAll(ctx, leases))
 		}
 		leases = append(leases, l)
@@ -172,8 +174,8 @@ func newMultiLease(names []string, leases []*Lease) *MultiLease {
 	l := &MultiLease{names: names, leases: leases, ctx: ctx, cancel: cancel}
 	l.stops = make([]func() bool, len(leases))
 	for i, sub := range leases {
-		end := &sub.h.t.ending
-		l.stops[i] = end.AfterFunc(func() { cancel(end.cause()) })
+		end := &sub.h.t.Ending
+		l.stops[i] = end.AfterFunc(func() { cancel(end.Cause()) })
 	}
 	return l
 }
@@ -214,7 +216,7 @@ func (l *MultiLease) Fences() []int64 {
 // is lost, when the MultiLease is unlocked, or when the Client is closed.
 func (l *MultiLease) Done() <-chan struct{} {
 	if l == nil || l.ctx == nil {
-		return closedChan
+		return renew.ClosedChan
 	}
 	return l.ctx.Done()
 }
@@ -272,12 +274,12 @@ func (l *MultiLease) Unlock(ctx context.Context) error {
 		return errNilMultiLease
 	}
 	if ctx == nil {
-		return opErr(nil, nil, "unlock %q: nil context", l.names)
+		return errs.Op(nil, nil, "unlock %q: nil context", l.names)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unlocked {
-		return opErr(ErrNotHeld, nil, "unlock %q: already unlocked", l.names)
+		return errs.Op(ErrNotHeld, nil, "unlock %q: already unlocked", l.names)
 	}
 	l.unlocked = true
 	err := unlockAll(ctx, l.leases)
@@ -306,10 +308,10 @@ func (l *MultiLease) Extend(ctx context.Context, ttl time.Duration) error {
 		return errNilMultiLease
 	}
 	if ctx == nil {
-		return opErr(nil, nil, "extend %q: nil context", l.names)
+		return errs.Op(nil, nil, "extend %q: nil context", l.names)
 	}
 	if ttl < MinTTL {
-		return opErr(nil, nil, "extend %q by %v: the TTL must be at least %v", l.names, ttl, MinTTL)
+		return errs.Op(nil, nil, "extend %q by %v: the TTL must be at least %v", l.names, ttl, MinTTL)
 	}
 	var errs []error
 	for _, sub := range l.leases {

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"strconv"
 )
 
@@ -35,11 +36,11 @@ type Mutex struct {
 // returned by every call on the Mutex. A Mutex and a FairMutex of the same
 // name are different locks.
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
-	return &Mutex{a: c.acquirer(mutexKind, name, opts)}
+	return &Mutex{a: c.acquirer(protocol.MutexKind, name, opts)}
 }
 
 // Name returns the lock's name.
-func (m *Mutex) Name() string { return m.acquirer().k.name }
+func (m *Mutex) Name() string { return m.acquirer().k.Name }
 
 // Lock acquires the lock, waiting until it is free or ctx is done. ctx bounds
 // the wait only, never the lease: a Lease outlives the ctx it was acquired

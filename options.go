@@ -3,6 +3,8 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/notify"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"log/slog"
 	"strings"
 	"time"
@@ -44,9 +46,15 @@ type config struct {
 	// autopipeliner. Default: false.
 	autoPipeline bool
 	// wait: WithWaitReplicas. Default: no WAIT.
-	wait replicas
+	wait protocol.Replicas
 	// nodeTimeout: WithNodeTimeout; 0 if not given.
 	nodeTimeout time.Duration
+
+	// Set by tests only (export_test.go), per Client:
+	// scripts: the scripts the Client's nodes run. Default: defaultScripts.
+	scripts *protocol.ScriptSet
+	// notify: the notifier's tuning. Default: notify.DefaultConfig.
+	notify notify.Config
 }
 
 func defaultConfig() config {
@@ -55,6 +63,9 @@ func defaultConfig() config {
 		logger: slog.New(slog.DiscardHandler),
 		ttl:    DefaultTTL,
 		renew:  true,
+
+		scripts: &protocol.DefaultScripts,
+		notify:  notify.DefaultConfig,
 	}
 }
 
@@ -189,7 +200,7 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 		case n > 0 && timeout <= 0:
 			return fmt.Errorf("dlock: WithWaitReplicas(%d, %v): the timeout must be positive (WAIT 0 would block forever)", n, timeout)
 		}
-		c.wait = replicas{n: n, timeout: timeout}
+		c.wait = protocol.Replicas{N: n, Timeout: timeout}
 		return nil
 	}}
 }

@@ -3,6 +3,9 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/quorum"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -69,21 +72,21 @@ func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	if err != nil {
 		return nil, err
 	}
-	if cfg.wait.n > 0 {
-		return nil, opErr(errors.ErrUnsupported, nil, "NewRedLock: WithWaitReplicas")
+	if cfg.wait.N > 0 {
+		return nil, errs.Op(errors.ErrUnsupported, nil, "NewRedLock: WithWaitReplicas")
 	}
-	q := &quorum{need: len(nodes)/2 + 1, timeout: cfg.nodeTimeout, busy: make(map[busyKey]int), ended: make(map[string]bool)}
-	if q.timeout == 0 {
-		q.timeout = DefaultNodeTimeout
+	timeout := cfg.nodeTimeout
+	if timeout == 0 {
+		timeout = DefaultNodeTimeout
 	}
+	members := make([]protocol.Backend, 0, len(nodes))
 	for i, rdb := range nodes {
-		m, err := newNode(rdb, cfg.autoPipeline)
+		m, err := protocol.NewNode(rdb, cfg.autoPipeline, cfg.scripts)
 		if err != nil {
-			return nil, opErr(nil, err, "NewRedLock: node %d: WithAutoPipeline", i)
+			return nil, errs.Op(nil, err, "NewRedLock: node %d: WithAutoPipeline", i)
 		}
-		q.members = append(q.members, m)
+		members = append(members, m)
 	}
-	// The quorum bounds every request by the per-node timeout and returns at
-	// ctx's end by itself.
-	return newClient(&node{q: q, ctxAware: true}, cfg, "NewRedLock")
+	closing := make(chan struct{})
+	return newClient(quorum.New(members, timeout, closing), cfg, "NewRedLock", closing)
 }

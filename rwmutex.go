@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"strconv"
 )
 
@@ -61,13 +63,13 @@ type RWMutex struct {
 // errors are returned by every call on the RWMutex. The options apply to read
 // and write leases alike.
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
-	return &RWMutex{r: c.acquirer(rwReadKind, name, opts), w: c.acquirer(rwWriteKind, name, opts)}
+	return &RWMutex{r: c.acquirer(protocol.RwReadKind, name, opts), w: c.acquirer(protocol.RwWriteKind, name, opts)}
 }
 
 // Name returns the lock's name.
 func (m *RWMutex) Name() string {
 	_, w := m.acquirers()
-	return w.k.name
+	return w.k.Name
 }
 
 // RLock acquires the lock for reading, waiting until no writer holds it or
@@ -125,7 +127,7 @@ func (m *RWMutex) rlock(ctx context.Context, op string, wait bool) (*Lease, erro
 	writer := "" // the owner of a write hold carried by ctx: the caller is the writer
 	if ctx != nil {
 		if h := heldIn(ctx).find(w.e, w.k); h != nil {
-			writer = h.t.owner
+			writer = h.t.Owner
 		}
 	}
 	return r.acquire(ctx, op, wait, []any{"r", writer})
@@ -136,7 +138,7 @@ func (m *RWMutex) lock(ctx context.Context, op string, wait bool) (*Lease, error
 	if ctx != nil && w.err == nil {
 		held := heldIn(ctx)
 		if held.find(w.e, w.k) == nil && held.find(r.e, r.k) != nil {
-			return nil, opErr(ErrNotAcquired, nil, "%s %q: upgrade from read to write is not supported: unlock the read Lease first", op, w.k.name)
+			return nil, errs.Op(ErrNotAcquired, nil, "%s %q: upgrade from read to write is not supported: unlock the read Lease first", op, w.k.Name)
 		}
 	}
 	return w.acquire(ctx, op, wait, []any{"w", ""})

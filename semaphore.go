@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Semaphore is a counting semaphore shared by every process that uses the
@@ -48,15 +50,15 @@ type Semaphore struct {
 // returned by every call. A Semaphore's keys do not collide with those of a
 // Mutex of the same name.
 func (c *Client) Semaphore(name string, permits int64, opts ...Option) *Semaphore {
-	s := &Semaphore{a: c.acquirer(semKind, name, opts), permits: permits}
+	s := &Semaphore{a: c.acquirer(protocol.SemKind, name, opts), permits: permits}
 	if s.a.err == nil && permits < 1 {
-		s.a.err = opErr(nil, nil, "Semaphore %q: %d permits: want at least 1", name, permits)
+		s.a.err = errs.Op(nil, nil, "Semaphore %q: %d permits: want at least 1", name, permits)
 	}
 	return s
 }
 
 // Name returns the semaphore's name.
-func (s *Semaphore) Name() string { return s.acquirer().k.name }
+func (s *Semaphore) Name() string { return s.acquirer().k.Name }
 
 // Acquire takes n permits, waiting until they are free and it is this
 // caller's turn, or until ctx is done. ctx bounds the wait only, never the
@@ -76,11 +78,11 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, error) {
 func (s *Semaphore) acquire(ctx context.Context, op string, wait bool, n int64) (*Lease, error) {
 	a := s.acquirer()
 	if a.err == nil && n < 1 {
-		return nil, opErr(nil, nil, "%s %d permits of %q: want at least 1", op, n, a.k.name)
+		return nil, errs.Op(nil, nil, "%s %d permits of %q: want at least 1", op, n, a.k.Name)
 	}
 	l, err := a.acquire(ctx, op, wait, []any{n, s.defaultTotal()})
 	if err == errTooMany {
-		return nil, opErr(ErrNotAcquired, nil, "%s %d permits of %q: more than the semaphore's total", op, n, a.k.name)
+		return nil, errs.Op(ErrNotAcquired, nil, "%s %d permits of %q: more than the semaphore's total", op, n, a.k.Name)
 	}
 	return l, err
 }
@@ -89,9 +91,9 @@ func (s *Semaphore) acquire(ctx context.Context, op string, wait bool, n int64) 
 // until Delete, and wakes the waiters that can proceed under the new total.
 func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
 	if permits < 1 {
-		return opErr(nil, nil, "set %d permits of %q: want at least 1", permits, s.Name())
+		return errs.Op(nil, nil, "set %d permits of %q: want at least 1", permits, s.Name())
 	}
-	_, err := s.call(ctx, "set permits of", semSetTotal, permits)
+	_, err := s.call(ctx, "set permits of", protocol.SemSetTotal, permits)
 	return err
 }
 
@@ -99,7 +101,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
 // holders have. A request for that many or fewer may still wait, behind
 // waiters queued before it.
 func (s *Semaphore) Available(ctx context.Context) (int64, error) {
-	return s.call(ctx, "available permits of", semAvailable, s.defaultTotal())
+	return s.call(ctx, "available permits of", protocol.SemAvailable, s.defaultTotal())
 }
 
 // Delete removes the total stored by SetPermits, and reports whether there
@@ -108,17 +110,17 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 // expires by itself once nobody holds it or waits for it, so after Delete a
 // semaphore no longer in use leaves nothing behind.
 func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
-	v, err := s.call(ctx, "delete", semDeleteTotal, s.defaultTotal())
+	v, err := s.call(ctx, "delete", protocol.SemDeleteTotal, s.defaultTotal())
 	return v == 1, err
 }
 
 // call runs one of the semaphore's own modes.
-func (s *Semaphore) call(ctx context.Context, op string, mode semMode, total int64) (int64, error) {
+func (s *Semaphore) call(ctx context.Context, op string, mode protocol.SemMode, total int64) (int64, error) {
 	a := s.acquirer()
 	if err := a.check(ctx, op); err != nil {
 		return 0, err
 	}
-	return a.e.node.semaphore(ctx, a.k, a.e.newOwner(), mode, total)
+	return a.e.backend.Semaphore(ctx, a.k, a.e.newOwner(), mode, total)
 }
 
 // defaultTotal is the total when Redis holds none: the permits s was made with.

@@ -1,8 +1,9 @@
 // Command lualink writes lua/gen/NAME.lua for each lua/NAME.lua but lib.lua:
 // the script with the functions of lua/lib.lua it calls put in front of it,
-// the text scripts.go embeds and Redis runs. It removes any other file under
-// lua/gen. Run it from the module root, through go generate ./...; the -lua
-// flag names the module's lua directory for a run from elsewhere.
+// the text internal/protocol's scripts.go embeds and Redis runs. It removes
+// any other file under lua/gen. Run it through go generate ./... from the
+// module root: the directive is in internal/protocol, whose lua directory is
+// the default; the -lua flag names another.
 package main
 
 import (
@@ -27,7 +28,7 @@ const libMark = "-- (shared functions the rest calls)"
 var libFunc = regexp.MustCompile(`(?m)^local function (\w+)\(`)
 
 func main() {
-	dir := flag.String("lua", "lua", "the module's lua directory")
+	dir := flag.String("lua", "lua", "the lua directory")
 	flag.Parse()
 	if err := write(*dir); err != nil {
 		fmt.Fprintln(os.Stderr, "lualink:", err)

@@ -12,7 +12,7 @@ import (
 // TestGenerated fails if a file under lua/gen differs from what lualink makes
 // of the sources, or has no source.
 func TestGenerated(t *testing.T) {
-	const dir = "../../lua"
+	const dir = "../protocol/lua"
 	want, err := linkAll(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package dlock
+package renew
 
 import (
 	"context"
@@ -34,27 +34,27 @@ func isClosed(c <-chan struct{}) bool {
 // end says why, and the ends after it change nothing.
 func TestEndingCause(t *testing.T) {
 	var e ending
-	if e.cause() != nil || e.Err() != nil {
-		t.Fatalf("before the end: cause %v, Err %v", e.cause(), e.Err())
+	if e.Cause() != nil || e.Err() != nil {
+		t.Fatalf("before the end: cause %v, Err %v", e.Cause(), e.Err())
 	}
 	first, second := errors.New("first"), errors.New("second")
-	if !e.end(first) {
+	if !e.End(first) {
 		t.Error("the first end reports false")
 	}
-	if e.end(second) {
+	if e.End(second) {
 		t.Error("a second end reports true")
 	}
-	if e.cause() != first || e.Err() != context.Canceled {
-		t.Errorf("after the end: cause %v, Err %v; want first, context.Canceled", e.cause(), e.Err())
+	if e.Cause() != first || e.Err() != context.Canceled {
+		t.Errorf("after the end: cause %v, Err %v; want first, context.Canceled", e.Cause(), e.Err())
 	}
-	if d, ok := e.Deadline(); ok || !d.IsZero() || e.Value(heldKey{}) != nil {
-		t.Errorf("Deadline %v %v, Value %v", d, ok, e.Value(heldKey{}))
+	if d, ok := e.Deadline(); ok || !d.IsZero() || e.Value(anyKey{}) != nil {
+		t.Errorf("Deadline %v %v, Value %v", d, ok, e.Value(anyKey{}))
 	}
 
 	var n ending
-	n.end(nil)
-	if n.cause() != context.Canceled {
-		t.Errorf("ended without a cause: cause %v", n.cause())
+	n.End(nil)
+	if n.Cause() != context.Canceled {
+		t.Errorf("ended without a cause: cause %v", n.Cause())
 	}
 
 	// Of ends that race, exactly one wins, and its cause stays.
@@ -66,7 +66,7 @@ func TestEndingCause(t *testing.T) {
 		causes[i] = errors.New("racer")
 		wg.Go(func() {
 			_ = r.Done()
-			if r.end(causes[i]) {
+			if r.End(causes[i]) {
 				wins.Add(1)
 			}
 		})
@@ -77,10 +77,10 @@ func TestEndingCause(t *testing.T) {
 	}
 	won := false
 	for _, c := range causes {
-		won = won || r.cause() == c
+		won = won || r.Cause() == c
 	}
 	if !won || !isClosed(r.Done()) {
-		t.Errorf("after racing ends: cause %v, Done closed %v", r.cause(), isClosed(r.Done()))
+		t.Errorf("after racing ends: cause %v, Done closed %v", r.Cause(), isClosed(r.Done()))
 	}
 }
 
@@ -95,13 +95,13 @@ func TestEndingDone(t *testing.T) {
 	if d == nil || e.Done() != d || isClosed(d) {
 		t.Fatal("Done before the end: not one open channel")
 	}
-	e.end(errors.New("x"))
+	e.End(errors.New("x"))
 	if !isClosed(d) || e.Done() != d {
 		t.Error("Done after the end: not the same channel, closed")
 	}
 
 	var late ending
-	late.end(errors.New("x"))
+	late.End(errors.New("x"))
 	if c := late.Done(); !isClosed(c) || late.done != nil {
 		t.Errorf("Done after an end nobody waited for: closed %v, made a channel %v", isClosed(c), late.done != nil)
 	}
@@ -140,7 +140,7 @@ func TestEndingAfterFunc(t *testing.T) {
 	var mu sync.Mutex
 	mu.Lock()
 	blocked := e.AfterFunc(func() { mu.Lock(); mu.Unlock() })
-	e.end(errors.New("x"))
+	e.End(errors.New("x"))
 	mu.Unlock()
 	if blocked() {
 		t.Error("stop after the end reports true")
@@ -190,7 +190,7 @@ func TestEndingAfterFuncRace(t *testing.T) {
 		for i := range n {
 			wg.Go(func() { stopped[i].Store(stops[i]()) })
 		}
-		wg.Go(func() { e.end(errors.New("x")) })
+		wg.Go(func() { e.End(errors.New("x")) })
 		wg.Wait()
 		deadline := time.Now().Add(time.Second)
 		for i := range n {
@@ -250,7 +250,7 @@ func TestEndingContext(t *testing.T) {
 	}
 
 	cause := errors.New("lost")
-	e.end(cause)
+	e.End(cause)
 	if !closedSoon(ran) {
 		t.Fatal("context.AfterFunc: f did not run after the end")
 	}
@@ -269,3 +269,6 @@ func TestEndingContext(t *testing.T) {
 		t.Error("context derived after the end is not done")
 	}
 }
+
+// anyKey is a context key no one stores a value under.
+type anyKey struct{}

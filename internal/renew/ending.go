@@ -1,4 +1,4 @@
-package dlock
+package renew
 
 import (
 	"context"
@@ -29,9 +29,9 @@ type afterEnd struct {
 
 var _ context.Context = (*ending)(nil)
 
-// end ends e with cause, and reports whether it did: the first end says
+// End ends e with cause, and reports whether it did: the first end says
 // why, and those after it change nothing.
-func (e *ending) end(cause error) bool {
+func (e *ending) End(cause error) bool {
 	if cause == nil {
 		cause = context.Canceled
 	}
@@ -53,8 +53,8 @@ func (e *ending) end(cause error) bool {
 	return true
 }
 
-// cause returns why e ended, or nil if it has not.
-func (e *ending) cause() error {
+// Cause returns why e ended, or nil if it has not.
+func (e *ending) Cause() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.err
@@ -69,7 +69,7 @@ func (e *ending) Done() <-chan struct{} {
 	defer e.mu.Unlock()
 	if e.done == nil {
 		if e.err != nil {
-			return closedChan
+			return ClosedChan
 		}
 		e.done = make(chan struct{})
 	}
@@ -78,7 +78,7 @@ func (e *ending) Done() <-chan struct{} {
 
 // Err returns context.Canceled once e has ended, else nil; cause tells why.
 func (e *ending) Err() error {
-	if e.cause() != nil {
+	if e.Cause() != nil {
 		return context.Canceled
 	}
 	return nil
@@ -113,3 +113,10 @@ func (e *ending) AfterFunc(f func()) (stop func() bool) {
 		return false
 	}
 }
+
+// ClosedChan is a channel that is closed: the Done of what has ended.
+var ClosedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()

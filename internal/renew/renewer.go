@@ -1,16 +1,17 @@
-package dlock
-
-// The renewer floor: the life of every lease a Client holds. One goroutine
-// keeps every lease's local deadline and schedules its renewals; the renewal
-// calls themselves run on goroutines of their own, so that a stalled Redis
-// delays no deadline. Renewals and Lease.Extend calls of one lease reach
-// Redis one at a time, through here. The hooks of these events are handed to
-// the dispatcher.
+// Package renew is the renewer floor: the life of every lease a Client
+// holds. One goroutine keeps every lease's local deadline and schedules its
+// renewals; the renewal calls themselves run on goroutines of their own, so
+// that a stalled Redis delays no deadline. Renewals and Lease.Extend calls
+// of one lease reach Redis one at a time, through here. What happens to
+// leases is told to Events, off the renewer's goroutine.
+package renew
 
 import (
 	"container/heap"
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"log/slog"
 	"math"
 	"slices"
@@ -18,19 +19,18 @@ import (
 	"time"
 )
 
-// term is the life of one lease: what it is, its TTL and local deadline, its
+// Term is the life of one lease: what it is, its TTL and local deadline, its
 // renewal schedule, and its ending.
-type term struct {
+type Term struct {
 	// Set when the lease begins, never changed.
-	node  *node
-	k     *keys
-	owner string
-	fence int64
-	begun time.Time // when the acquire was sent: the latest Redis can have started the TTL
+	K     *protocol.Keys
+	Owner string
+	Fence int64
+	Begun time.Time // when the acquire was sent: the latest Redis can have started the TTL
 
 	// Ends, once, when the lease does, with the reason; safe for concurrent
 	// use on its own.
-	ending ending
+	Ending ending
 
 	// Guarded by renewer.mu.
 	renew bool
@@ -56,45 +56,42 @@ type term struct {
 	gen uint32
 }
 
-// info names the lock, for hooks.
-func (t *term) info() LockInfo { return LockInfo{Kind: t.k.kind.name, Name: t.k.name} }
-
 // setWake sets when the renewer looks at t next. renewer.mu must be held.
-func (t *term) setWake() {
+func (t *Term) setWake() {
 	t.wakeDue = (t.renew || t.lengthen) && t.busy == nil && t.due.Before(t.deadline)
 }
 
 // wake is when the renewer looks at t next: due or deadline (setWake).
-func (t *term) wake() time.Time {
+func (t *Term) wake() time.Time {
 	if t.wakeDue {
 		return t.due
 	}
 	return t.deadline
 }
 
-// endedErr returns nil while t is held, else an error matching ErrNotHeld and
+// EndedErr returns nil while t is held, else an error matching ErrNotHeld and
 // the reason it ended.
-func (t *term) endedErr(op string) error {
-	cause := t.ending.cause()
+func (t *Term) EndedErr(op string) error {
+	cause := t.Ending.Cause()
 	if cause == nil {
 		return nil
 	}
-	return opErr(ErrNotHeld, cause, "%s %q", op, t.k.name)
+	return errs.Op(errs.ErrNotHeld, cause, "%s %q", op, t.K.Name)
 }
 
-// lostErr describes a script's "not yours" answer.
-func (t *term) lostErr(code int64) error {
-	if code == codeOther {
-		return opErr(ErrLockLost, nil, "%q is held by another owner", t.k.name)
+// LostErr describes a script's "not yours" answer.
+func (t *Term) LostErr(code int64) error {
+	if code == protocol.CodeOther {
+		return errs.Op(errs.ErrLockLost, nil, "%q is held by another owner", t.K.Name)
 	}
-	return opErr(ErrLockLost, nil, "%q expired", t.k.name)
+	return errs.Op(errs.ErrLockLost, nil, "%q expired", t.K.Name)
 }
 
-// renewer keeps the terms of a Client's leases.
-type renewer struct {
-	log    *slog.Logger
-	hooks  *Hooks
-	events *dispatcher
+// Renewer keeps the terms of a Client's leases, which are all on one Backend.
+type Renewer struct {
+	backend protocol.Backend
+	log     *slog.Logger
+	events  Events
 
 	mu      sync.Mutex
 	queue   termQueue // every term not ended, by wake
@@ -108,12 +105,20 @@ type renewer struct {
 	wg     sync.WaitGroup // the loop and the renewal calls
 }
 
-func newRenewer(log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &renewer{log: log, hooks: hooks, events: events, ctx: ctx, cancel: cancel}
+// Events is what the renewer tells of leases, off its own goroutine: the
+// Client hands them to its hooks.
+type Events interface {
+	Lost(t *Term, err error)
+	Extended(t *Term)
+	ExtendFailed(ts []*Term, err error)
 }
 
-// begin starts the term of a lease just acquired on n, whose acquire was sent
+func New(b protocol.Backend, log *slog.Logger, events Events) *Renewer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Renewer{backend: b, log: log, events: events, ctx: ctx, cancel: cancel}
+}
+
+// Begin starts the term of a lease just acquired, whose acquire was sent
 // at sent: the lease lapses at sent + ttl in Redis at the latest, and counts
 // as lost drift before that unless renewed.
 //
@@ -121,18 +126,18 @@ func newRenewer(log *slog.Logger, hooks *Hooks, events *dispatcher) *renewer {
 // sent + grant at the latest, sent being a request that reached Redis before
 // the grant was made, and counts as lost drift(grant) before that. The
 // renewer lengthens it to ttl at once.
-func (r *renewer) begin(n *node, k *keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*term, error) {
-	t := &term{node: n, k: k, owner: owner, fence: fence, begun: sent,
-		renew: renew, ttl: ttl, deadline: sent.Add(ttl - drift(ttl)),
-		due: sent.Add(renewEvery(ttl)), slack: renewSlack(ttl)}
+func (r *Renewer) Begin(k *protocol.Keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*Term, error) {
+	t := &Term{K: k, Owner: owner, Fence: fence, Begun: sent,
+		renew: renew, ttl: ttl, deadline: sent.Add(ttl - protocol.Drift(ttl)),
+		due: sent.Add(protocol.RenewEvery(ttl)), slack: protocol.RenewSlack(ttl)}
 	if grant > 0 {
-		t.lengthen, t.deadline, t.due, t.slack = true, sent.Add(grant-drift(grant)), time.Now(), 0
+		t.lengthen, t.deadline, t.due, t.slack = true, sent.Add(grant-protocol.Drift(grant)), time.Now(), 0
 	}
 	t.setWake()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
-		return nil, opErr(ErrClosed, nil, "lock %q acquired while closing", k.name)
+		return nil, errs.Op(errs.ErrClosed, nil, "lock %q acquired while closing", k.Name)
 	}
 	heap.Push(&r.queue, t)
 	if !r.started {
@@ -150,7 +155,7 @@ func (r *renewer) begin(n *node, k *keys, owner string, fence int64, ttl time.Du
 // arm makes the timer fire at at if that is earlier than it would. Setting
 // the timer from the caller's goroutine spares the loop a wake-up for every
 // new lease. r.mu must be held.
-func (r *renewer) arm(at time.Time) {
+func (r *Renewer) arm(at time.Time) {
 	if at.Before(r.armed) {
 		r.armed = at
 		r.timer.Reset(time.Until(at))
@@ -159,7 +164,7 @@ func (r *renewer) arm(at time.Time) {
 
 // reschedule puts t where its next wake puts it, if it is in the renewer's
 // care (not retired), and arms the timer for it. r.mu must be held.
-func (r *renewer) reschedule(t *term) {
+func (r *Renewer) reschedule(t *Term) {
 	if t.index < 0 {
 		return
 	}
@@ -170,10 +175,10 @@ func (r *renewer) reschedule(t *term) {
 	}
 }
 
-// retire takes t out of the renewer's care, for its owner is giving it up:
+// Retire takes t out of the renewer's care, for its owner is giving it up:
 // it is never renewed again, and no longer lost at its deadline. It returns
 // t's TTL. end ends it.
-func (r *renewer) retire(t *term) time.Duration {
+func (r *Renewer) Retire(t *Term) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t.renew, t.lengthen, t.retired = false, false, true
@@ -183,10 +188,10 @@ func (r *renewer) retire(t *term) time.Duration {
 	return t.ttl
 }
 
-// end ends t with cause, once, and reports whether it did. report, if not
+// End ends t with cause, once, and reports whether it did. report, if not
 // nil, runs before Done closes, so that whoever sees Done closed also sees
 // what report recorded.
-func (r *renewer) end(t *term, cause error, report func()) bool {
+func (r *Renewer) End(t *Term, cause error, report func()) bool {
 	r.mu.Lock()
 	if t.ended {
 		r.mu.Unlock()
@@ -200,31 +205,29 @@ func (r *renewer) end(t *term, cause error, report func()) bool {
 	if report != nil {
 		report()
 	}
-	t.ending.end(cause)
+	t.Ending.End(cause)
 	return true
 }
 
-// lose ends t as lost.
-func (r *renewer) lose(t *term, err error) {
-	r.end(t, err, func() { r.lost(t, err) })
+// Lose ends t as lost.
+func (r *Renewer) Lose(t *Term, err error) {
+	r.End(t, err, func() { r.lost(t, err) })
 }
 
 // lost logs and reports the loss of t, which has ended.
-func (r *renewer) lost(t *term, err error) {
-	r.log.Error("dlock: lease lost", "lock", t.k.name, "fence", t.fence, "err", err)
-	if h := r.hooks; h != nil && h.Lost != nil {
-		r.events.post(func() { h.Lost(context.Background(), t.info(), t.fence, err) })
-	}
+func (r *Renewer) lost(t *Term, err error) {
+	r.log.Error("dlock: lease lost", "lock", t.K.Name, "fence", t.Fence, "err", err)
+	r.events.Lost(t, err)
 }
 
-// extend makes t lapse ttl from now, and ttl its TTL from then on (Lease.Extend).
+// Extend makes t lapse ttl from now, and ttl its TTL from then on (Lease.Extend).
 // It waits for a renewal of t in flight; while it is in flight itself, t
 // counts as ending no later than ttl from when it was sent. It is of a new
 // generation (term.gen): no request about t sent before it, however late
 // Redis runs it or its reply comes, undoes it or lengthens what the client
 // counts on. If its outcome is unknown, t counts on the shorter of the two
 // TTLs from then on, which holds whether or not Redis ran it.
-func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error {
+func (r *Renewer) Extend(ctx context.Context, t *Term, ttl time.Duration) error {
 	r.mu.Lock()
 	for t.busy != nil && !t.ended {
 		done := t.busy
@@ -232,29 +235,29 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return opErr(nil, context.Cause(ctx), "extend %q", t.k.name)
+			return errs.Op(nil, context.Cause(ctx), "extend %q", t.K.Name)
 		}
 		r.mu.Lock()
 	}
 	if t.ended {
 		r.mu.Unlock()
-		return t.endedErr("extend")
+		return t.EndedErr("extend")
 	}
 	if t.retired {
 		r.mu.Unlock()
-		return opErr(ErrNotHeld, nil, "extend %q: it is being unlocked", t.k.name)
+		return errs.Op(errs.ErrNotHeld, nil, "extend %q: it is being unlocked", t.K.Name)
 	}
 	t.busy = make(chan struct{})
 	t.gen++
 	gen := t.gen
 	sent := time.Now()
-	if d := sent.Add(ttl - drift(ttl)); d.Before(t.deadline) {
+	if d := sent.Add(ttl - protocol.Drift(ttl)); d.Before(t.deadline) {
 		t.deadline = d
 	}
 	r.reschedule(t)
 	r.mu.Unlock()
 
-	codes, err := t.node.extend(ctx, []extendItem{{k: *t.k, owner: t.owner, ttl: ttl, exact: true, gen: gen}})
+	codes, err := r.backend.Extend(ctx, []protocol.ExtendItem{{K: *t.K, Owner: t.Owner, TTL: ttl, Exact: true, Gen: gen}})
 
 	r.mu.Lock()
 	close(t.busy)
@@ -264,21 +267,21 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	case t.ended:
 	case t.retired:
 		// Unlocked meanwhile: the release decides how the lease ends.
-		err = opErr(ErrNotHeld, nil, "extend %q: unlocked while the Extend was in flight", t.k.name)
+		err = errs.Op(errs.ErrNotHeld, nil, "extend %q: unlocked while the Extend was in flight", t.K.Name)
 	case err != nil:
 		// Redis may or may not run it, now or later: renew soon, counting
 		// on what holds either way.
 		t.ttl, t.due = min(t.ttl, ttl), time.Now()
-	case codes[0] == codeStale:
-		err = opErr(nil, nil, "extend %q: Redis has run a later Extend of the lease", t.k.name)
-	case codes[0] != codeDone:
-		lost = t.lostErr(codes[0])
-	case !time.Now().Before(sent.Add(ttl - drift(ttl))):
+	case codes[0] == protocol.CodeStale:
+		err = errs.Op(nil, nil, "extend %q: Redis has run a later Extend of the lease", t.K.Name)
+	case codes[0] != protocol.CodeDone:
+		lost = t.LostErr(codes[0])
+	case !time.Now().Before(sent.Add(ttl - protocol.Drift(ttl))):
 		// The lease, shortened, ran out before the reply came.
-		lost = opErr(ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.k.name, ttl)
+		lost = errs.Op(errs.ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.K.Name, ttl)
 	default:
-		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-drift(ttl)), nil, false
-		t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
+		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-protocol.Drift(ttl)), nil, false
+		t.due, t.slack = sent.Add(protocol.RenewEvery(ttl)), protocol.RenewSlack(ttl)
 	}
 	if !t.ended {
 		r.reschedule(t)
@@ -288,10 +291,10 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 	case err != nil:
 		return err
 	case lost != nil:
-		r.lose(t, lost)
-		return opErr(ErrNotHeld, lost, "extend")
+		r.Lose(t, lost)
+		return errs.Op(errs.ErrNotHeld, lost, "extend")
 	}
-	if err := t.endedErr("extend"); err != nil {
+	if err := t.EndedErr("extend"); err != nil {
 		return err
 	}
 	r.extended(t)
@@ -299,25 +302,23 @@ func (r *renewer) extend(ctx context.Context, t *term, ttl time.Duration) error 
 }
 
 // extended reports a renewal or extension of t.
-func (r *renewer) extended(t *term) {
-	if h := r.hooks; h != nil && h.Extended != nil {
-		r.events.post(func() { h.Extended(context.Background(), t.info(), t.fence) })
-	}
+func (r *Renewer) extended(t *Term) {
+	r.events.Extended(t)
 }
 
-// stop ends renewal, waits for the goroutine and every renewal call in
+// Stop ends renewal, waits for the goroutine and every renewal call in
 // flight, and returns the terms that have not ended.
-func (r *renewer) stop() []*term {
+func (r *Renewer) Stop() []*Term {
 	r.mu.Lock()
 	r.stopped = true
-	live := slices.Clone([]*term(r.queue))
+	live := slices.Clone([]*Term(r.queue))
 	r.mu.Unlock()
 	r.cancel()
 	r.wg.Wait()
 	return live
 }
 
-func (r *renewer) run() {
+func (r *Renewer) run() {
 	defer r.wg.Done()
 	for {
 		select {
@@ -332,9 +333,9 @@ func (r *renewer) run() {
 
 // tick ends the terms whose deadline passed and renews those that are due,
 // or nearly (within their slack, to batch them with the others).
-func (r *renewer) tick() {
+func (r *Renewer) tick() {
 	now := time.Now()
-	var lost, due []*term
+	var lost, due []*Term
 	r.mu.Lock()
 	for len(r.queue) > 0 {
 		t := r.queue[0]
@@ -363,7 +364,7 @@ func (r *renewer) tick() {
 	for _, t := range lost {
 		err := r.deadlineErr(t)
 		r.lost(t, err)
-		t.ending.end(err)
+		t.Ending.End(err)
 	}
 	if len(due) > 0 {
 		r.renew(due)
@@ -371,19 +372,19 @@ func (r *renewer) tick() {
 }
 
 // deadlineErr is why t was lost at its deadline.
-func (r *renewer) deadlineErr(t *term) error {
+func (r *Renewer) deadlineErr(t *Term) error {
 	r.mu.Lock()
 	renew, lengthen, ttl, lastErr := t.renew, t.lengthen, t.ttl, t.lastErr
 	r.mu.Unlock()
 	switch {
 	case lengthen:
-		return opErr(ErrLockLost, lastErr, "%q: granted by a release, but not lengthened before its grant lease ran out", t.k.name)
+		return errs.Op(errs.ErrLockLost, lastErr, "%q: granted by a release, but not lengthened before its grant lease ran out", t.K.Name)
 	case !renew:
-		return opErr(ErrLockLost, nil, "%q: its lease of %v ran out", t.k.name, ttl)
+		return errs.Op(errs.ErrLockLost, nil, "%q: its lease of %v ran out", t.K.Name, ttl)
 	case lastErr != nil:
-		return opErr(ErrLockLost, lastErr, "%q: not renewed before its deadline", t.k.name)
+		return errs.Op(errs.ErrLockLost, lastErr, "%q: not renewed before its deadline", t.K.Name)
 	}
-	return opErr(ErrLockLost, nil, "%q: not renewed before its deadline", t.k.name)
+	return errs.Op(errs.ErrLockLost, nil, "%q: not renewed before its deadline", t.K.Name)
 }
 
 // renew renews due terms: those on one server (a node, or a Cluster's
@@ -391,30 +392,25 @@ func (r *renewer) deadlineErr(t *term) error {
 // Cluster; of any slot elsewhere), the calls in pipelines of up to maxBatch
 // leases, each pipeline on a goroutine of its own: one round trip per
 // maxBatch leases per server.
-func (r *renewer) renew(due []*term) {
-	type server struct {
-		n    *node
-		addr string
-	}
-	slots := make(map[server]map[int][]*term)
+func (r *Renewer) renew(due []*Term) {
+	slots := make(map[string]map[int][]*Term) // by server address
 	for _, t := range due {
-		addr, _ := t.node.shardOf(r.ctx, t.k.tag) // "" if unknown: go-redis routes each call
-		sv := server{t.node, addr}
-		g := slots[sv]
+		addr, _ := r.backend.ShardOf(r.ctx, t.K.Tag) // "" if unknown: go-redis routes each call
+		g := slots[addr]
 		if g == nil {
-			g = make(map[int][]*term)
-			slots[sv] = g
+			g = make(map[int][]*Term)
+			slots[addr] = g
 		}
-		s := t.node.group(t.k.tag)
+		s := r.backend.Group(t.K.Tag)
 		g[s] = append(g[s], t)
 	}
-	for sv, groups := range slots {
-		var pipes [][][]*term // pipelines of script calls of terms
-		var pipe [][]*term
+	for _, groups := range slots {
+		var pipes [][][]*Term // pipelines of script calls of terms
+		var pipe [][]*Term
 		size := 0
 		for _, ts := range groups {
-			for call := range slices.Chunk(ts, maxBatch) {
-				if size+len(call) > maxBatch {
+			for call := range slices.Chunk(ts, protocol.MaxBatch) {
+				if size+len(call) > protocol.MaxBatch {
 					pipes, pipe, size = append(pipes, pipe), nil, 0
 				}
 				pipe, size = append(pipe, call), size+len(call)
@@ -425,28 +421,28 @@ func (r *renewer) renew(due []*term) {
 		// deadlines: a call that stalls (a connection that stopped
 		// answering) holds up no other lease's renewal.
 		for _, calls := range pipes {
-			r.wg.Go(func() { r.renewCalls(sv.n, calls) })
+			r.wg.Go(func() { r.renewCalls(calls) })
 		}
 	}
 }
 
-// renewCalls renews calls, one script call each, in one pipeline on n, and
+// renewCalls renews calls, one script call each, in one pipeline, and
 // schedules what follows. A pipeline without its reply after stallAfter
 // frees its leases for another try on another connection (stalled), since
 // go-redis may wait for a lost reply longer than the leases last; its reply,
 // if it comes later, still counts for what it says (renewed).
-func (r *renewer) renewCalls(n *node, calls [][]*term) {
-	items := make([][]extendItem, len(calls))
+func (r *Renewer) renewCalls(calls [][]*Term) {
+	items := make([][]protocol.ExtendItem, len(calls))
 	busy := make([][]chan struct{}, len(calls)) // each term's busy of this call
 	var latest time.Time
 	stall := time.Duration(math.MaxInt64)
 	now := time.Now()
 	r.mu.Lock()
 	for i, batch := range calls {
-		items[i] = make([]extendItem, len(batch))
+		items[i] = make([]protocol.ExtendItem, len(batch))
 		busy[i] = make([]chan struct{}, len(batch))
 		for j, t := range batch {
-			items[i][j] = extendItem{k: *t.k, owner: t.owner, ttl: t.ttl, gen: t.gen}
+			items[i][j] = protocol.ExtendItem{K: *t.K, Owner: t.Owner, TTL: t.ttl, Gen: t.gen}
 			busy[i][j] = t.busy
 			if t.deadline.After(latest) {
 				latest = t.deadline
@@ -457,11 +453,8 @@ func (r *renewer) renewCalls(n *node, calls [][]*term) {
 	r.mu.Unlock()
 	// A call that waits for replicas, or for a RedLock's nodes, takes up to
 	// that wait by design.
-	if n.wait.n > 0 {
-		stall = max(stall, n.wait.timeout+stallMin)
-	}
-	if n.q != nil {
-		stall = max(stall, n.q.timeout+stallMin)
+	if slow := r.backend.Traits().Slow; slow > 0 {
+		stall = max(stall, slow+stallMin)
 	}
 	// A reply that comes after every deadline in the batch is of no use.
 	ctx, cancel := context.WithDeadline(r.ctx, latest)
@@ -471,7 +464,7 @@ func (r *renewer) renewCalls(n *node, calls [][]*term) {
 		defer close(fired)
 		r.stalled(calls, busy)
 	})
-	codes, errs := n.extendAll(ctx, items)
+	codes, errs := r.backend.ExtendAll(ctx, items)
 	if !timer.Stop() {
 		<-fired
 	}
@@ -484,8 +477,8 @@ func (r *renewer) renewCalls(n *node, calls [][]*term) {
 // stallAfter is how long a renewal of t may go unanswered before it is
 // tried again on another request: half a renewal period, or a quarter of
 // what is left of a grant lease, and at least stallMin.
-func (t *term) stallAfter(now time.Time) time.Duration {
-	d := renewEvery(t.ttl) / 2
+func (t *Term) stallAfter(now time.Time) time.Duration {
+	d := protocol.RenewEvery(t.ttl) / 2
 	if t.lengthen {
 		d = min(d, t.deadline.Sub(now)/4)
 	}
@@ -501,14 +494,14 @@ var errRenewalStalled = errors.New("no reply to the renewal yet; trying again")
 
 // stalled frees the leases of calls that its renewal (whose busy channels
 // are busy) still holds, to be renewed again at once.
-func (r *renewer) stalled(calls [][]*term, busy [][]chan struct{}) {
+func (r *Renewer) stalled(calls [][]*Term, busy [][]chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
 		return
 	}
 	now := time.Now()
-	r.log.Debug("dlock: renewal unanswered; trying again", "calls", len(calls), "first", calls[0][0].k.name)
+	r.log.Debug("dlock: renewal unanswered; trying again", "calls", len(calls), "first", calls[0][0].K.Name)
 	for i, batch := range calls {
 		for j, t := range batch {
 			if t.ended || t.busy != busy[i][j] {
@@ -528,14 +521,14 @@ func (r *renewer) stalled(calls [][]*term, busy [][]chan struct{}) {
 // given up as stalled meanwhile takes from it only what it proves: a lease
 // renewed since sent, unless an Extend was sent since (its generation
 // decides), or lost, unless its owner is unlocking it (its release decides).
-func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendItem, sent time.Time, codes []int64, err error) {
-	var extended []*term
+func (r *Renewer) renewed(batch []*Term, busy []chan struct{}, items []protocol.ExtendItem, sent time.Time, codes []int64, err error) {
+	var extended []*Term
 	type loss struct {
-		t   *term
+		t   *Term
 		err error
 	}
 	var lost []loss
-	var failed []*term
+	var failed []*Term
 	r.mu.Lock()
 	for i, t := range batch {
 		if t.ended {
@@ -545,7 +538,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 			}
 			continue
 		}
-		ttl := items[i].ttl
+		ttl := items[i].TTL
 		mine := t.busy == busy[i]
 		if mine {
 			close(t.busy)
@@ -558,7 +551,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 		}
 		// An Extend sent since this renewal was: what this one proves of
 		// the lease's TTL, the Extend may have undone.
-		current := items[i].gen == t.gen
+		current := items[i].Gen == t.gen
 		switch {
 		case err != nil && !mine:
 			// The try that replaced this one decides; its error says more
@@ -570,14 +563,14 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 		case err != nil:
 			failed = append(failed, t)
 			t.lastErr = err
-			wait := retryDelay(ttl)
+			wait := protocol.RetryDelay(ttl)
 			if t.lengthen {
 				// A grant lease: try again well before it runs out.
 				wait = min(wait, time.Until(t.deadline)/4)
 			}
 			t.due, t.slack = time.Now().Add(wait), 0
-		case codes[i] == codeDone || codes[i] == codeStale:
-			if !current || codes[i] == codeStale {
+		case codes[i] == protocol.CodeDone || codes[i] == protocol.CodeStale:
+			if !current || codes[i] == protocol.CodeStale {
 				// Older than the lease's latest Extend: it proves nothing.
 				if mine {
 					t.due, t.slack = time.Now(), 0
@@ -585,7 +578,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 				}
 				continue
 			}
-			d := sent.Add(ttl - drift(ttl))
+			d := sent.Add(ttl - protocol.Drift(ttl))
 			if !mine && (ttl != t.ttl || !d.After(t.deadline)) {
 				// A later try renewed it already, or Lease.Extend set
 				// another TTL, which Redis may have run before or after.
@@ -593,7 +586,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 			}
 			t.deadline, t.lastErr, t.lengthen = d, nil, false
 			if mine || t.busy == nil {
-				t.due, t.slack = sent.Add(renewEvery(ttl)), renewSlack(ttl)
+				t.due, t.slack = sent.Add(protocol.RenewEvery(ttl)), protocol.RenewSlack(ttl)
 			}
 			extended = append(extended, t)
 		default:
@@ -601,7 +594,7 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 			if t.index >= 0 {
 				heap.Remove(&r.queue, int(t.index))
 			}
-			lost = append(lost, loss{t, t.lostErr(codes[i])})
+			lost = append(lost, loss{t, t.LostErr(codes[i])})
 			continue
 		}
 		r.reschedule(t)
@@ -612,26 +605,20 @@ func (r *renewer) renewed(batch []*term, busy []chan struct{}, items []extendIte
 		if r.ctx.Err() != nil {
 			return // stopping
 		}
-		r.log.Warn("dlock: renewal failed, will retry", "leases", len(failed), "first", failed[0].k.name, "err", err)
-		if h := r.hooks; h != nil && h.ExtendFailed != nil {
-			r.events.post(func() {
-				for _, t := range failed {
-					h.ExtendFailed(context.Background(), t.info(), t.fence, err)
-				}
-			})
-		}
+		r.log.Warn("dlock: renewal failed, will retry", "leases", len(failed), "first", failed[0].K.Name, "err", err)
+		r.events.ExtendFailed(failed, err)
 	}
 	for _, t := range extended {
 		r.extended(t)
 	}
 	for _, l := range lost {
 		r.lost(l.t, l.err)
-		l.t.ending.end(l.err)
+		l.t.Ending.End(l.err)
 	}
 }
 
 // termQueue is a min-heap of terms by wake (container/heap).
-type termQueue []*term
+type termQueue []*Term
 
 func (q termQueue) Len() int           { return len(q) }
 func (q termQueue) Less(i, j int) bool { return q[i].wake().Before(q[j].wake()) }
@@ -640,7 +627,7 @@ func (q termQueue) Swap(i, j int) {
 	q[i].index, q[j].index = int32(i), int32(j)
 }
 func (q *termQueue) Push(x any) {
-	t := x.(*term)
+	t := x.(*Term)
 	t.index = int32(len(*q))
 	*q = append(*q, t)
 }
@@ -653,15 +640,15 @@ func (q *termQueue) Pop() any {
 	return t
 }
 
-// ttlOf returns t's TTL.
-func (r *renewer) ttlOf(t *term) time.Duration {
+// TtlOf returns t's TTL.
+func (r *Renewer) TtlOf(t *Term) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return t.ttl
 }
 
-// deadlineOf returns t's local deadline.
-func (r *renewer) deadlineOf(t *term) time.Time {
+// DeadlineOf returns t's local deadline.
+func (r *Renewer) DeadlineOf(t *Term) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return t.deadline

@@ -1,26 +1,29 @@
-package dlock
-
-// The protocol floor of a RedLock: a node made of N independent nodes, each
-// a Redis deployment of its own, on which a lock is held when a majority of
-// them hold it. Each request of node (acquire, release, extend, ttl) goes to
-// every member at once, each member bounded by the per-node timeout, and the
-// members' answers are combined here; the floors above see one node.
+// Package quorum is the protocol floor of a RedLock: a protocol.Backend made
+// of N member Backends, each a Redis deployment of its own, on which a lock
+// is held when a majority of them hold it. Each request (acquire, release,
+// extend, ttl) goes to every member at once, each member bounded by the
+// per-node timeout, and the members' answers are combined here; the floors
+// above see one Backend.
+package quorum
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
 
-// quorum is the member set of a RedLock node.
+// quorum is a RedLock: a backend made of member backends.
 type quorum struct {
-	members []*node
+	members []protocol.Backend
 	need    int           // a majority of members
 	timeout time.Duration // per member and request
 
@@ -42,48 +45,118 @@ type quorum struct {
 	closing <-chan struct{}
 }
 
+// New returns the RedLock of members, each request to a member
+// bounded by timeout; closing is closed when its Client's Close starts.
+func New(members []protocol.Backend, timeout time.Duration, closing <-chan struct{}) protocol.Backend {
+	return &quorum{members: members, need: len(members)/2 + 1, timeout: timeout,
+		busy: make(map[busyKey]int), ended: make(map[string]bool), closing: closing}
+}
+
+// Traits: the quorum bounds every request by the per-node timeout and
+// returns at ctx's end by itself; a waiter is only told to try again (each
+// member keeps a queue of its own), and administration needs a Client of
+// each member's own.
+func (q *quorum) Traits() protocol.Traits { return protocol.Traits{CtxAware: true, Slow: q.timeout} }
+
+// KindFor: only a Mutex runs on a RedLock, whose release tells the next
+// waiter instead of granting (redMutexKind).
+func (q *quorum) KindFor(k *protocol.Kind) *protocol.Kind {
+	if k == protocol.MutexKind {
+		return protocol.RedMutexKind
+	}
+	return nil
+}
+
+// Settle waits for the requests to the slower members, and then for each
+// member's own.
+func (q *quorum) Settle() {
+	q.wg.Wait()
+	for _, m := range q.members {
+		m.Settle()
+	}
+}
+
+// Places returns where a channel is subscribed: on each member that can
+// say where, a majority of which must confirm it.
+func (q *quorum) Places(ctx context.Context, channel string) (protocol.Placement, error) {
+	p := protocol.Placement{At: make([]protocol.Place, 0, len(q.members)), Need: q.need, Apart: true}
+	for i, m := range q.members {
+		mp, err := m.Places(ctx, channel)
+		if err != nil {
+			continue // the member is down: the others are enough, or not
+		}
+		for _, at := range mp.At {
+			p.At = append(p.At, protocol.Place{Addr: strconv.Itoa(i) + "/" + at.Addr, RDB: at.RDB})
+		}
+	}
+	if len(p.At) < q.need {
+		p.Short = fmt.Errorf("%d of %d nodes reachable, a majority is %d", len(p.At), len(q.members), q.need)
+	}
+	return p, nil
+}
+
+// The requests of a single deployment that a RedLock does not make: its
+// members are single primaries, its channels are subscribed per member
+// (places), and only a Mutex runs on it (kindFor), without administration
+// (traits).
+
+func (q *quorum) ShardOf(context.Context, string) (string, error) { return "", nil }
+func (q *quorum) Group(string) int                                { return 0 }
+func (q *quorum) Failed(error)                                    {}
+func (q *quorum) Reload()                                         {}
+
+func (q *quorum) ReplicaShortfall(context.Context) (int, map[string]int, error) {
+	return 0, nil, nil
+}
+
+func (q *quorum) Latch(_ context.Context, k protocol.Keys, _ string, _ protocol.LatchMode, _ int64) (int64, error) {
+	return 0, q.unsupported("CountDownLatch", k)
+}
+
+func (q *quorum) LatchCount(_ context.Context, k protocol.Keys) (int64, error) {
+	return 0, q.unsupported("CountDownLatch", k)
+}
+
+func (q *quorum) Semaphore(_ context.Context, k protocol.Keys, _ string, _ protocol.SemMode, _ int64) (int64, error) {
+	return 0, q.unsupported("Semaphore", k)
+}
+
+func (q *quorum) Inspect(context.Context, []string, string, int) ([]any, error) {
+	return nil, errs.Op(errors.ErrUnsupported, nil, "Inspect on a RedLock")
+}
+
+func (q *quorum) Scan(context.Context, string, func(string) bool) error {
+	return errs.Op(errors.ErrUnsupported, nil, "Locks on a RedLock")
+}
+
+func (q *quorum) Evict(_ context.Context, k protocol.Keys, _, _ string, _ time.Duration) (int64, error) {
+	return 0, errs.Op(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.Name)
+}
+
+func (q *quorum) MoveFence(_ context.Context, k protocol.Keys, _ int64, _ time.Duration) error {
+	return errs.Op(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.Name)
+}
+
+func (q *quorum) unsupported(what string, k protocol.Keys) error {
+	return errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock", what, k.Name)
+}
+
+// Extend extends items on a majority of the members (extendAll).
+func (q *quorum) Extend(ctx context.Context, items []protocol.ExtendItem) ([]int64, error) {
+	codes, errs := q.ExtendAll(ctx, [][]protocol.ExtendItem{items})
+	return codes[0], errs[0]
+}
+
+// RaiseFence is asked of a RedLock's members only (raiseFenceAll), and a
+// RedLock is never a member of another.
+func (q *quorum) RaiseFence(_ context.Context, k protocol.Keys, _ string, _ int64, _ time.Duration) (int64, error) {
+	return 0, q.unsupported("raise the fence of", k)
+}
+
 type busyKey struct {
 	owner  string
 	member int
 }
-
-// QuorumError is the cause of a RedLock request (NewRedLock) that fewer
-// than a majority of the nodes answered in time: an acquire's error matches
-// it and ErrNotAcquired, a renewal's is in a lost lease's Err. It may
-// succeed if made again once the nodes are back.
-type QuorumError struct {
-	Answered int     // nodes that answered in time
-	Need     int     // a majority
-	Nodes    int     // all nodes
-	Errs     []error // of the nodes that did not answer in time, or failed
-}
-
-func (e *QuorumError) Error() string {
-	msg := fmt.Sprintf("%d of %d nodes answered in time, a majority is %d", e.Answered, e.Nodes, e.Need)
-	if len(e.Errs) == 0 {
-		return msg
-	}
-	// The most telling error first: one a node sent, not a timeout.
-	first := e.Errs[0]
-	for _, err := range e.Errs {
-		if !errors.Is(err, errNodeTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			first = err
-			break
-		}
-	}
-	msg += ": " + first.Error()
-	if len(e.Errs) > 1 {
-		msg += fmt.Sprintf(" (and %d more)", len(e.Errs)-1)
-	}
-	return msg
-}
-
-// Unwrap returns the nodes' errors.
-func (e *QuorumError) Unwrap() []error { return e.Errs }
-
-// errNodeTimeout is a member's error when it did not answer within the
-// per-node timeout.
-var errNodeTimeout = errors.New("no answer within the per-node timeout")
 
 // memberReply is one member's answer to a request.
 type memberReply[T any] struct {
@@ -100,7 +173,7 @@ type memberReply[T any] struct {
 // called before fanOut returns for each member whose answer will go there.
 type fan[T any] struct {
 	skip       func(i int) bool
-	call       func(ctx context.Context, m *node) (T, error)
+	call       func(ctx context.Context, m protocol.Backend) (T, error)
 	decide     func(r memberReply[T]) bool
 	late       func(r memberReply[T])
 	leftBehind func(i int)
@@ -110,7 +183,7 @@ type fan[T any] struct {
 // to f.decide until it returns true, every member sent it has answered, the
 // per-node timeout has passed or ctx has ended. It returns the answers
 // decide saw, by member; a member not sent the request, or not heard from,
-// has errNodeTimeout, or ctx's error if ctx ended. The requests are bounded
+// has errs.NodeTimeout, or ctx's error if ctx ended. The requests are bounded
 // by the per-node timeout, not by ctx or fanOut's return: one that is still
 // running when the outcome is known completes (a release or renewal reaches
 // the slower members too) and its answer goes to f.late.
@@ -124,7 +197,7 @@ func fanOut[T any](ctx context.Context, q *quorum, f fan[T]) []memberReply[T] {
 	seen := make([]bool, len(q.members))
 	pending := 0
 	for i := range q.members {
-		out[i] = memberReply[T]{i: i, err: errNodeTimeout}
+		out[i] = memberReply[T]{i: i, err: errs.NodeTimeout}
 		if called[i] = f.skip == nil || !f.skip(i); called[i] {
 			pending++
 		}
@@ -209,8 +282,8 @@ func errsOf[T any](replies []memberReply[T]) []error {
 }
 
 // short is the error of a request that fewer than a majority answered.
-func (q *quorum) short(answered int, errs []error) error {
-	return &QuorumError{Answered: answered, Need: q.need, Nodes: len(q.members), Errs: errs}
+func (q *quorum) short(answered int, failed []error) error {
+	return &errs.QuorumError{Answered: answered, Need: q.need, Nodes: len(q.members), Errs: failed}
 }
 
 // markBusy counts a request of owner's acquisition to member i that
@@ -277,11 +350,11 @@ func (q *quorum) undoTimeout() time.Duration { return max(q.timeout, time.Second
 // (retryRelease) until it does or the part's TTL from sent has run out, and
 // owner's later attempts keep off the member until then. It runs on a
 // goroutine q.wg counts.
-func (q *quorum) undo(k keys, owner string, i int, ttl time.Duration, sent time.Time) {
+func (q *quorum) undo(k protocol.Keys, owner string, i int, ttl time.Duration, sent time.Time) {
 	release := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, q.undoTimeout())
 		defer cancel()
-		_, err := q.members[i].release(ctx, k, owner, releaseLeave, ttl, 0)
+		_, err := q.members[i].Release(ctx, k, owner, protocol.ReleaseLeave, ttl, 0)
 		return err
 	}
 	if release(context.Background()) == nil {
@@ -292,11 +365,11 @@ func (q *quorum) undo(k keys, owner string, i int, ttl time.Duration, sent time.
 	q.markBusy(owner, i)
 	q.wg.Go(func() {
 		defer q.unbusy(owner, i)
-		_ = retryRelease(q.closing, sent.Add(ttl), ttl, release)
+		_ = protocol.RetryRelease(q.closing, sent.Add(ttl), ttl, release)
 	})
 }
 
-// acquire takes k's lock on a majority of the members, or registers owner as
+// Acquire takes k's lock on a majority of the members, or registers owner as
 // a waiter on the members where it is held. The fence is the largest of the
 // majority's, written to every member that may have less (raiseFence), and
 // acquire returns once a majority has it, so that every later majority,
@@ -304,7 +377,7 @@ func (q *quorum) undo(k keys, owner string, i int, ttl time.Duration, sent time.
 // counts as taken only if a majority took it and has its fence before the
 // lease's validity (TTL less elapsed time and drift) ran out; otherwise every
 // member's part is undone.
-func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, register time.Duration, extra []any) (acquireResult, error) {
+func (q *quorum) Acquire(ctx context.Context, k protocol.Keys, owner string, ttl, register time.Duration, extra ...any) (protocol.AcquireResult, error) {
 	sent := time.Now()
 	n := len(q.members)
 	var won, held, failed int
@@ -320,16 +393,16 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 	decided := make(chan struct{})
 	var kept bool
 	defer close(decided)
-	replies := fanOut(ctx, q, fan[acquireResult]{
+	replies := fanOut(ctx, q, fan[protocol.AcquireResult]{
 		skip: func(i int) bool { return q.isBusy(owner, i) },
-		call: func(ctx context.Context, m *node) (acquireResult, error) {
-			return m.acquire(ctx, k, owner, ttl, register, extra...)
+		call: func(ctx context.Context, m protocol.Backend) (protocol.AcquireResult, error) {
+			return m.Acquire(ctx, k, owner, ttl, register, extra...)
 		},
-		decide: func(r memberReply[acquireResult]) bool {
+		decide: func(r memberReply[protocol.AcquireResult]) bool {
 			switch {
 			case r.err != nil:
 				failed++
-			case r.v.fence > 0:
+			case r.v.Fence > 0:
 				won++
 			default:
 				held++
@@ -337,49 +410,49 @@ func (q *quorum) acquire(ctx context.Context, k keys, owner string, ttl, registe
 			switch {
 			case r.err != nil:
 				parts[r.i] = partUnknown
-			case r.v.fence > 0:
+			case r.v.Fence > 0:
 				parts[r.i] = partTaken
 			}
 			return won >= q.need || held+failed > n-q.need
 		},
 		leftBehind: func(i int) { q.markBusy(owner, i) },
-		late: func(r memberReply[acquireResult]) {
+		late: func(r memberReply[protocol.AcquireResult]) {
 			<-decided
-			if (!kept || q.hasEnded(owner)) && (r.err != nil || r.v.fence > 0) {
+			if (!kept || q.hasEnded(owner)) && (r.err != nil || r.v.Fence > 0) {
 				q.undo(k, owner, r.i, ttl, sent)
 			}
 			q.unbusy(owner, r.i)
 		},
 	})
 	if won >= q.need {
-		fence, err := q.raiseFence(ctx, k, owner, ttl, replies)
-		if err == nil && time.Since(sent) < ttl-drift(ttl) {
+		fence, err := q.raiseFenceAll(ctx, k, owner, ttl, replies)
+		if err == nil && time.Since(sent) < ttl-protocol.Drift(ttl) {
 			kept = true
-			return acquireResult{fence: fence}, nil
+			return protocol.AcquireResult{Fence: fence}, nil
 		}
 		q.undoAll(k, owner, ttl, sent, parts)
 		if err == nil {
 			err = fmt.Errorf("a majority took %v to grant it, past the lease's validity", time.Since(sent).Round(time.Millisecond))
 		}
-		return acquireResult{}, opErr(ErrNotAcquired, err, "acquire %q", k.name)
+		return protocol.AcquireResult{}, errs.Op(errs.ErrNotAcquired, err, "acquire %q", k.Name)
 	}
 	q.undoAll(k, owner, ttl, sent, parts)
 	if won+held < q.need {
-		return acquireResult{}, opErr(ErrNotAcquired, q.short(won+held, errsOf(replies)), "acquire %q", k.name)
+		return protocol.AcquireResult{}, errs.Op(errs.ErrNotAcquired, q.short(won+held, errsOf(replies)), "acquire %q", k.Name)
 	}
 	// Held: by another owner on a majority, or split between owners, none
 	// with a majority. The wait is the shortest the holders told (a holder
 	// that undoes its part, or releases, tells this waiter sooner); after a
 	// split, plus a short random pause, so that owners that split it do not
 	// meet again.
-	r := acquireResult{pttl: -time.Millisecond}
+	r := protocol.AcquireResult{Pttl: -time.Millisecond}
 	for _, rep := range replies {
-		if rep.err == nil && rep.v.fence == 0 && rep.v.pttl >= 0 && (r.pttl < 0 || rep.v.pttl < r.pttl) {
-			r.pttl = rep.v.pttl
+		if rep.err == nil && rep.v.Fence == 0 && rep.v.Pttl >= 0 && (r.Pttl < 0 || rep.v.Pttl < r.Pttl) {
+			r.Pttl = rep.v.Pttl
 		}
 	}
 	if won > 0 || held < q.need {
-		r.pttl = max(r.pttl, 0) + time.Millisecond + rand.N(10*time.Millisecond)
+		r.Pttl = max(r.Pttl, 0) + time.Millisecond + rand.N(10*time.Millisecond)
 	}
 	return r, nil
 }
@@ -397,7 +470,7 @@ const (
 // members that took it at once, waiting for each one's first try; on those
 // whose reply was an error in the background, since they may not answer for
 // a while, keeping owner's later attempts off them until it is done.
-func (q *quorum) undoAll(k keys, owner string, ttl time.Duration, sent time.Time, parts []part) {
+func (q *quorum) undoAll(k protocol.Keys, owner string, ttl time.Duration, sent time.Time, parts []part) {
 	var wg sync.WaitGroup
 	for i, p := range parts {
 		switch p {
@@ -418,19 +491,19 @@ func (q *quorum) undoAll(k keys, owner string, ttl time.Duration, sent time.Time
 	wg.Wait()
 }
 
-// raiseFence returns the largest fence of the members that granted the
+// raiseFenceAll returns the largest fence of the members that granted the
 // lock, after writing it to every member that may have less (raise_fence.lua
 // says why every one): it fails unless a majority has it.
-func (q *quorum) raiseFence(ctx context.Context, k keys, owner string, ttl time.Duration, replies []memberReply[acquireResult]) (int64, error) {
+func (q *quorum) raiseFenceAll(ctx context.Context, k protocol.Keys, owner string, ttl time.Duration, replies []memberReply[protocol.AcquireResult]) (int64, error) {
 	var fence int64
 	for _, r := range replies {
 		if r.err == nil {
-			fence = max(fence, r.v.fence)
+			fence = max(fence, r.v.Fence)
 		}
 	}
 	have, has := 0, make([]bool, len(q.members))
 	for _, r := range replies {
-		if r.err == nil && r.v.fence == fence {
+		if r.err == nil && r.v.Fence == fence {
 			have++
 			has[r.i] = true
 		}
@@ -440,8 +513,8 @@ func (q *quorum) raiseFence(ctx context.Context, k keys, owner string, ttl time.
 	}
 	raised := fanOut(ctx, q, fan[int64]{
 		skip: func(i int) bool { return has[i] },
-		call: func(ctx context.Context, m *node) (int64, error) {
-			return m.raiseFence(ctx, k, owner, fence, ttl)
+		call: func(ctx context.Context, m protocol.Backend) (int64, error) {
+			return m.RaiseFence(ctx, k, owner, fence, ttl)
 		},
 		decide: func(r memberReply[int64]) bool {
 			if r.err == nil {
@@ -453,28 +526,28 @@ func (q *quorum) raiseFence(ctx context.Context, k keys, owner string, ttl time.
 	if have >= q.need {
 		return fence, nil
 	}
-	var errs []error
+	var failed []error
 	for i, r := range raised {
 		if !has[i] && r.err != nil {
-			errs = append(errs, r.err)
+			failed = append(failed, r.err)
 		}
 	}
-	return 0, opErr(nil, q.short(have, errs), "raise the fence of %q to %d", k.name, fence)
+	return 0, errs.Op(nil, q.short(have, failed), "raise the fence of %q to %d", k.Name, fence)
 }
 
-// reenter adds a hold of owner on every member; it counts when a majority
+// Reenter adds a hold of owner on every member; it counts when a majority
 // added it.
-func (q *quorum) reenter(ctx context.Context, k keys, owner string, ttl time.Duration, count int, extra []any) (acquireResult, error) {
+func (q *quorum) Reenter(ctx context.Context, k protocol.Keys, owner string, ttl time.Duration, count int, extra ...any) (protocol.AcquireResult, error) {
 	var done, gone int
 	n := len(q.members)
-	replies := fanOut(ctx, q, fan[acquireResult]{
-		call: func(ctx context.Context, m *node) (acquireResult, error) {
-			return m.reenter(ctx, k, owner, ttl, count, extra...)
+	replies := fanOut(ctx, q, fan[protocol.AcquireResult]{
+		call: func(ctx context.Context, m protocol.Backend) (protocol.AcquireResult, error) {
+			return m.Reenter(ctx, k, owner, ttl, count, extra...)
 		},
-		decide: func(r memberReply[acquireResult]) bool {
+		decide: func(r memberReply[protocol.AcquireResult]) bool {
 			switch {
 			case r.err != nil:
-			case r.v.reentered:
+			case r.v.Reentered:
 				done++
 			default:
 				gone++
@@ -484,32 +557,32 @@ func (q *quorum) reenter(ctx context.Context, k keys, owner string, ttl time.Dur
 	})
 	switch {
 	case done >= q.need:
-		return acquireResult{reentered: true}, nil
+		return protocol.AcquireResult{Reentered: true}, nil
 	case gone > n-q.need:
-		return acquireResult{gone: true}, nil
+		return protocol.AcquireResult{Gone: true}, nil
 	}
-	return acquireResult{}, opErr(nil, q.short(done+gone, errsOf(replies)), "re-enter %q", k.name)
+	return protocol.AcquireResult{}, errs.Op(nil, q.short(done+gone, errsOf(replies)), "re-enter %q", k.Name)
 }
 
-// release gives back owner's hold on every member. The result is the code a
+// Release gives back owner's hold on every member. The result is the code a
 // majority answered (codeDone, or codeHeld for releaseOne); else, if the
 // members that answered otherwise leave no majority that could have,
 // codeOther if one of them has another owner, codeGone if not; else an
 // error: too few answered to tell.
-func (q *quorum) release(ctx context.Context, k keys, owner string, mode releaseMode, ttl time.Duration, count int) (int64, error) {
-	if mode != releaseOne {
+func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, mode protocol.ReleaseMode, ttl time.Duration, count int) (int64, error) {
+	if mode != protocol.ReleaseOne {
 		q.end(owner)
 	}
 	n := len(q.members)
 	var ok, not int
 	replies := fanOut(ctx, q, fan[int64]{
-		call: func(ctx context.Context, m *node) (int64, error) {
-			return m.release(ctx, k, owner, mode, ttl, count)
+		call: func(ctx context.Context, m protocol.Backend) (int64, error) {
+			return m.Release(ctx, k, owner, mode, ttl, count)
 		},
 		decide: func(r memberReply[int64]) bool {
 			switch {
 			case r.err != nil:
-			case r.v == codeDone || r.v == codeHeld:
+			case r.v == protocol.CodeDone || r.v == protocol.CodeHeld:
 				ok++
 			default:
 				not++
@@ -517,37 +590,37 @@ func (q *quorum) release(ctx context.Context, k keys, owner string, mode release
 			return ok >= q.need || not > n-q.need
 		},
 	})
-	if mode == releaseLeave {
+	if mode == protocol.ReleaseLeave {
 		if ok+not == 0 {
-			return 0, opErr(nil, q.short(0, errsOf(replies)), "release %q", k.name)
+			return 0, errs.Op(nil, q.short(0, errsOf(replies)), "release %q", k.Name)
 		}
-		return codeDone, nil
+		return protocol.CodeDone, nil
 	}
-	want := int64(codeDone)
-	if mode == releaseOne {
-		want = codeHeld
+	want := int64(protocol.CodeDone)
+	if mode == protocol.ReleaseOne {
+		want = protocol.CodeHeld
 	}
 	switch {
 	case ok >= q.need:
 		return want, nil
 	case not > n-q.need:
 		for _, r := range replies {
-			if r.err == nil && r.v == codeOther {
-				return codeOther, nil
+			if r.err == nil && r.v == protocol.CodeOther {
+				return protocol.CodeOther, nil
 			}
 		}
-		return codeGone, nil
+		return protocol.CodeGone, nil
 	}
-	return 0, opErr(nil, q.short(ok+not, errsOf(replies)), "release %q", k.name)
+	return 0, errs.Op(nil, q.short(ok+not, errsOf(replies)), "release %q", k.Name)
 }
 
-// extendAll runs every call on every member, each member in one pipeline.
+// ExtendAll runs every call on every member, each member in one pipeline.
 // A lease is extended when a majority extended it; it is lost (with the code
 // of a member that refused it) when the refusals leave no majority that
 // could have; it is stale (codeStale) when the refusals and the members
 // that ran a later Extend leave none; otherwise its call fails, to be tried
 // again.
-func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64, []error) {
+func (q *quorum) ExtendAll(ctx context.Context, calls [][]protocol.ExtendItem) ([][]int64, []error) {
 	n := len(q.members)
 	ok := make([][]int, len(calls))
 	not := make([][]int, len(calls))
@@ -570,8 +643,8 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 		errs  []error
 	}
 	replies := fanOut(ctx, q, fan[answer]{
-		call: func(ctx context.Context, m *node) (answer, error) {
-			codes, errs := m.extendAll(ctx, calls)
+		call: func(ctx context.Context, m protocol.Backend) (answer, error) {
+			codes, errs := m.ExtendAll(ctx, calls)
 			return answer{codes, errs}, nil
 		},
 		decide: func(r memberReply[answer]) bool {
@@ -581,9 +654,9 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 				}
 				for j, c := range r.v.codes[i] {
 					switch c {
-					case codeDone:
+					case protocol.CodeDone:
 						ok[i][j]++
-					case codeStale:
+					case protocol.CodeStale:
 						stale[i][j]++
 					default:
 						not[i][j]++
@@ -593,23 +666,23 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 			return settled()
 		},
 	})
-	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
+	codes, callErrs := make([][]int64, len(calls)), make([]error, len(calls))
 	for i, items := range calls {
 		codes[i] = make([]int64, len(items))
 		for j := range items {
 			switch {
 			case ok[i][j] >= q.need:
-				codes[i][j] = codeDone
+				codes[i][j] = protocol.CodeDone
 			case not[i][j] > n-q.need:
-				codes[i][j] = codeGone
+				codes[i][j] = protocol.CodeGone
 				for _, r := range replies {
-					if r.err == nil && r.v.errs[i] == nil && r.v.codes[i][j] == codeOther {
-						codes[i][j] = codeOther
+					if r.err == nil && r.v.errs[i] == nil && r.v.codes[i][j] == protocol.CodeOther {
+						codes[i][j] = protocol.CodeOther
 					}
 				}
 			case not[i][j]+stale[i][j] > n-q.need:
-				codes[i][j] = codeStale
-			case errs[i] == nil:
+				codes[i][j] = protocol.CodeStale
+			case callErrs[i] == nil:
 				var merrs []error
 				for _, r := range replies {
 					switch {
@@ -619,23 +692,23 @@ func (q *quorum) extendAll(ctx context.Context, calls [][]extendItem) ([][]int64
 						merrs = append(merrs, r.v.errs[i])
 					}
 				}
-				errs[i] = opErr(nil, q.short(ok[i][j]+not[i][j], merrs), "extend %d leases", len(items))
+				callErrs[i] = errs.Op(nil, q.short(ok[i][j]+not[i][j], merrs), "extend %d leases", len(items))
 			}
 		}
 	}
-	return codes, errs
+	return codes, callErrs
 }
 
-// ttl returns how long a majority of the members still hold owner's lease:
+// TTL returns how long a majority of the members still hold owner's lease:
 // the need-th longest time left among those that hold it.
-func (q *quorum) ttl(ctx context.Context, k keys, owner string) (time.Duration, int64, error) {
+func (q *quorum) TTL(ctx context.Context, k protocol.Keys, owner string) (time.Duration, int64, error) {
 	type left struct {
 		d    time.Duration
 		code int64
 	}
 	replies := fanOut(ctx, q, fan[left]{
-		call: func(ctx context.Context, m *node) (left, error) {
-			d, code, err := m.ttl(ctx, k, owner)
+		call: func(ctx context.Context, m protocol.Backend) (left, error) {
+			d, code, err := m.TTL(ctx, k, owner)
 			return left{d, code}, err
 		},
 		decide: func(memberReply[left]) bool { return false },
@@ -645,11 +718,11 @@ func (q *quorum) ttl(ctx context.Context, k keys, owner string) (time.Duration, 
 	for _, r := range replies {
 		switch {
 		case r.err != nil:
-		case r.v.code == codeDone:
+		case r.v.code == protocol.CodeDone:
 			lefts = append(lefts, r.v.d)
 		default:
 			not++
-			other = other || r.v.code == codeOther
+			other = other || r.v.code == protocol.CodeOther
 		}
 	}
 	switch {
@@ -662,24 +735,24 @@ func (q *quorum) ttl(ctx context.Context, k keys, owner string) (time.Duration, 
 			return d
 		}
 		slices.SortFunc(lefts, func(a, b time.Duration) int { return cmp.Compare(key(b), key(a)) })
-		return lefts[q.need-1], codeDone, nil
+		return lefts[q.need-1], protocol.CodeDone, nil
 	case not > len(q.members)-q.need && other:
-		return 0, codeOther, nil
+		return 0, protocol.CodeOther, nil
 	case not > len(q.members)-q.need:
-		return 0, codeGone, nil
+		return 0, protocol.CodeGone, nil
 	}
-	return 0, 0, opErr(nil, q.short(len(lefts)+not, errsOf(replies)), "ttl %q", k.name)
+	return 0, 0, errs.Op(nil, q.short(len(lefts)+not, errsOf(replies)), "ttl %q", k.Name)
 }
 
-// evictionPolicy returns the first member's policy that is not noeviction,
+// EvictionPolicy returns the first member's policy that is not noeviction,
 // or noeviction; known is false if a member would not tell.
-func (q *quorum) evictionPolicy(ctx context.Context) (string, bool, error) {
+func (q *quorum) EvictionPolicy(ctx context.Context) (string, bool, error) {
 	policy, known := "noeviction", true
 	for i, m := range q.members {
-		p, ok, err := m.evictionPolicy(ctx)
+		p, ok, err := m.EvictionPolicy(ctx)
 		switch {
 		case err != nil:
-			return "", false, opErr(nil, err, "node %d", i)
+			return "", false, errs.Op(nil, err, "node %d", i)
 		case !ok:
 			known = false
 		case p != "noeviction":

@@ -1,4 +1,4 @@
-package dlock
+package protocol
 
 import (
 	"context"
@@ -103,8 +103,8 @@ func (b *batcher) next(sending bool) []*batched {
 	return batch
 }
 
-// settle waits until no goroutine of b sends a pipeline.
-func (b *batcher) settle() {
+// Settle waits until no goroutine of b sends a pipeline.
+func (b *batcher) Settle() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for b.sending > 0 {

@@ -1,10 +1,13 @@
-package dlock
+// Package notify is the notifier floor: the pub/sub messages that wake a
+// Client's waiters (Notifier).
+package notify
 
 import (
 	"container/list"
 	"context"
 	"errors"
-	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"log/slog"
 	"slices"
 	"strings"
@@ -14,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// notifier receives the messages that wake a Client's waiters. A Client
+// Notifier receives the messages that wake a Client's waiters. A Client
 // listens on one shard channel per lock it waits for (the lock's channel stem
 // + its id), in the lock's hash slot: on a Cluster, the message of a release
 // stays on the shard that holds the lock. The notifier keeps one pub/sub
@@ -35,11 +38,14 @@ import (
 // (a half-open connection), or the server drops a channel because its slot
 // moved (a failover, a resharding), the waiters are woken so that they look
 // for themselves, and the channels are subscribed again, where they live now.
-type notifier struct {
-	node    *node
-	bg      *background
+type Notifier struct {
+	backend protocol.Backend
+	// later runs f in the background, which Close waits for (once Close
+	// waits, on the caller's goroutine).
+	later   func(f func())
 	log     *slog.Logger
 	closing <-chan struct{}
+	cfg     Config
 
 	// subMu orders every SSUBSCRIBE and SUNSUBSCRIBE the notifier sends, and
 	// the replacement of a connection, so that what a server last heard about
@@ -48,7 +54,7 @@ type notifier struct {
 
 	mu     sync.Mutex
 	shards map[string]*shard // by the address of the node serving them; "" on a single server
-	gates  map[string]*gate
+	gates  map[string]*Gate
 	idle   *list.List // gates without waiters, oldest first, still subscribed
 	closed bool
 	wg     sync.WaitGroup // the receive loops, and resubscriptions
@@ -64,9 +70,9 @@ type shard struct {
 	pending map[string]int
 }
 
-// gate is where this process's waiters for one lock wait.
-type gate struct {
-	k       keys
+// Gate is where this process's waiters for one lock wait.
+type Gate struct {
+	k       protocol.Keys
 	ttl     time.Duration // of the primitive that made the gate; sets the grant lease of a lock passed on
 	channel string
 	// shs are where the channel is subscribed: one shard, or on a RedLock
@@ -84,66 +90,76 @@ type gate struct {
 	// made again after the server dropped the channel.
 	again   chan struct{}
 	refs    int // joins not yet left
-	waiters map[string]*waiter
+	waiters map[string]*Waiter
 	idle    *list.Element // in notifier.idle while refs == 0
 }
 
-// waiter is one waiting Lock call, known by its owner id.
-type waiter struct {
+// Waiter is one waiting Lock call, known by its owner id.
+type Waiter struct {
 	owner string
-	// wake gets the message that woke the waiter, parsed (the zero wake
+	// Wake gets the message that woke the waiter, parsed (the zero wake
 	// after a broken connection); capacity 1, so that it never blocks the
 	// notifier: a message that finds it full is dropped, the waiter being
 	// awake.
-	wake chan wake
+	Wake chan protocol.Wake
 }
 
-// drain empties w.wake: a message that came before a request is answered
+// Drain empties w.wake: a message that came before a request is answered
 // by that request.
-func (w *waiter) drain() {
+func (w *Waiter) Drain() {
 	select {
-	case <-w.wake:
+	case <-w.Wake:
 	default:
 	}
 }
 
-func (w *waiter) signal(msg wake) {
+func (w *Waiter) signal(msg protocol.Wake) {
 	select {
-	case w.wake <- msg:
+	case w.Wake <- msg:
 	default:
 	}
 }
 
-// maxIdleGates is how many channels stay subscribed with nobody waiting, so
-// that a lock contended over and over is not subscribed again for every wait.
-var maxIdleGates = 256
-
-// healthCheck is how long a receive loop waits in silence before it pings
-// its connection; pongWait is how long it then waits for any word from the
-// server before it takes the connection for dead and makes another.
-var (
-	healthCheck = 30 * time.Second
-	pongWait    = 5 * time.Second
-)
-
-func newNotifier(n *node, bg *background, log *slog.Logger, closing <-chan struct{}) *notifier {
-	return &notifier{node: n, bg: bg, log: log, closing: closing,
-		shards: make(map[string]*shard), gates: make(map[string]*gate), idle: list.New()}
+// Config is a notifier's tuning, which tests change per Client.
+type Config struct {
+	// MaxIdleGates is how many channels stay subscribed with nobody
+	// waiting, so that a lock contended over and over is not subscribed
+	// again for every wait.
+	MaxIdleGates int
+	// HealthCheck is how long a receive loop waits in silence before it
+	// pings its connection; pongWait is how long it then waits for any word
+	// from the server before it takes the connection for dead and makes
+	// another.
+	HealthCheck, PongWait time.Duration
+	// BeforeUnsubscribe, if not nil, runs before unsubscribe decides which
+	// channels to let go; tests use it to make a join race the decision.
+	BeforeUnsubscribe func()
 }
 
-// join returns the gate of channel, for lock k, subscribed: Redis has
+var DefaultConfig = Config{
+	MaxIdleGates: 256,
+	HealthCheck:  30 * time.Second,
+	PongWait:     5 * time.Second,
+}
+
+func New(n protocol.Backend, later func(func()), log *slog.Logger, closing <-chan struct{}, cfg Config) *Notifier {
+	return &Notifier{backend: n, later: later, log: log, closing: closing, cfg: cfg,
+		shards: make(map[string]*shard), gates: make(map[string]*Gate), idle: list.New()}
+}
+
+// Join returns the gate of channel, for lock k, subscribed: Redis has
 // confirmed the subscription when join returns, so any message from then on
 // arrives. Every join must be followed by one leave.
-func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel string) (*gate, error) {
+func (n *Notifier) Join(ctx context.Context, k protocol.Keys, ttl time.Duration, channel string) (*Gate, error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errs.ErrClosed
 	}
 	g := n.gates[channel]
 	subscribe := g == nil
 	if subscribe {
-		g = &gate{k: k, ttl: ttl, channel: channel, ready: make(chan struct{}), waiters: make(map[string]*waiter)}
+		g = &Gate{k: k, ttl: ttl, channel: channel, ready: make(chan struct{}), waiters: make(map[string]*Waiter)}
 		n.gates[channel] = g
 	}
 	n.use(g)
@@ -151,7 +167,7 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 
 	if subscribe {
 		if err := n.subscribe(ctx, g); err != nil {
-			err = opErr(nil, err, "subscribe to %s", channel)
+			err = errs.Op(nil, err, "subscribe to %s", channel)
 			n.fail(g, err)
 			return nil, err
 		}
@@ -159,33 +175,34 @@ func (n *notifier) join(ctx context.Context, k keys, ttl time.Duration, channel 
 	select {
 	case <-g.ready:
 		if g.subErr != nil {
-			n.leave(g)
+			n.Leave(g)
 			return nil, g.subErr
 		}
 		return g, nil
 	case <-ctx.Done():
-		n.leave(g)
+		n.Leave(g)
 		return nil, ctx.Err()
 	case <-n.closing:
-		n.leave(g)
-		return nil, ErrClosed
+		n.Leave(g)
+		return nil, errs.ErrClosed
 	}
 }
 
 // subscribe sends SSUBSCRIBE for g's channel on the connection of each
 // shard that serves it now: one, or on a RedLock one per member, of which a
 // majority must take it.
-func (n *notifier) subscribe(ctx context.Context, g *gate) error {
+func (n *Notifier) subscribe(ctx context.Context, g *Gate) error {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
-	places, need, err := n.node.places(ctx, g.channel)
+	ps, err := n.backend.Places(ctx, g.channel)
 	if err != nil {
 		return err
 	}
+	places, need := ps.At, ps.Need
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return ErrClosed
+		return errs.ErrClosed
 	}
 	type send struct {
 		sh    *shard
@@ -193,18 +210,18 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 	}
 	sends := make([]send, 0, len(places))
 	g.shs, g.got, g.need, g.refused = g.shs[:0], g.got[:0], need, 0
-	quorum := n.node.q != nil
+	quorum := ps.Apart
 	for _, p := range places {
-		sh := n.shards[p.addr]
+		sh := n.shards[p.Addr]
 		fresh := sh == nil
 		if fresh {
-			sh = &shard{addr: p.addr, rdb: p.rdb, pending: make(map[string]int)}
-			n.shards[p.addr] = sh
+			sh = &shard{addr: p.Addr, rdb: p.RDB, pending: make(map[string]int)}
+			n.shards[p.Addr] = sh
 			if quorum {
 				// A RedLock member's connection is made now, with no channel
 				// (which sends nothing), so that the subscriptions below can
 				// go out without waiting for it.
-				sh.ps = p.rdb.SSubscribe(context.Background())
+				sh.ps = p.RDB.SSubscribe(context.Background())
 				n.wg.Add(1)
 				go n.receive(sh)
 				fresh = false
@@ -233,10 +250,7 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 				}
 			})
 		}
-		if len(sends) < need {
-			return fmt.Errorf("%d of %d nodes reachable, a majority is %d", len(sends), len(n.node.q.members), need)
-		}
-		return nil
+		return ps.Short
 	}
 	// The connection is shared: a caller's deadline cutting the write short
 	// would break it for every waiter of this Client. The write is local and
@@ -268,10 +282,10 @@ func (n *notifier) subscribe(ctx context.Context, g *gate) error {
 	return nil
 }
 
-// joinSubscribed is join for the channel stem + suffix, if its subscription
+// JoinSubscribed is join for the channel stem + suffix, if its subscription
 // is in place already; it returns nil, and joins nothing, otherwise. Every
 // wait starts here, so the name is put together without an allocation.
-func (n *notifier) joinSubscribed(stem, suffix string) *gate {
+func (n *Notifier) JoinSubscribed(stem, suffix string) *Gate {
 	var buf [128]byte
 	channel := append(append(buf[:0], stem...), suffix...)
 	n.mu.Lock()
@@ -285,7 +299,7 @@ func (n *notifier) joinSubscribed(stem, suffix string) *gate {
 }
 
 // use counts one more join of g. n.mu must be held.
-func (n *notifier) use(g *gate) {
+func (n *Notifier) use(g *Gate) {
 	if g.idle != nil {
 		n.idle.Remove(g.idle)
 		g.idle = nil
@@ -295,7 +309,7 @@ func (n *notifier) use(g *gate) {
 
 // fail forgets a gate whose subscription failed, so that the next join tries
 // again, and tells the waiters that joined it meanwhile.
-func (n *notifier) fail(g *gate, err error) {
+func (n *Notifier) fail(g *Gate, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	g.refs--
@@ -309,16 +323,16 @@ func (n *notifier) fail(g *gate, err error) {
 	}
 }
 
-// leave gives back a gate from join. A gate nobody waits on stays subscribed
-// until maxIdleGates newer ones are idle.
-func (n *notifier) leave(g *gate) {
+// Leave gives back a gate from join. A gate nobody waits on stays subscribed
+// until cfg.maxIdleGates newer ones are idle.
+func (n *Notifier) Leave(g *Gate) {
 	n.mu.Lock()
 	g.refs--
-	var evict []*gate
+	var evict []*Gate
 	if g.refs == 0 && n.gates[g.channel] == g {
 		g.idle = n.idle.PushBack(g)
-		for n.idle.Len() > maxIdleGates {
-			old := n.idle.Remove(n.idle.Front()).(*gate)
+		for n.idle.Len() > n.cfg.MaxIdleGates {
+			old := n.idle.Remove(n.idle.Front()).(*Gate)
 			old.idle = nil
 			delete(n.gates, old.channel)
 			evict = append(evict, old)
@@ -333,10 +347,12 @@ func (n *notifier) leave(g *gate) {
 // unsubscribe sends SUNSUBSCRIBE for the channels of gates that no join has
 // taken up again meanwhile: a join that did is ordered after this by subMu,
 // so its SSUBSCRIBE comes later and stands.
-func (n *notifier) unsubscribe(gates []*gate) {
+func (n *Notifier) unsubscribe(gates []*Gate) {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
-	testHookUnsubscribe()
+	if n.cfg.BeforeUnsubscribe != nil {
+		n.cfg.BeforeUnsubscribe()
+	}
 	byShard := make(map[*shard][]string)
 	n.mu.Lock()
 	for _, g := range gates {
@@ -357,58 +373,54 @@ func (n *notifier) unsubscribe(gates []*gate) {
 	}
 }
 
-// testHookUnsubscribe runs before unsubscribe decides which channels to let
-// go; tests use it to make a join race the decision.
-var testHookUnsubscribe = func() {}
-
-// enter makes owner a waiter of g, to be woken by messages naming it.
-func (n *notifier) enter(g *gate, owner string) *waiter {
-	w := &waiter{owner: owner, wake: make(chan wake, 1)}
+// Enter makes owner a waiter of g, to be woken by messages naming it.
+func (n *Notifier) Enter(g *Gate, owner string) *Waiter {
+	w := &Waiter{owner: owner, Wake: make(chan protocol.Wake, 1)}
 	n.mu.Lock()
 	g.waiters[owner] = w
 	n.mu.Unlock()
 	return w
 }
 
-// exit ends w's wait. If w gives up (registered is true and it did not take
+// Exit ends w's wait. If w gives up (registered is true and it did not take
 // the lock), its registration is removed from Redis, and the lock passed on if
 // it was granted to w.
-func (n *notifier) exit(g *gate, w *waiter, registered bool) {
+func (n *Notifier) Exit(g *Gate, w *Waiter, registered bool) {
 	n.mu.Lock()
 	delete(g.waiters, w.owner)
 	n.mu.Unlock()
 	if registered {
-		n.unregister(g.k, g.ttl, w.owner)
+		n.Unregister(g.k, g.ttl, w.owner)
 	}
 }
 
-// unregister removes owner's registration as a waiter of lock k (whose TTL
+// Unregister removes owner's registration as a waiter of lock k (whose TTL
 // is ttl), and if the lock was granted to owner, passes it
 // to the next waiter or frees it. It runs in the background, which Close waits for, since the
 // caller may be a Lock that is returning or the receive loop; once Close
 // waits, it runs on the caller's goroutine (a waiting Lock, which Close waits
 // for too).
-func (n *notifier) unregister(k keys, ttl time.Duration, owner string) {
-	n.bg.doSoon(func() {
+func (n *Notifier) Unregister(k protocol.Keys, ttl time.Duration, owner string) {
+	n.later(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := n.node.release(ctx, k, owner, releaseLeave, ttl, 0); err != nil {
-			n.log.Warn("dlock: removing a waiter that gave up failed", "lock", k.name, "err", err)
+		if _, err := n.backend.Release(ctx, k, owner, protocol.ReleaseLeave, ttl, 0); err != nil {
+			n.log.Warn("dlock: removing a waiter that gave up failed", "lock", k.Name, "err", err)
 		}
 	})
 }
 
 // receive reads sh's connection until the notifier closes.
-func (n *notifier) receive(sh *shard) {
+func (n *Notifier) receive(sh *shard) {
 	defer n.wg.Done()
 	ctx := context.Background()
 	ps := sh.ps
 	pinged := false // a PING went out, and nothing has come back since
 	down := 0       // receives failed in a row, up to 4
 	for {
-		wait := healthCheck
+		wait := n.cfg.HealthCheck
 		if pinged {
-			wait = pongWait
+			wait = n.cfg.PongWait
 		}
 		msg, err := ps.ReceiveTimeout(ctx, wait)
 		if err != nil {
@@ -443,7 +455,7 @@ func (n *notifier) receive(sh *shard) {
 				// answers SUNSUBSCRIBE or SSUBSCRIBE of a channel whose slot
 				// has moved.
 				n.log.Debug("dlock: wake-up connection got an error reply", "node", sh.addr, "err", err)
-				n.node.failed(err)
+				n.backend.Failed(err)
 				continue
 			}
 			// The connection broke; go-redis reconnects and subscribes again
@@ -452,7 +464,7 @@ func (n *notifier) receive(sh *shard) {
 			// server stays unreachable, try again less and less often (on a
 			// RedLock, a member can stay down while the others serve).
 			pinged = false
-			n.node.failed(err)
+			n.backend.Failed(err)
 			if down == 0 {
 				n.log.Warn("dlock: wake-up messages interrupted", "node", sh.addr, "err", err)
 				n.wakeAll(sh)
@@ -494,7 +506,7 @@ func subscribeRefused(reply redis.Error) bool {
 // docs/acl.md), so each of them is refused too; their waiters return err at
 // once rather than waiting for their contexts. On a RedLock, a gate fails
 // only once too few members are left to confirm it.
-func (n *notifier) refused(sh *shard, err error) {
+func (n *Notifier) refused(sh *shard, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for ch, g := range n.gates {
@@ -507,7 +519,7 @@ func (n *notifier) refused(sh *shard, err error) {
 			continue
 		}
 		delete(n.gates, ch)
-		g.subErr = opErr(nil, err, "subscribe to %s", ch)
+		g.subErr = errs.Op(nil, err, "subscribe to %s", ch)
 		g.readyOK = true
 		close(g.ready)
 	}
@@ -517,7 +529,7 @@ func (n *notifier) refused(sh *shard, err error) {
 // The channel's gate is ready once the last SSUBSCRIBE sent for it is
 // confirmed: an earlier one may have been undone by an SUNSUBSCRIBE sent
 // after it.
-func (n *notifier) confirmed(sh *shard, channel string) {
+func (n *Notifier) confirmed(sh *shard, channel string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if sh.pending[channel] > 1 {
@@ -548,13 +560,13 @@ func (n *notifier) confirmed(sh *shard, channel string) {
 // asked for (an idle gate let go) needs nothing. One the server decided (the
 // channel's slot moved to another node: a failover, a resharding) is taken
 // up where the slot lives now, and its waiters woken meanwhile.
-func (n *notifier) dropped(sh *shard, channel string) {
+func (n *Notifier) dropped(sh *shard, channel string) {
 	n.mu.Lock()
 	g := n.gates[channel]
 	moved := g != nil && slices.Contains(g.shs, sh)
 	if moved {
 		for _, w := range g.waiters {
-			w.signal(wake{})
+			w.signal(protocol.Wake{})
 		}
 	}
 	n.mu.Unlock()
@@ -586,12 +598,12 @@ func (n *notifier) dropped(sh *shard, channel string) {
 // dropped, and reports whether Redis confirmed it within resubscribeWait.
 // It waits a while for the Cluster's slot map to show the channel's new
 // server: go-redis loads it in the background.
-func (n *notifier) resubscribe(g *gate, old *shard, attempt int) bool {
+func (n *Notifier) resubscribe(g *Gate, old *shard, attempt int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), resubscribeWait)
 	defer cancel()
-	n.node.reload()
+	n.backend.Reload()
 	for {
-		addr, err := n.node.shardOf(ctx, g.channel)
+		addr, err := n.backend.ShardOf(ctx, g.channel)
 		if err == nil && addr != old.addr {
 			break
 		}
@@ -629,7 +641,7 @@ var resubscribeWait = 2 * time.Second
 // reconnect replaces sh's connection, which stopped answering, by a new one
 // subscribed to every channel of sh's gates. It returns the new connection,
 // or nil if the notifier closed meanwhile.
-func (n *notifier) reconnect(sh *shard) *redis.PubSub {
+func (n *Notifier) reconnect(sh *shard) *redis.PubSub {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	n.mu.Lock()
@@ -657,7 +669,7 @@ func (n *notifier) reconnect(sh *shard) *redis.PubSub {
 	return ps
 }
 
-func (n *notifier) isClosed() bool {
+func (n *Notifier) isClosed() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.closed
@@ -668,40 +680,40 @@ func (n *notifier) isClosed() bool {
 // waiter that has gone needs nothing: a waiter leaves either with the lock,
 // or after removing its registration, which gives back a grant made to it
 // (releaseLeave).
-func (n *notifier) deliver(channel, msg string) {
+func (n *Notifier) deliver(channel, msg string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	g := n.gates[channel]
 	if g == nil {
 		return
 	}
-	m := parseWake(msg)
-	if m.owner == "*" {
+	m := protocol.ParseWake(msg)
+	if m.Owner == "*" {
 		for _, w := range g.waiters {
 			w.signal(m)
 		}
 		return
 	}
-	if w := g.waiters[m.owner]; w != nil {
+	if w := g.waiters[m.Owner]; w != nil {
 		w.signal(m)
 	}
 }
 
 // wakeAll wakes the waiters of every gate subscribed on sh.
-func (n *notifier) wakeAll(sh *shard) {
+func (n *Notifier) wakeAll(sh *shard) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, g := range n.gates {
 		if slices.Contains(g.shs, sh) {
 			for _, w := range g.waiters {
-				w.signal(wake{})
+				w.signal(protocol.Wake{})
 			}
 		}
 	}
 }
 
-// close closes every connection and waits for the receive loops.
-func (n *notifier) close() {
+// Close closes every connection and waits for the receive loops.
+func (n *Notifier) Close() {
 	n.subMu.Lock()
 	n.mu.Lock()
 	n.closed = true
@@ -719,7 +731,7 @@ func (n *notifier) close() {
 
 // confirmedBy counts the shards that confirmed g's subscription.
 // notifier.mu must be held.
-func confirmedBy(g *gate) int {
+func confirmedBy(g *Gate) int {
 	c := 0
 	for _, ok := range g.got {
 		if ok {
@@ -732,4 +744,17 @@ func confirmedBy(g *gate) int {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
+}
+
+// ReadyChannels returns the channels n believes it is subscribed to.
+func (n *Notifier) ReadyChannels() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var chs []string
+	for ch, g := range n.gates {
+		if g.readyOK && g.subErr == nil {
+			chs = append(chs, ch)
+		}
+	}
+	return chs
 }

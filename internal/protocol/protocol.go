@@ -1,0 +1,1029 @@
+package protocol
+
+// The node: one deployment's Backend. Each request names its
+// script, builds the KEYS and ARGV that script's header (lua/*.lua) lists,
+// and decodes the reply into Go values. Nothing here waits, retries or keeps
+// state: the floors above decide what a reply means for a lease.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Node is a Redis deployment that holds locks: a plain, Sentinel or Cluster
+// go-redis client. A Client runs on one node; a lock is on the node that
+// owns its keys, which go-redis finds for a Cluster.
+type Node struct {
+	rdb redis.UniversalClient
+	// cmd runs the scripts: rdb itself, or its autopipeliner
+	// (WithAutoPipeline); proc sends the acquire and release calls built
+	// here: the autopipeliner, or rdb through a batcher, or, if rdb gives
+	// up a request at its context's end, rdb itself.
+	cmd  redis.Scripter
+	proc interface {
+		Process(context.Context, redis.Cmder) error
+	}
+	// batch, if not nil, is the batcher proc sends through.
+	batch *batcher
+	// ctxAware: cmd gives up a request at its context's deadline by itself
+	// (rdb made with ContextTimeoutEnabled, and no autopipeliner).
+	ctxAware bool
+	// Cluster: keys of different hash slots may live on different servers,
+	// so one script call must not span slots.
+	Cluster bool
+	// scripts are the scripts the node runs: defaultScripts, unless a
+	// test's Client asked for others.
+	scripts *ScriptSet
+}
+
+func NewNode(rdb redis.UniversalClient, autoPipeline bool, scripts *ScriptSet) (*Node, error) {
+	n := &Node{rdb: rdb, cmd: rdb, proc: rdb, scripts: scripts}
+	switch r := rdb.(type) {
+	case *redis.Client:
+		n.ctxAware = r.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		n.ctxAware, n.Cluster = r.Options().ContextTimeoutEnabled, true
+	case *redis.Ring:
+		n.ctxAware, n.Cluster = r.Options().ContextTimeoutEnabled, true
+	}
+	switch {
+	case autoPipeline:
+		ap, err := rdb.AutoPipeline()
+		if err != nil {
+			return nil, err
+		}
+		n.cmd, n.proc, n.ctxAware = ap, ap, false
+	case !n.ctxAware:
+		// Its requests do not give up at their context's end anyway, so
+		// that a request waits for a batch changes nothing for the caller.
+		n.batch = newBatcher(rdb)
+		n.proc = n.batch
+	}
+	return n, nil
+}
+
+// Settle waits for the pipelines of n's batcher, which outlive the requests
+// they carry.
+func (n *Node) Settle() {
+	if n.batch != nil {
+		n.batch.Settle()
+	}
+}
+
+// Traits: a node's requests give up at their context's end if its Redis
+// client does so (ctxAware), and its waiters may take a lock on a grant
+// message.
+func (n *Node) Traits() Traits { return Traits{CtxAware: n.ctxAware, GrantWake: true, Admin: true} }
+
+// KindFor: every kind runs on a node.
+func (n *Node) KindFor(k *Kind) *Kind { return k }
+
+// A kind is a lock type's scripts and the layout of its keys. Each key list
+// names, in the order of the KEYS in its script's header, the keys of one
+// lock by the name the header gives them; the key itself is the lock's tag
+// followed by the name's suffix (keyNames).
+type Kind struct {
+	Name    string // the Go type, for messages
+	Space   string // the keys' namespace after the prefix: "" for a Mutex, "fair:", ...
+	acquire script
+	release script
+
+	acquireKeys []string // KEYS of acquire
+	releaseKeys []string // KEYS of release but the last, the call's marker
+	// leaseKeys is a lease's group of KEYS in extend.lua but the last (the
+	// extends hash, extendsKey): the key that carries each holder's lease,
+	// then those that must outlive it. The first is also ttl.lua's KEYS[1],
+	// the first two raise_fence.lua's.
+	leaseKeys []string
+	leaseIn   leaseCarrier // what carries each holder's lease
+	Handoff   handoff      // what a release that frees the lock does for the next waiter
+	Reentrant bool         // a Lease in the context makes an acquisition of the same lock re-enter its hold
+}
+
+// handoff is what a release that frees a lock does for the waiter next in
+// line.
+type handoff uint8
+
+const (
+	// handoffNone: the kind's own release script decides (a Semaphore, a
+	// read hold).
+	handoffNone handoff = iota
+	// HandoffGrant: the release grants the lock to the next waiter and tells
+	// it the fence (grant in lua/lib.lua), so that its Lock may return on
+	// that message.
+	HandoffGrant
+	// handoffTell: the release keeps the lock for the next waiter a while
+	// and tells it to take it (a RedLock's Mutex, whose members keep
+	// separate queues).
+	handoffTell
+)
+
+// leaseCarrier names, for extend.lua and ttl.lua, what carries a holder's
+// lease.
+type leaseCarrier string
+
+const (
+	leaseInHash leaseCarrier = "h" // the lock hash (owner id -> hold count)
+	leaseInZSet leaseCarrier = "z" // a sorted set of holders (owner id -> lapse time)
+)
+
+// arg returns c as a script argument. Each carrier is a constant, which an
+// interface holds without allocating.
+func (c leaseCarrier) arg() any {
+	if c == leaseInZSet {
+		return string(leaseInZSet)
+	}
+	return string(leaseInHash)
+}
+
+// keyNames maps the names of the scripts' headers to key suffixes.
+var keyNames = map[string]string{
+	"lock": "", "semaphore": "", "count": "",
+	"fence": ":fence", "waiters": ":waiters", "alive": ":alive",
+	"holders": ":holders", "total": ":total", "readers": ":readers", "fences": ":fences", "writers": ":writers",
+}
+
+var (
+	MutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
+		acquireKeys: []string{"lock", "fence", "waiters"},
+		releaseKeys: []string{"lock", "fence", "waiters"},
+		leaseKeys:   []string{"lock", "fence"},
+		Handoff:     HandoffGrant, Reentrant: true}
+	FairKind = &Kind{Name: "FairMutex", Space: "fair:", acquire: scriptFairAcquire, release: scriptFairRelease,
+		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
+		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
+		leaseKeys:   []string{"lock", "fence"},
+		Handoff:     HandoffGrant, Reentrant: true}
+	SemKind = &Kind{Name: "Semaphore", Space: "sem:", acquire: ScriptSemAcquire, release: scriptSemRelease,
+		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
+		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total"},
+		leaseKeys:   []string{"holders", "fence", "semaphore"},
+		leaseIn:     leaseInZSet}
+	// The two kinds of hold of an RWMutex share its keys, scripts and
+	// wake-up channel; a read hold's lease is its member of the readers set,
+	// the write hold's is the lock hash.
+	RwReadKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
+		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
+		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
+		leaseKeys:   []string{"readers", "fence", "fences"},
+		leaseIn:     leaseInZSet, Reentrant: true}
+	RwWriteKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
+		acquireKeys: RwReadKind.acquireKeys,
+		releaseKeys: RwReadKind.releaseKeys,
+		leaseKeys:   []string{"lock", "fence", "fences"},
+		Handoff:     HandoffGrant, Reentrant: true}
+	LatchKind = &Kind{Name: "CountDownLatch", Space: "latch:"}
+	// RedMutexKind is a Mutex on a RedLock: its keys and scripts, but no
+	// grant, for each member keeps a queue of its own.
+	RedMutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
+		acquireKeys: MutexKind.acquireKeys,
+		releaseKeys: MutexKind.releaseKeys,
+		leaseKeys:   MutexKind.leaseKeys,
+		Handoff:     handoffTell, Reentrant: true}
+)
+
+// Keys names everything in Redis that belongs to one lock. Every name carries
+// the same {hash tag}, so they share a Redis Cluster slot and one script can
+// touch them all; the package documentation lists them.
+type Keys struct {
+	Kind    *Kind
+	Name    string // as the caller gave it
+	Tag     string // prefix, namespace and {hash tag}: the stem of every key and channel
+	Channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
+	// channelArg is channel as a script argument, boxed once.
+	channelArg                          any
+	AcquireKeys, releaseKeys, leaseKeys []string
+}
+
+// NewKeys names the keys of kind k's lock called name, and its wake-up
+// channel stem. Every key and the stem are slices of one string, and the key
+// lists share one array, so that a lock's names cost a few allocations, not
+// one each.
+func NewKeys(prefix string, k *Kind, name string) Keys {
+	esc := NameEscaper.Replace(name)
+	lists := [...][]string{k.acquireKeys, k.releaseKeys, k.leaseKeys}
+	var names [8]string // each key's name once, in order of appearance
+	n := 0
+	for _, list := range lists {
+		for _, kn := range list {
+			if !slices.Contains(names[:n], kn) {
+				names[n] = kn
+				n++
+			}
+		}
+	}
+	stem := len(prefix) + len(k.Space) + len(esc) + 2
+	size := stem + len(":wake") // the tag is the start of every name
+	for _, kn := range names[:n] {
+		size += stem + len(keyNames[kn])
+	}
+	var b strings.Builder
+	b.Grow(size)
+	var at [len(names) + 1][2]int // where each name and the channel stem are in b
+	put := func(i int, suffix string) {
+		at[i][0] = b.Len()
+		b.WriteString(prefix)
+		b.WriteString(k.Space)
+		b.WriteByte('{')
+		b.WriteString(esc)
+		b.WriteByte('}')
+		b.WriteString(suffix)
+		at[i][1] = b.Len()
+	}
+	for i, kn := range names[:n] {
+		put(i, keyNames[kn])
+	}
+	put(len(names), ":wake")
+	all := b.String()
+	cut := func(i int) string { return all[at[i][0]:at[i][1]] }
+	ks := Keys{Kind: k, Name: name, Tag: all[:stem], Channel: cut(len(names))}
+	ks.channelArg = ks.Channel
+	// A list that begins another one built before is a slice of it (a
+	// Mutex's three lists are one).
+	var from [len(lists)]int // the list each one is a slice of
+	listed := 0
+	for i, l := range lists {
+		from[i] = i
+		for j := range i {
+			if from[j] == j && len(l) <= len(lists[j]) && slices.Equal(l, lists[j][:len(l)]) {
+				from[i] = j
+				break
+			}
+		}
+		if from[i] == i {
+			listed += len(l)
+		}
+	}
+	arr := make([]string, 0, listed)
+	var built [len(lists)][]string
+	for i, l := range lists {
+		if from[i] != i {
+			built[i] = built[from[i]][:len(l):len(l)]
+			continue
+		}
+		start := len(arr)
+		for _, kn := range l {
+			arr = append(arr, cut(slices.Index(names[:n], kn)))
+		}
+		built[i] = arr[start:len(arr):len(arr)]
+	}
+	ks.AcquireKeys, ks.releaseKeys, ks.leaseKeys = built[0], built[1], built[2]
+	return ks
+}
+
+// NameEscaper makes any byte string safe inside a hash tag: '{' and '}' would
+// end the tag early and change the slot. '%' is escaped too, so the mapping is
+// one-to-one.
+var NameEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// marker is the key of the marker of a call by owner (an acquisition's owner
+// id, or a call's own id): a script that must answer a retry of the same call
+// (go-redis retries after a lost reply) as it answered the call sets it for
+// markerTTL.
+func (k Keys) marker(owner string) string { return k.Tag + ":done:" + owner }
+
+// markerTTL is how long a call's marker lives. A reply read later than
+// markerTrust after its request was first sent may come from a retry that ran
+// after the marker had gone.
+const (
+	markerTTL   = 10 * time.Second
+	MarkerTrust = markerTTL - time.Second
+)
+
+// markerTTLArg is markerTTL in milliseconds as a script argument, boxed
+// once.
+var markerTTLArg any = markerTTL.Milliseconds()
+
+// withMarker returns ks with the marker of owner's call appended, in a new
+// slice.
+func withMarker(ks []string, k Keys, owner string) []string {
+	return append(ks[:len(ks):len(ks)], k.marker(owner))
+}
+
+// Modes of the scripts, as their headers name them.
+type (
+	acquireMode string // ARGV[3] of an acquire script
+	ReleaseMode string // ARGV[3] of a release script
+	SemMode     string // ARGV[3] of sem_release.lua, beyond releaseLast and releaseLeave
+	LatchMode   string // ARGV[1] of latch.lua
+)
+
+const (
+	takeMode    acquireMode = "0" // take the lock, or register as a waiter
+	reenterMode acquireMode = "1" // add a hold of an owner that has one
+
+	ReleaseOne   ReleaseMode = "0" // one of several holds goes: the count that remains is given
+	ReleaseLast  ReleaseMode = "1" // the last hold goes: the lock is freed
+	ReleaseLeave ReleaseMode = "2" // a waiter gives up: unregister it, pass the lock on if it was granted to it
+
+	SemSetTotal    SemMode = "3"
+	SemAvailable   SemMode = "4"
+	SemDeleteTotal SemMode = "5"
+
+	LatchDown   LatchMode = "down"
+	LatchSet    LatchMode = "set"
+	LatchDelete LatchMode = "delete"
+)
+
+// arg returns m as a script argument. Each mode is a constant, which an
+// interface holds without allocating.
+func (m ReleaseMode) arg() any {
+	switch m {
+	case ReleaseOne:
+		return string(ReleaseOne)
+	case ReleaseLast:
+		return string(ReleaseLast)
+	case ReleaseLeave:
+		return string(ReleaseLeave)
+	}
+	return string(m)
+}
+
+// Result codes of the release scripts and extend.lua.
+const (
+	CodeGone  = -1 // nobody holds the lock
+	CodeOther = 0  // another owner holds the lock
+	CodeDone  = 1  // release: the lock is free; extend: extended
+	CodeHeld  = 2  // release: one hold given back, the lock still held
+	CodeStale = 2  // extend: not extended, for a later Extend of the lease ran first
+)
+
+// Replies and arguments of the scripts that are numbers or strings with a
+// meaning of their own, as their headers name them.
+const (
+	// An acquire script's integer reply, beyond a fence (> 0): the owner's
+	// hold count went up (reenterMode), or the owner holds nothing to
+	// re-enter (for a Semaphore: more permits asked than its total). A wait
+	// of w ms (-1: unknown) is -w - heldOffset (held_reply in lua/lib.lua).
+	replyReentered = 0
+	replyGone      = -1
+	heldOffset     = 3
+
+	// ttl.lua's replies other than the time left.
+	ttlOther = -3 // another owner holds the lock
+	ttlGone  = -2 // nobody holds it, or the owner's lease lapsed
+
+	// tellArg is release scripts' ARGV[4] (the grant lease) that tells the
+	// next waiter to try instead of granting it the lock.
+	tellArg = "0"
+)
+
+// extendHow is ARGV "how" of a lease in extend.lua.
+type extendHow string
+
+const (
+	extendLonger extendHow = "gt"  // lengthen the lease only: a renewal
+	extendExact  extendHow = "set" // the lease lapses ttl from now: Lease.Extend
+)
+
+// arg returns h as a script argument, without allocating.
+func (h extendHow) arg() any {
+	if h == extendExact {
+		return string(extendExact)
+	}
+	return string(extendLonger)
+}
+
+// AcquireResult is what an acquire script answered, decoded.
+type AcquireResult struct {
+	Fence     int64         // > 0 when the lock was taken
+	Reentered bool          // the owner's hold count went up
+	Gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
+	Pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
+	// Floor, when held by another, if the script tells it: every fence a
+	// release grants the caller from then on is above it (fence_floor); at is
+	// the server's time then, in µs.
+	Floor, At int64
+	// NotReplicated: the hold was granted or re-entered, but fewer replicas
+	// than WithWaitReplicas asks for acknowledged it (an ErrNotReplicated).
+	NotReplicated error
+}
+
+// Acquire runs k's acquire script once: one round trip. If the lock is held
+// and register is above zero, owner is registered as a waiter for that long.
+// extra are the kind's own arguments, after the four every acquire script
+// takes.
+func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
+	if len(extra) == 0 {
+		// The common call, without a slice of arguments of its own.
+		v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds()).Result()
+		return n.acquired(k, v, err)
+	}
+	args := append([]any{owner, msArg(ttl), string(takeMode), register.Milliseconds()}, extra...)
+	return n.runAcquire(ctx, k, args)
+}
+
+// Reenter runs k's acquire script to add a hold of owner, which then has
+// count holds: one round trip. extra are the kind's own arguments, as for
+// acquire.
+func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
+	args := append([]any{owner, ttl.Milliseconds(), string(reenterMode), count}, extra...)
+	return n.runAcquire(ctx, k, args)
+}
+
+func (n *Node) runAcquire(ctx context.Context, k Keys, args []any) (AcquireResult, error) {
+	v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", args...).Result()
+	return n.acquired(k, v, err)
+}
+
+// acquired decodes the reply v, or err, of k's acquire script.
+func (n *Node) acquired(k Keys, v any, err error) (AcquireResult, error) {
+	var r AcquireResult
+	if err == nil {
+		r, err = decodeAcquire(v)
+	}
+	if err != nil {
+		n.Failed(err)
+		return AcquireResult{}, errs.Op(nil, err, "acquire %q", k.Name)
+	}
+	return r, nil
+}
+
+// eval runs script s once with keys, then key if not empty, and args, as
+// Script.Run does (EVALSHA, then EVAL if the server does not know it), but
+// with the command's arguments in one slice built here and reused by later
+// calls once this one has its reply (go-redis, and its hooks, are done with
+// a command when Process returns): the call allocates only what boxing the
+// keys takes, and args can stay on the caller's stack.
+func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, key string, args ...any) evalReply {
+	nk := len(keys)
+	if key != "" {
+		nk++
+	}
+	p := evalArgs.Get().(*[]any)
+	a := append((*p)[:0], "evalsha", shaArg(s), nk)
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	if key != "" {
+		a = append(a, key)
+	}
+	a = append(a, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	cmd.SetFirstKeyPos(3)
+	_ = n.proc.Process(ctx, cmd)
+	v, err := cmd.Result()
+	if noScript(err) {
+		// The server does not know the script yet: send its body. Rare,
+		// so built the plain way.
+		ks := make([]string, 0, nk)
+		for _, k := range a[3 : 3+nk] {
+			ks = append(ks, k.(string))
+		}
+		v, err = s.Eval(ctx, n.cmd, ks, a[3+nk:]...).Result()
+	}
+	clear(a)
+	*p = a[:0]
+	evalArgs.Put(p)
+	return evalReply{v, err}
+}
+
+// evalArgs holds argument slices for eval to reuse.
+var evalArgs = sync.Pool{New: func() any {
+	a := make([]any, 0, 16)
+	return &a
+}}
+
+// evalReply is the reply of a script call, or its error.
+type evalReply struct {
+	v   any
+	err error
+}
+
+// Result returns the reply and the error.
+func (r evalReply) Result() (any, error) { return r.v, r.err }
+
+// Int64 returns the reply as an integer, as redis.Cmd.Int64 does.
+func (r evalReply) Int64() (int64, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	switch v := r.v.(type) {
+	case int64:
+		return v, nil
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, fmt.Errorf("redis: unexpected type=%T for Int64", r.v)
+}
+
+// noScript reports whether err is the server's answer to an EVALSHA of a
+// script it does not know, also wrapped.
+func noScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || strings.Contains(err.Error(), "NOSCRIPT"))
+}
+
+// shas holds each script's SHA1 as a script argument, boxed once.
+var shas sync.Map // *redis.Script -> any
+
+func shaArg(s *redis.Script) any {
+	if v, ok := shas.Load(s); ok {
+		return v
+	}
+	v, _ := shas.LoadOrStore(s, any(s.Hash()))
+	return v
+}
+
+// boxed is a script argument in milliseconds computed from a duration,
+// boxed once for the last duration it was asked for: an int64 above 255 in
+// an interface is an allocation, and most programs lock with one TTL.
+type boxed struct {
+	of   func(time.Duration) time.Duration
+	last atomic.Pointer[boxedArg]
+}
+
+type boxedArg struct {
+	d  time.Duration
+	ms any
+}
+
+func (b *boxed) arg(d time.Duration) any {
+	if a := b.last.Load(); a != nil && a.d == d {
+		return a.ms
+	}
+	a := &boxedArg{d, b.of(d).Milliseconds()}
+	b.last.Store(a)
+	return a.ms
+}
+
+var (
+	ttlArgs   = boxed{of: func(d time.Duration) time.Duration { return d }}
+	grantArgs = boxed{of: grantFor}
+)
+
+// msArg returns d in milliseconds as a script argument.
+func msArg(d time.Duration) any { return ttlArgs.arg(d) }
+
+// grantArg returns grantFor(ttl) in milliseconds as a script argument.
+func grantArg(ttl time.Duration) any { return grantArgs.arg(ttl) }
+
+// decodeAcquire decodes an acquire script's reply: an integer, or for
+// "held" the time to wait, the fence floor and the server time (held_reply).
+func decodeAcquire(v any) (AcquireResult, error) {
+	switch v := v.(type) {
+	case int64:
+		switch {
+		case v > 0:
+			return AcquireResult{Fence: v}, nil
+		case v == replyReentered:
+			return AcquireResult{Reentered: true}, nil
+		case v == replyGone:
+			return AcquireResult{Gone: true}, nil
+		}
+		return AcquireResult{Pttl: time.Duration(-v-heldOffset) * time.Millisecond}, nil
+	case []any:
+		if len(v) == 3 {
+			c, ok1 := v[0].(int64)
+			f, ok2 := v[1].(int64)
+			at, ok3 := v[2].(int64)
+			if ok1 && ok2 && ok3 && c <= 1-heldOffset {
+				return AcquireResult{Pttl: time.Duration(-c-heldOffset) * time.Millisecond, Floor: f, At: at}, nil
+			}
+		}
+	}
+	return AcquireResult{}, fmt.Errorf("unexpected reply %v from the acquire script", v)
+}
+
+// Release runs k's release script once: one round trip. ttl is the lock's
+// TTL, which sets the grant lease of the waiter a freed lock goes to;
+// count, for releaseOne, the holds that remain. It returns a result code.
+func (n *Node) Release(ctx context.Context, k Keys, owner string, mode ReleaseMode, ttl time.Duration, count int) (int64, error) {
+	grant := grantArg(ttl)
+	if k.Kind.Handoff == handoffTell {
+		grant = tellArg // the next waiter is told to try, not granted the lock
+	}
+	code, err := n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(owner),
+		owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()
+	if err != nil {
+		n.Failed(err)
+		return 0, errs.Op(nil, err, "release %q", k.Name)
+	}
+	return code, nil
+}
+
+// RaiseFence runs raise_fence.lua on a RedLock's member: owner's fence on k
+// there becomes at least fence. It returns a result code.
+func (n *Node) RaiseFence(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error) {
+	code, err := n.eval(ctx, n.scripts[ScriptRaiseFence], k.leaseKeys[:2], "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
+	if err != nil {
+		n.Failed(err)
+		return 0, errs.Op(nil, err, "raise the fence of %q", k.Name)
+	}
+	return code, nil
+}
+
+// Semaphore runs sem_release.lua in one of its own modes, with total as its
+// argument: the new total, or the one to use when none is stored. id is the
+// call's own, so that a retried Delete answers as it did.
+func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, total int64) (int64, error) {
+	v, err := n.scripts[k.Kind.release].Run(ctx, n.cmd, withMarker(k.releaseKeys, k, id),
+		id, k.channelArg, string(mode), 0, total, markerTTLArg).Int64()
+	if err != nil {
+		return 0, errs.Op(nil, err, "semaphore %q", k.Name)
+	}
+	return v, nil
+}
+
+// ExtendItem is one lease in an extend call.
+type ExtendItem struct {
+	K     Keys
+	Owner string
+	TTL   time.Duration
+	// Exact: the lease lapses ttl from now even if it would have lapsed later
+	// (Lease.Extend); otherwise it is only lengthened (a renewal).
+	Exact bool
+	// Gen is how many Extends of the lease had been sent when this request
+	// was, itself included: Redis ignores a request of an earlier generation
+	// than the latest Extend it ran (codeStale), whenever it arrives.
+	Gen uint32
+}
+
+// extendsKey names the hash in which Redis keeps, for each holder of k's
+// lock, the generation of its latest Extend (extend.lua). It is named for
+// each request that renews or extends a lease, not with the lock's other
+// names, which every acquisition builds.
+func (k *Keys) extendsKey() string { return k.Tag + ":extends" }
+
+// MaxBatch is the most leases renewed by one script call, and by one
+// pipeline. A renewal pass takes the leases due by then, not a multiple of
+// maxBatch, so its last call is a partial one: at 128, 10,000 leases on one
+// server take about 80 round trips a period, under one per 100 leases; each
+// call keeps Redis busy for about a millisecond.
+const MaxBatch = 128
+
+// Extend runs extend.lua once over items, whose keys must all be in one
+// hash slot if the node is a Cluster: one round trip. It returns a result
+// code per item.
+func (n *Node) Extend(ctx context.Context, items []ExtendItem) ([]int64, error) {
+	ks, args := extendArgs(items)
+	codes, err := n.scripts[ScriptExtend].Run(ctx, n.cmd, ks, args...).Int64Slice()
+	return n.extendResult(items, codes, err)
+}
+
+// ExtendAll runs extend.lua once per call, all in one pipeline: one round
+// trip per server. It returns the result codes and the error of each call.
+func (n *Node) ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error) {
+	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
+	if len(calls) == 1 {
+		codes[0], errs[0] = n.Extend(ctx, calls[0])
+		return codes, errs
+	}
+	run := func(eval bool, todo []int) {
+		pipe := n.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(todo))
+		for j, i := range todo {
+			ks, args := extendArgs(calls[i])
+			if eval {
+				cmds[j] = n.scripts[ScriptExtend].Eval(ctx, pipe, ks, args...)
+			} else {
+				cmds[j] = n.scripts[ScriptExtend].EvalSha(ctx, pipe, ks, args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		for j, i := range todo {
+			v, err := cmds[j].Int64Slice()
+			codes[i], errs[i] = n.extendResult(calls[i], v, err)
+		}
+	}
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	run(false, all)
+	// A server that does not know the script yet (after a restart, a
+	// failover or SCRIPT FLUSH) is sent its body.
+	var again []int
+	for i, err := range errs {
+		if noScript(err) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		run(true, again)
+	}
+	return codes, errs
+}
+
+func extendArgs(items []ExtendItem) (ks []string, args []any) {
+	nk := 0
+	for _, it := range items {
+		nk += len(it.K.leaseKeys) + 1
+	}
+	ks = make([]string, 0, nk)
+	args = make([]any, 0, 6*len(items))
+	for _, it := range items {
+		how := extendLonger
+		if it.Exact {
+			how = extendExact
+		}
+		ks = append(append(ks, it.K.leaseKeys...), it.K.extendsKey())
+		args = append(args, it.K.Kind.leaseIn.arg(), it.Owner, it.TTL.Milliseconds(), how.arg(), it.Gen, len(it.K.leaseKeys)+1)
+	}
+	return ks, args
+}
+
+func (n *Node) extendResult(items []ExtendItem, codes []int64, err error) ([]int64, error) {
+	if err != nil {
+		n.Failed(err)
+	}
+	switch {
+	case err != nil && len(items) == 1:
+		return nil, errs.Op(nil, err, "extend %q", items[0].K.Name)
+	case err != nil:
+		return nil, errs.Op(nil, err, "extend %d leases", len(items))
+	case len(codes) != len(items):
+		return nil, errs.Op(nil, nil, "extend %d leases: unexpected reply %v", len(items), codes)
+	}
+	return codes, nil
+}
+
+// ShardOf returns the address of the server that serves channel's slot on a
+// Cluster, where a shard channel must be subscribed; "" on any other node.
+func (n *Node) ShardOf(ctx context.Context, channel string) (string, error) {
+	cc, ok := n.rdb.(*redis.ClusterClient)
+	if !ok {
+		return "", nil
+	}
+	c, err := cc.MasterForKey(ctx, channel)
+	if err != nil {
+		n.Failed(err)
+		return "", err
+	}
+	return c.Options().Addr, nil
+}
+
+// Places returns where channel is to be subscribed: on the server that
+// serves it, which must confirm it.
+func (n *Node) Places(ctx context.Context, channel string) (Placement, error) {
+	addr, err := n.ShardOf(ctx, channel)
+	if err != nil {
+		return Placement{}, err
+	}
+	return Placement{At: []Place{{addr, n.rdb}}, Need: 1}, nil
+}
+
+// Failed notes a request to the node that failed. On a Cluster, a failure
+// that a changed topology explains (a server unreachable or gone, the cluster
+// down, a slot moved) makes go-redis load the slot map again, in the
+// background: it does so by itself only on a MOVED reply or every minute,
+// and a dead primary sends no MOVED, so without this requests would go on
+// dialling it after its replica was promoted.
+func (n *Node) Failed(err error) {
+	if Transient(err) {
+		n.Reload()
+	}
+}
+
+// Reload makes go-redis load a Cluster's slot map again, in the background.
+func (n *Node) Reload() {
+	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
+}
+
+// Transient reports whether err, the failure of a request, says that Redis
+// could not be reached or is changing hands (a failover, a restart, a slot
+// migration), so that the request may succeed if made again shortly. A reply
+// that is an ordinary error, a closed client and an ended context are not.
+func Transient(err error) bool {
+	var rerr redis.Error
+	var nq *errs.QuorumError
+	switch {
+	case err == nil, errors.Is(err, redis.ErrClosed):
+		return false
+	case errors.As(err, &nq):
+		return true // the members that did not answer may be back shortly
+	case errors.As(err, &rerr):
+		msg := rerr.Error()
+		for _, p := range transientReplies {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, redis.ErrPoolTimeout):
+		return true
+	}
+	var nerr *net.OpError
+	if errors.As(err, &nerr) && nerr.Op == "dial" {
+		return true // never sent, even if a deadline cut the dial short
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// transientReplies start the error replies of a server that cannot serve the
+// request now but may shortly: its cluster is down or resharding, it is
+// loading its data, it was demoted to a replica, or it lost its primary.
+var transientReplies = []string{"CLUSTERDOWN ", "TRYAGAIN ", "MOVED ", "ASK ", "LOADING ", "READONLY ", "MASTERDOWN "}
+
+// Group returns the hash slot of key on a Cluster node, where one script
+// call must not span slots; 0 on any other.
+func (n *Node) Group(key string) int {
+	if !n.Cluster {
+		return 0
+	}
+	return slot(key)
+}
+
+// TTL runs ttl.lua: whether owner holds its lease on k (codeDone; codeOther
+// or codeGone if not) and, if it does, how long the lease has left (-1ms: no
+// expiry).
+func (n *Node) TTL(ctx context.Context, k Keys, owner string) (left time.Duration, code int64, err error) {
+	ms, err := n.scripts[scriptTTL].Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.Kind.leaseIn.arg()).Int64()
+	switch {
+	case err != nil:
+		return 0, 0, errs.Op(nil, err, "ttl %q", k.Name)
+	case ms == ttlOther:
+		return 0, CodeOther, nil
+	case ms == ttlGone:
+		return 0, CodeGone, nil
+	}
+	return time.Duration(ms) * time.Millisecond, CodeDone, nil
+}
+
+// Latch runs latch.lua in mode, with an id of its own so that a retry of the
+// call answers as it did.
+func (n *Node) Latch(ctx context.Context, k Keys, id string, mode LatchMode, count int64) (int64, error) {
+	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.Tag, k.marker(id)},
+		string(mode), LatchChannel(k), count, markerTTL.Milliseconds()).Int64()
+	if err != nil {
+		return 0, errs.Op(nil, err, "latch %q", k.Name)
+	}
+	return v, nil
+}
+
+// LatchChannel is where a latch's opening is published.
+func LatchChannel(k Keys) string { return k.Tag + LatchSuffix }
+
+const LatchSuffix = ":zero"
+
+// LatchCount reads a latch's count: 0 when it has none.
+func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
+	s, err := n.rdb.Get(ctx, k.Tag).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, errs.Op(nil, err, "count of latch %q", k.Name)
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, errs.Op(nil, err, "count of latch %q: %q in Redis", k.Name, s)
+	}
+	return v, nil
+}
+
+// Inspect runs inspect.lua over keys, for the kind inspect.lua names code:
+// read-only (EVALSHA_RO), so that a user allowed only to read keys may send
+// it, and a replica runs it.
+func (n *Node) Inspect(ctx context.Context, keys []string, code string, limit int) ([]any, error) {
+	return n.scripts[scriptInspect].RunRO(ctx, n.rdb, keys, code, limit).Slice()
+}
+
+// Scan passes each key that matches the glob match to each, found with SCAN
+// on every primary (never KEYS, which would block Redis), until each
+// returns false.
+func (n *Node) Scan(ctx context.Context, match string, each func(key string) bool) error {
+	servers, err := primaries(ctx, n.rdb)
+	if err != nil {
+		return errs.Op(nil, err, "list the primaries")
+	}
+	for _, srv := range servers {
+		it := srv.Scan(ctx, 0, match, 1000).Iterator()
+		for it.Next(ctx) {
+			if !each(it.Val()) {
+				return nil
+			}
+		}
+		if err := it.Err(); err != nil {
+			return errs.Op(nil, err, "SCAN %s", match)
+		}
+	}
+	return nil
+}
+
+// primaries returns a client of each server a SCAN must cover: every
+// primary of a Cluster, every shard of a Ring, else rdb itself.
+func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable, error) {
+	var (
+		mu  sync.Mutex
+		out []redis.Cmdable
+	)
+	add := func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		out = append(out, c)
+		mu.Unlock()
+		return nil
+	}
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		if err := r.ForEachMaster(ctx, add); err != nil {
+			return nil, err
+		}
+	case *redis.Ring:
+		if err := r.ForEachShard(ctx, add); err != nil {
+			return nil, err
+		}
+	default:
+		out = append(out, rdb)
+	}
+	return out, nil
+}
+
+// Evict releases owner's hold on k as its own last release would, a freed
+// lock going to the next waiter; marker is the administrative call's own.
+func (n *Node) Evict(ctx context.Context, k Keys, owner, marker string, ttl time.Duration) (int64, error) {
+	return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(marker),
+		owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, markerTTLArg).Int64()
+}
+
+// MoveFence runs raise_fence.lua for no owner: k's fence becomes at least
+// fence, whoever holds the lock.
+func (n *Node) MoveFence(ctx context.Context, k Keys, fence int64, ttl time.Duration) error {
+	return n.eval(ctx, n.scripts[ScriptRaiseFence], k.AcquireKeys[:2], "", "", strconv.FormatInt(fence, 10), msArg(ttl)).err
+}
+
+// EvictionPolicy reads Redis's maxmemory-policy; known is false if Redis
+// will not tell (CONFIG refused).
+func (n *Node) EvictionPolicy(ctx context.Context) (policy string, known bool, err error) {
+	v, err := n.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		return "", false, nil
+	case err != nil:
+		return "", false, errs.Op(nil, err, "read maxmemory-policy")
+	}
+	policy, known = v["maxmemory-policy"]
+	return policy, known, nil
+}
+
+// ReplicaShortfall: a node's writes wait for no replica.
+func (n *Node) ReplicaShortfall(context.Context) (int, map[string]int, error) { return 0, nil, nil }
+
+// slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// hash tag, or of the whole key if it has none, modulo 16384.
+func slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// Wake is a wake-up message, parsed: the owner id of the waiter it is for,
+// and for a grant (grant in lua/lib.lua) its fence, grant lease and the
+// server time it was made at, in µs; fence is 0 for any other message.
+type Wake struct {
+	Owner string
+	Fence int64
+	Lease time.Duration
+	At    int64
+}
+
+// ParseWake parses a wake-up message: an owner id ("*" for every waiter), or
+// an owner id, a fence, a grant lease in ms and a server time in µs,
+// separated by spaces.
+func ParseWake(msg string) Wake {
+	owner, rest, ok := strings.Cut(msg, " ")
+	if !ok {
+		return Wake{Owner: msg}
+	}
+	f, rest, ok1 := strings.Cut(rest, " ")
+	ms, at, ok2 := strings.Cut(rest, " ")
+	fence, err1 := strconv.ParseInt(f, 10, 64)
+	n, err2 := strconv.ParseInt(ms, 10, 64)
+	t, err3 := strconv.ParseInt(at, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || err3 != nil || fence <= 0 || n <= 0 {
+		return Wake{Owner: msg}
+	}
+	return Wake{Owner: owner, Fence: fence, Lease: time.Duration(n) * time.Millisecond, At: t}
+}

@@ -1,0 +1,242 @@
+package protocol
+
+// WAIT (WithWaitReplicas): a node whose every write that grants or lengthens
+// a hold is followed, in the same pipeline on the same connection, by WAIT
+// for a number of replicas, so that a failover is less likely to lose it.
+
+import (
+	"context"
+	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Replicas is WithWaitReplicas's setting: n replicas must acknowledge, within
+// timeout, each write that grants or lengthens a hold.
+type Replicas struct {
+	N       int
+	Timeout time.Duration
+}
+
+// WaitNode is a node whose acquisitions and extensions wait for replicas;
+// every other request is the node's own.
+type WaitNode struct {
+	*Node
+	wait Replicas
+}
+
+// WithWait returns n, if w asks for no replica; otherwise n wrapped so that
+// every write that grants or lengthens a hold waits for w's replicas. The
+// node must be one whose server for a key is known, and w's timeout at most
+// half the Redis client's ReadTimeout, which bounds the reply of the
+// pipeline that carries the WAIT.
+func WithWait(n *Node, w Replicas) (Backend, error) {
+	if w.N == 0 {
+		return n, nil
+	}
+	var read time.Duration
+	switch r := n.rdb.(type) {
+	case *redis.Client:
+		read = r.Options().ReadTimeout
+	case *redis.ClusterClient:
+		read = r.Options().ReadTimeout
+	default:
+		return nil, fmt.Errorf("WAIT needs a *redis.Client, a FailoverClient or a *redis.ClusterClient, not a %T", n.rdb)
+	}
+	if read > 0 && w.Timeout > read/2 {
+		return nil, fmt.Errorf("the timeout must be at most half the Redis client's ReadTimeout (%v), which bounds the reply that follows the WAIT", read)
+	}
+	return &WaitNode{Node: n, wait: w}, nil
+}
+
+// Traits: a waiter must not take a lock on a grant message, whose write no
+// replica may have acknowledged: it asks again, and that acquire waits for
+// them. A request may take the WAIT's timeout.
+func (w *WaitNode) Traits() Traits {
+	t := w.Node.Traits()
+	t.GrantWake, t.Slow = false, w.wait.Timeout
+	return t
+}
+
+// Acquire is node.acquire followed by WAIT.
+func (w *WaitNode) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
+	args := append([]any{owner, msArg(ttl), string(takeMode), register.Milliseconds()}, extra...)
+	return w.runAcquireWaited(ctx, k, args)
+}
+
+// Reenter is node.reenter followed by WAIT.
+func (w *WaitNode) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
+	args := append([]any{owner, ttl.Milliseconds(), string(reenterMode), count}, extra...)
+	return w.runAcquireWaited(ctx, k, args)
+}
+
+// Extend is node.extend followed by WAIT.
+func (w *WaitNode) Extend(ctx context.Context, items []ExtendItem) ([]int64, error) {
+	codes, errs := w.extendWaited(ctx, [][]ExtendItem{items})
+	return codes[0], errs[0]
+}
+
+// ExtendAll is node.extendAll followed by WAIT.
+func (w *WaitNode) ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error) {
+	return w.extendWaited(ctx, calls)
+}
+
+// runAcquireWaited runs k's acquire script followed by WAIT, pipelined: one
+// round trip. A hold it granted or re-entered that too few replicas
+// acknowledged comes back with notReplicated set; the caller undoes it.
+func (w *WaitNode) runAcquireWaited(ctx context.Context, k Keys, args []any) (AcquireResult, error) {
+	replies, acks, err := w.waited(ctx, k.Tag, w.scripts[k.Kind.acquire], [][]string{k.AcquireKeys}, [][]any{args})
+	var r AcquireResult
+	if replies != nil {
+		var v any
+		if v, err = replies[0].Result(); err == nil {
+			if r, err = decodeAcquire(v); err == nil {
+				err = acks.err
+			}
+		}
+	}
+	if err != nil {
+		return AcquireResult{}, errs.Op(nil, err, "acquire %q", k.Name)
+	}
+	if r.Fence > 0 || r.Reentered {
+		r.NotReplicated = acks.short()
+	}
+	return r, nil
+}
+
+// waited runs script once per keys and args, followed by WAIT for n.wait,
+// in one pipeline on the server that owns key: one round trip, on one
+// connection, so that WAIT counts the acknowledgements of those calls'
+// writes. It never goes through the autopipeliner. A server that does not
+// know the script yet is sent its body. If the pipeline could not be sent,
+// replies is nil and err says why; otherwise each reply carries its own
+// error, and the WAIT's outcome is in acks.
+func (w *WaitNode) waited(ctx context.Context, key string, script *redis.Script, keys [][]string, args [][]any) (replies []*redis.Cmd, acks waitResult, err error) {
+	srv, err := w.serverOf(ctx, key)
+	if err != nil {
+		w.Failed(err)
+		return nil, waitResult{}, err
+	}
+	var wait *redis.Cmd
+	run := func(eval bool) {
+		pipe := srv.Pipeline()
+		replies = make([]*redis.Cmd, len(keys))
+		for i := range keys {
+			if eval {
+				replies[i] = script.Eval(ctx, pipe, keys[i], args[i]...)
+			} else {
+				replies[i] = script.EvalSha(ctx, pipe, keys[i], args[i]...)
+			}
+		}
+		wait = pipe.Do(ctx, "wait", w.wait.N, w.wait.Timeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+	}
+	run(false)
+	if noScript(replies[0].Err()) {
+		run(true) // every call is the same script on the same server
+	}
+	for _, r := range replies {
+		if err := r.Err(); err != nil {
+			w.Failed(err)
+			break
+		}
+	}
+	acks = waitResult{want: w.wait}
+	if acks.got, acks.err = wait.Int64(); acks.err != nil {
+		w.Failed(acks.err)
+		acks.err = errs.Op(nil, acks.err, "wait for %d replicas", w.wait.N)
+	}
+	return replies, acks, nil
+}
+
+// waitResult is the outcome of a WAIT.
+type waitResult struct {
+	want Replicas
+	got  int64 // replicas that acknowledged
+	err  error // the WAIT failed
+}
+
+// short returns, if fewer replicas acknowledged than were asked for, the
+// error that says so; nil otherwise.
+func (w waitResult) short() error {
+	if w.got >= int64(w.want.N) {
+		return nil
+	}
+	return errs.Op(errs.ErrNotReplicated, nil, "%d of %d replicas acknowledged the write within %v", w.got, w.want.N, w.want.Timeout)
+}
+
+// serverOf returns the client of the server that owns key: on a Cluster its
+// primary, on any other node the node's own client.
+func (n *Node) serverOf(ctx context.Context, key string) (*redis.Client, error) {
+	switch r := n.rdb.(type) {
+	case *redis.Client:
+		return r, nil
+	case *redis.ClusterClient:
+		return r.MasterForKey(ctx, key)
+	}
+	return nil, fmt.Errorf("WAIT through a %T is not supported", n.rdb)
+}
+
+// extendWaited is extendAll followed by WAIT, on the server that owns the
+// first lease's keys: every call must be for that server. A call that too few
+// replicas acknowledged fails with an error matching ErrNotReplicated: the
+// lease may be longer in the primary, but not in its replicas.
+func (w *WaitNode) extendWaited(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error) {
+	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
+	keys, args := make([][]string, len(calls)), make([][]any, len(calls))
+	for i, items := range calls {
+		keys[i], args[i] = extendArgs(items)
+	}
+	replies, acks, err := w.waited(ctx, calls[0][0].K.Tag, w.scripts[ScriptExtend], keys, args)
+	for i, items := range calls {
+		var v []int64
+		cerr := err
+		if replies != nil {
+			if v, cerr = replies[i].Int64Slice(); cerr == nil {
+				cerr = acks.err
+			}
+			if cerr == nil {
+				cerr = acks.short()
+			}
+		}
+		codes[i], errs[i] = w.extendResult(items, v, cerr)
+	}
+	return codes, errs
+}
+
+// ReplicaShortfall returns how many replicas w waits for and, for each
+// primary of the node with fewer connected, its address and how many it has.
+func (w *WaitNode) ReplicaShortfall(ctx context.Context) (int, map[string]int, error) {
+	short := map[string]int{}
+	var mu sync.Mutex
+	count := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return errs.Op(nil, err, "INFO replication of %s", c.Options().Addr)
+		}
+		have := 0
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				have, _ = strconv.Atoi(v)
+			}
+		}
+		if have < w.wait.N {
+			mu.Lock()
+			short[c.Options().Addr] = have
+			mu.Unlock()
+		}
+		return nil
+	}
+	switch r := w.rdb.(type) {
+	case *redis.Client:
+		return w.wait.N, short, count(ctx, r)
+	case *redis.ClusterClient:
+		return w.wait.N, short, r.ForEachMaster(ctx, count)
+	}
+	return w.wait.N, short, nil
+}
