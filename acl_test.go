@@ -308,6 +308,7 @@ func allUsed(t *testing.T, cmd []string, used map[string]int) {
 // nothing it does is refused but what may be, and each command the ACL
 // grants is used.
 func TestACL(t *testing.T) {
+	t.Parallel()
 	// So that the wake-up connection's health check (PING) runs, and idle
 	// channels are let go (SUNSUBSCRIBE).
 	tuned := []dlock.Option{dlock.WithNotifierTimes(300*time.Millisecond, 2*time.Second), dlock.WithMaxIdleGates(1)}

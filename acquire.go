@@ -168,135 +168,197 @@ func (a *acquirer) acquire1(ctx context.Context, op string, wait bool, extra []a
 // can return on (granted), the holder's lease would have run out, or its
 // registration needs renewing.
 func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) (*Lease, error) {
-	e := a.e
-	start := time.Now()
-	owner := e.newOwner()
-	var (
-		g          *notify.Gate
-		w          *notify.Waiter
-		registered bool // in Redis, by an attempt that found the lock held
-		timer      *time.Timer
-		out        outage
-	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-		if w != nil {
-			e.note.Exit(g, w, registered)
-			e.bg.wg.Done()
-		}
-		if g != nil {
-			e.note.Leave(g)
-		}
-	}()
-	// enter makes this call a waiter of g, which Close waits for, so that
-	// its registration is gone from Redis when Close returns.
-	enter := func() error {
-		if !e.bg.add() {
-			return errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
-		}
-		w = e.note.Enter(g, owner)
-		return nil
-	}
-	// Subscribed already (others wait for this lock here, or did lately):
-	// every attempt can be followed by a sleep.
+	t := &turn{a: a, op: op, wait: wait, owner: a.e.newOwner(), start: time.Now()}
+	defer t.end()
 	if wait {
-		if g = e.note.JoinSubscribed(a.k.Channel, e.own); g != nil {
-			if err := enter(); err != nil {
+		// Subscribed already (others wait for this lock here, or did
+		// lately): every attempt can be followed by a sleep.
+		if t.g = a.e.note.JoinSubscribed(a.k.Channel, a.e.own); t.g != nil {
+			if err := t.enter(); err != nil {
 				return nil, err
 			}
 		}
 	}
-	// The last attempt that found the lock held: a grant told of later with
-	// a fence above its floor was made after it reached Redis.
-	var held heldAt
 	for tries := 0; ; tries++ {
-		var register time.Duration
-		if w != nil {
-			register, registered = protocol.RegisterFor(a.ttl), true // also if the attempt fails: its script may have run
-			w.Drain()                                                // a grant made before this attempt is found by it
-		}
-		sent := time.Now()
-		l, pttl, r, err := a.attempt(ctx, owner, start, sent, register, extra)
-		if err == nil {
-			out = outage{}
-			held = heldAt{sent: sent, floor: r.Floor, at: r.At}
-		}
+		l, pttl, again, err := t.try(ctx, extra)
 		switch {
-		case l != nil:
-			registered = false // acquiring removed the registration
-			return l, nil
-		case err == errTooMany && wait:
-			pttl = a.ttl // it waits, registered, for the total to be raised
-		case err != nil && wait && out.rideOut(ctx, e, a.k, err):
-			if err := out.pause(ctx, e); err != nil {
-				a.abandon(ctx, owner, sent)
-				return nil, a.interrupted(ctx, op, err, &out)
-			}
+		case l != nil || err != nil:
+			return l, err
+		case again:
 			continue
-		case err != nil:
-			a.abandon(ctx, owner, sent)
-			if ended(ctx) && wait && protocol.Transient(err) {
-				// The context ended while Redis could not be reached: say so.
-				out.err = err
-				if out.since.IsZero() {
-					out.since = start
-				}
-				return nil, a.interrupted(ctx, op, ctx.Err(), &out)
-			}
-			if ended(ctx) {
-				return nil, a.gaveUp(ctx, op)
-			}
-			return nil, out.wrap(err)
-		case !wait:
-			return nil, errs.Op(ErrNotAcquired, nil, "%s %q: held by another owner", op, a.k.Name)
 		}
 		if tries == 0 {
 			a.contended(ctx)
 		}
-		if g == nil {
+		if t.g == nil {
 			// Subscribe, then try again at once: the lock may have been
 			// released before the subscription took.
-			if g, err = e.note.Join(ctx, a.k, a.ttl, a.k.Channel+e.own); err != nil {
-				g = nil
-				switch {
-				case ended(ctx):
-					return nil, a.gaveUp(ctx, op)
-				case errors.Is(err, ErrClosed):
-					return nil, errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
-				case out.rideOut(ctx, e, a.k, err):
-					if err := out.pause(ctx, e); err != nil {
-						return nil, a.interrupted(ctx, op, err, &out)
-					}
-					continue
-				}
-				return nil, errs.Op(nil, out.wrap(err), "%s %q", op, a.k.Name)
-			}
-			if err := enter(); err != nil {
+			if err := t.subscribe(ctx); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		sleep := min(pttl, protocol.KeepAlive(a.ttl))
-		if timer == nil {
-			timer = time.NewTimer(sleep)
-		} else {
-			timer.Reset(sleep)
-		}
-		select {
-		case m := <-w.Wake:
-			if l := a.granted(ctx, owner, m, held, start); l != nil {
-				registered = false // the grant took the registration out of the queue
-				return l, nil
-			}
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, a.gaveUp(ctx, op)
-		case <-e.closing:
-			return nil, errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
+		if l, err := t.sleep(ctx, pttl); l != nil || err != nil {
+			return l, err
 		}
 	}
+}
+
+// A turn is one call of take: its owner id and, once it waits in line, its
+// gate, its place among the gate's waiters and in Redis's queue, its timer,
+// the outage it rides out and the last attempt that found the lock held.
+type turn struct {
+	a     *acquirer
+	op    string
+	wait  bool
+	owner string
+	start time.Time
+
+	g          *notify.Gate
+	w          *notify.Waiter
+	registered bool // in Redis, by an attempt that found the lock held
+	timer      *time.Timer
+	out        outage
+	// held is the last attempt that found the lock held: a grant told of
+	// later with a fence above its floor was made after it reached Redis.
+	held heldAt
+}
+
+// end stops t's timer and leaves its gate, taking its registration out of
+// Redis's queue if it is still there.
+func (t *turn) end() {
+	e := t.a.e
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	if t.w != nil {
+		e.note.Exit(t.g, t.w, t.registered)
+		e.bg.wg.Done()
+	}
+	if t.g != nil {
+		e.note.Leave(t.g)
+	}
+}
+
+// enter makes t a waiter of its gate, which Close waits for, so that its
+// registration is gone from Redis when Close returns.
+func (t *turn) enter() error {
+	e := t.a.e
+	if !e.bg.add() {
+		return errs.Op(ErrClosed, nil, "%s %q", t.op, t.a.k.Name)
+	}
+	t.w = e.note.Enter(t.g, t.owner)
+	return nil
+}
+
+// try makes one attempt. It returns the Lease; or how long the lock is
+// still held (pttl); or again, if Redis could not be reached and the outage
+// is ridden out by trying again at once; or the error that ends the call.
+func (t *turn) try(ctx context.Context, extra []any) (l *Lease, pttl time.Duration, again bool, err error) {
+	a, e := t.a, t.a.e
+	var register time.Duration
+	if t.w != nil {
+		register, t.registered = protocol.RegisterFor(a.ttl), true // also if the attempt fails: its script may have run
+		t.w.Drain()                                                // a grant made before this attempt is found by it
+	}
+	sent := time.Now()
+	l, pttl, r, err := a.attempt(ctx, t.owner, t.start, sent, register, extra)
+	if err == nil {
+		t.out = outage{}
+		t.held = heldAt{sent: sent, floor: r.Floor, at: r.At}
+	}
+	switch {
+	case l != nil:
+		t.registered = false // acquiring removed the registration
+		return l, 0, false, nil
+	case err == errTooMany && t.wait:
+		return nil, a.ttl, false, nil // it waits, registered, for the total to be raised
+	case err != nil && t.wait:
+		again, stop := t.out.ride(ctx, e, a.k, err)
+		if again {
+			return nil, 0, true, nil
+		}
+		a.abandon(ctx, t.owner, sent)
+		if stop != nil {
+			return nil, 0, false, a.interrupted(ctx, t.op, stop, &t.out)
+		}
+		return nil, 0, false, t.failed(ctx, err)
+	case err != nil:
+		a.abandon(ctx, t.owner, sent)
+		return nil, 0, false, t.failed(ctx, err)
+	case !t.wait:
+		return nil, 0, false, errs.Op(ErrNotAcquired, nil, "%s %q: held by another owner", t.op, a.k.Name)
+	}
+	return nil, pttl, false, nil
+}
+
+// failed is the error of a call whose attempt failed with err, which was no
+// outage to ride out.
+func (t *turn) failed(ctx context.Context, err error) error {
+	a := t.a
+	if ended(ctx) && t.wait && protocol.Transient(err) {
+		// The context ended while Redis could not be reached: say so.
+		t.out.err = err
+		if t.out.since.IsZero() {
+			t.out.since = t.start
+		}
+		return a.interrupted(ctx, t.op, ctx.Err(), &t.out)
+	}
+	if ended(ctx) {
+		return a.gaveUp(ctx, t.op)
+	}
+	return t.out.wrap(err)
+}
+
+// subscribe joins the lock's gate for this Client and enters it, riding out
+// an outage of Redis; nil means try again.
+func (t *turn) subscribe(ctx context.Context) error {
+	a, e := t.a, t.a.e
+	g, err := e.note.Join(ctx, a.k, a.ttl, a.k.Channel+e.own)
+	if err == nil {
+		t.g = g
+		return t.enter()
+	}
+	switch {
+	case ended(ctx):
+		return a.gaveUp(ctx, t.op)
+	case errors.Is(err, ErrClosed):
+		return errs.Op(ErrClosed, nil, "%s %q", t.op, a.k.Name)
+	}
+	again, stop := t.out.ride(ctx, e, a.k, err)
+	switch {
+	case again:
+		return nil
+	case stop != nil:
+		return a.interrupted(ctx, t.op, stop, &t.out)
+	}
+	return errs.Op(nil, t.out.wrap(err), "%s %q", t.op, a.k.Name)
+}
+
+// sleep waits, for at most pttl or until the registration needs renewing,
+// for a message to t's waiter. It returns the Lease of a grant it can return
+// on, or the error that ends the call; neither means try again.
+func (t *turn) sleep(ctx context.Context, pttl time.Duration) (*Lease, error) {
+	a, e := t.a, t.a.e
+	d := min(pttl, protocol.KeepAlive(a.ttl))
+	if t.timer == nil {
+		t.timer = time.NewTimer(d)
+	} else {
+		t.timer.Reset(d)
+	}
+	select {
+	case m := <-t.w.Wake:
+		if l := a.granted(ctx, t.owner, m, t.held, t.start); l != nil {
+			t.registered = false // the grant took the registration out of the queue
+			return l, nil
+		}
+	case <-t.timer.C:
+	case <-ctx.Done():
+		return nil, a.gaveUp(ctx, t.op)
+	case <-e.closing:
+		return nil, errs.Op(ErrClosed, nil, "%s %q", t.op, a.k.Name)
+	}
+	return nil, nil
 }
 
 func (a *acquirer) contended(ctx context.Context) {
@@ -497,6 +559,19 @@ func (o *outage) rideOut(ctx context.Context, e *engine, k protocol.Keys, err er
 	}
 	o.err = err
 	return true
+}
+
+// ride rides out a waiting call's failed request about k: if the failure
+// is an outage to ride out (rideOut), it pauses (pause) and reports again,
+// or, if the pause was cut short by ctx or Close, what cut it (stop).
+func (o *outage) ride(ctx context.Context, e *engine, k protocol.Keys, err error) (again bool, stop error) {
+	if !o.rideOut(ctx, e, k, err) {
+		return false, nil
+	}
+	if err := o.pause(ctx, e); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Pauses between the tries of a call riding out an outage: outagePause, then

@@ -775,6 +775,7 @@ func TestReentryOfEndedLease(t *testing.T) {
 // TestGateEvictedWhileJoined: a waiter that joins a channel while the
 // notifier is letting go of it stays subscribed, and is woken by the release.
 func TestGateEvictedWhileJoined(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// A wait on "a" makes its gate; when it ends, the gate is let go at once
 	// (no idle gates kept), and the hook has a second waiter join "a" right
@@ -860,6 +861,7 @@ func TestGateEvictedWhileJoined(t *testing.T) {
 // without closing (a half-open connection) is found by the health check and
 // replaced, so the next release still wakes its waiter at once.
 func TestHalfOpenWakeUpConnection(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, p, rdb := proxied(t, dlock.WithNotifierTimes(200*time.Millisecond, 200*time.Millisecond))
 	holder := clientOn(t, rdb)

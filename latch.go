@@ -135,11 +135,11 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 			if err == nil {
 				return n, nil
 			}
-			if !out.rideOut(ctx, e, l.k, err) {
+			switch again, stop := out.ride(ctx, e, l.k, err); {
+			case stop != nil:
+				return 0, l.waitErr(ctx, stop)
+			case !again:
 				return 0, l.waitErr(ctx, out.wrap(err))
-			}
-			if err := out.pause(ctx, e); err != nil {
-				return 0, l.waitErr(ctx, err)
 			}
 		}
 	}
@@ -157,13 +157,13 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 				return l.gaveUp(ctx)
 			case errors.Is(err, ErrClosed):
 				return errs.Op(ErrClosed, nil, "%s %q", op, l.k.Name)
-			case out.rideOut(ctx, e, l.k, err):
-				if err := out.pause(ctx, e); err != nil {
-					return l.waitErr(ctx, err)
-				}
-				continue
 			}
-			return errs.Op(nil, out.wrap(err), "%s %q", op, l.k.Name)
+			switch again, stop := out.ride(ctx, e, l.k, err); {
+			case stop != nil:
+				return l.waitErr(ctx, stop)
+			case !again:
+				return errs.Op(nil, out.wrap(err), "%s %q", op, l.k.Name)
+			}
 		}
 	}
 	defer e.note.Leave(g)

@@ -478,6 +478,7 @@ func unplant(t *testing.T, rdbs []*redis.Client, name string) {
 // nodes, so that once that node restarts empty, the next fence is still
 // above it. Without the write-back, the same run hands out a lower fence.
 func TestRedLockFenceAfterRestart(t *testing.T) {
+	t.Parallel()
 	run := func(t *testing.T, opts ...dlock.Option) (f1, f2 int64) {
 		srvs, rdbs := redLockNodes(t, 5)
 		c := redLockOn(t, rdbs, append([]dlock.Option{dlock.WithTTL(5 * time.Second)}, opts...)...)
