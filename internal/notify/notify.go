@@ -72,26 +72,46 @@ type shard struct {
 
 // Gate is where this process's waiters for one lock wait.
 type Gate struct {
+	// Set when the gate is made, never changed.
 	k       protocol.Keys
 	ttl     time.Duration // of the primitive that made the gate; sets the grant lease of a lock passed on
 	channel string
+
+	// Guarded by Notifier.mu.
+	//
 	// shs are where the channel is subscribed: one shard, or on a RedLock
 	// one per member; got tells which of them confirmed it, need how many
 	// must for the gate to be ready, refused how many refused it (see
-	// notifier.refused). Guarded by notifier.mu.
+	// Notifier.refused). subscribe sets them, under subMu too.
 	shs     []*shard
 	got     []bool
 	need    int
 	refused int
-	ready   chan struct{} // closed when Redis confirmed the subscription, or it failed
-	readyOK bool
-	subErr  error // why the subscription failed; set before ready is closed
-	// again, if not nil, is closed when Redis confirms the subscription
-	// made again after the server dropped the channel.
-	again   chan struct{}
 	refs    int // joins not yet left
 	waiters map[string]*Waiter
-	idle    *list.Element // in notifier.idle while refs == 0
+	idle    *list.Element // in Notifier.idle while refs == 0
+	// again, if not nil, is closed when Redis confirms the subscription
+	// made again after the server dropped the channel.
+	again chan struct{}
+
+	// Ordered by ready, which is closed once (under Notifier.mu) when Redis
+	// confirmed the subscription or it failed (isReady). subErr, why it
+	// failed, is set before ready is closed and never after: whoever has
+	// seen ready closed may read it without a lock.
+	ready  chan struct{}
+	subErr error
+}
+
+// isReady reports whether g.ready is closed: Redis confirmed g's
+// subscription, or it failed. Notifier.mu must be held, under which alone
+// ready is closed.
+func (g *Gate) isReady() bool {
+	select {
+	case <-g.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // Waiter is one waiting Lock call, known by its owner id.
@@ -198,29 +218,47 @@ func (n *Notifier) subscribe(ctx context.Context, g *Gate) error {
 	if err != nil {
 		return err
 	}
-	places, need := ps.At, ps.Need
+	sends, err := n.place(g, ps)
+	if err != nil {
+		return err
+	}
+	if ps.Apart {
+		n.subscribeApart(g, sends)
+		return ps.Short
+	}
+	return n.subscribeShared(ctx, g, sends)
+}
+
+// send is one SSUBSCRIBE that subscribe is to send: on sh, whose connection
+// the SSUBSCRIBE makes if fresh.
+type send struct {
+	sh    *shard
+	fresh bool
+}
+
+// place records where g's channel is to be subscribed (ps), making the shards
+// that are new, and counts an SSUBSCRIBE pending on each. A RedLock member's
+// new shard gets its connection (and receive loop) here; any other new
+// shard's is made by its first SSUBSCRIBE (subscribeShared). n.subMu must be
+// held.
+func (n *Notifier) place(g *Gate, ps protocol.Placement) ([]send, error) {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	if n.closed {
-		n.mu.Unlock()
-		return errs.ErrClosed
+		return nil, errs.ErrClosed
 	}
-	type send struct {
-		sh    *shard
-		fresh bool
-	}
-	sends := make([]send, 0, len(places))
-	g.shs, g.got, g.need, g.refused = g.shs[:0], g.got[:0], need, 0
-	quorum := ps.Apart
-	for _, p := range places {
+	sends := make([]send, 0, len(ps.At))
+	g.shs, g.got, g.need, g.refused = g.shs[:0], g.got[:0], ps.Need, 0
+	for _, p := range ps.At {
 		sh := n.shards[p.Addr]
 		fresh := sh == nil
 		if fresh {
 			sh = &shard{addr: p.Addr, rdb: p.RDB, pending: make(map[string]int)}
 			n.shards[p.Addr] = sh
-			if quorum {
+			if ps.Apart {
 				// A RedLock member's connection is made now, with no channel
-				// (which sends nothing), so that the subscriptions below can
-				// go out without waiting for it.
+				// (which sends nothing), so that the subscriptions go out
+				// without waiting for it.
 				sh.ps = p.RDB.SSubscribe(context.Background())
 				n.wg.Add(1)
 				go n.receive(sh)
@@ -231,33 +269,36 @@ func (n *Notifier) subscribe(ctx context.Context, g *Gate) error {
 		sh.pending[g.channel]++
 		sends = append(sends, send{sh, fresh})
 	}
-	n.mu.Unlock()
-	if quorum {
-		// Each member on its own: one that is paused or unreachable must
-		// not hold up the others, and join waits for a majority to confirm.
-		for _, s := range sends {
-			ps := s.sh.ps
-			n.wg.Go(func() {
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if err := ps.SSubscribe(sctx, g.channel); err != nil {
-					n.mu.Lock()
-					if s.sh.pending[g.channel]--; s.sh.pending[g.channel] <= 0 {
-						delete(s.sh.pending, g.channel)
-					}
-					n.mu.Unlock()
-					n.log.Debug("dlock: subscribing on a RedLock node failed", "node", s.sh.addr, "channel", g.channel, "err", err)
-				}
-			})
-		}
-		return ps.Short
+	return sends, nil
+}
+
+// subscribeApart sends the SSUBSCRIBEs of a RedLock's members, each member
+// on its own: one that is paused or unreachable must not hold up the others,
+// and join waits for a majority to confirm. A failure is logged: the member
+// does not confirm, which is what join counts.
+func (n *Notifier) subscribeApart(g *Gate, sends []send) {
+	for _, s := range sends {
+		ps := s.sh.ps
+		n.wg.Go(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := ps.SSubscribe(sctx, g.channel); err != nil {
+				n.unpend(s.sh, g.channel)
+				n.log.Debug("dlock: subscribing on a RedLock node failed", "node", s.sh.addr, "channel", g.channel, "err", err)
+			}
+		})
 	}
+}
+
+// subscribeShared sends the SSUBSCRIBE of g's channel on its shard's
+// connection, which it makes if fresh, and returns the first failure.
+func (n *Notifier) subscribeShared(ctx context.Context, g *Gate, sends []send) error {
 	// The connection is shared: a caller's deadline cutting the write short
 	// would break it for every waiter of this Client. The write is local and
 	// quick; the wait for the confirmation is what ctx bounds.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	var errs []error
+	var first error
 	for _, s := range sends {
 		if s.fresh {
 			// A Cluster's pub/sub connection goes to the node of its first
@@ -268,18 +309,23 @@ func (n *Notifier) subscribe(ctx context.Context, g *Gate) error {
 			continue
 		}
 		if err := s.sh.ps.SSubscribe(sctx, g.channel); err != nil {
-			n.mu.Lock()
-			if s.sh.pending[g.channel]--; s.sh.pending[g.channel] <= 0 {
-				delete(s.sh.pending, g.channel)
+			n.unpend(s.sh, g.channel)
+			if first == nil {
+				first = err
 			}
-			n.mu.Unlock()
-			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		return errs[0]
+	return first
+}
+
+// unpend takes back the pending SSUBSCRIBE of channel on sh, which failed to
+// go out.
+func (n *Notifier) unpend(sh *shard, channel string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if sh.pending[channel]--; sh.pending[channel] <= 0 {
+		delete(sh.pending, channel)
 	}
-	return nil
 }
 
 // JoinSubscribed is join for the channel stem + suffix, if its subscription
@@ -291,7 +337,7 @@ func (n *Notifier) JoinSubscribed(stem, suffix string) *Gate {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	g := n.gates[string(channel)]
-	if n.closed || g == nil || !g.readyOK || g.subErr != nil {
+	if n.closed || g == nil || !g.isReady() || g.subErr != nil {
 		return nil
 	}
 	n.use(g)
@@ -316,9 +362,8 @@ func (n *Notifier) fail(g *Gate, err error) {
 	if n.gates[g.channel] == g {
 		delete(n.gates, g.channel)
 	}
-	if !g.readyOK {
+	if !g.isReady() {
 		g.subErr = err
-		g.readyOK = true
 		close(g.ready)
 	}
 }
@@ -413,81 +458,118 @@ func (n *Notifier) Unregister(k protocol.Keys, ttl time.Duration, owner string) 
 // receive reads sh's connection until the notifier closes.
 func (n *Notifier) receive(sh *shard) {
 	defer n.wg.Done()
-	ctx := context.Background()
-	ps := sh.ps
-	pinged := false // a PING went out, and nothing has come back since
-	down := 0       // receives failed in a row, up to 4
+	r := &receiver{n: n, sh: sh, ps: sh.ps}
 	for {
-		wait := n.cfg.HealthCheck
-		if pinged {
-			wait = n.cfg.PongWait
-		}
-		msg, err := ps.ReceiveTimeout(ctx, wait)
+		msg, err := r.ps.ReceiveTimeout(context.Background(), r.wait())
 		if err != nil {
-			if n.isClosed() {
+			if n.isClosed() || !r.failed(err) {
 				return
 			}
-			if isTimeout(err) {
-				if !pinged {
-					pinged = ps.Ping(ctx) == nil // a failed write fails the next receive, which reconnects
-					continue
-				}
-				n.log.Warn("dlock: wake-up connection silent after a health check; connecting again", "node", sh.addr)
-				pinged = false
-				if ps = n.reconnect(sh); ps == nil {
-					return
-				}
-				n.wakeAll(sh)
-				continue
-			}
-			var reply redis.Error
-			if errors.As(err, &reply) {
-				if strings.HasPrefix(reply.Error(), "NOPERM") {
-					// The user's ACL refused a command: no retry will
-					// change that. A refused SSUBSCRIBE fails its waiters.
-					n.log.Warn("dlock: wake-up connection refused a command", "node", sh.addr, "err", err)
-					if subscribeRefused(reply) {
-						n.refused(sh, err)
-					}
-					continue
-				}
-				// An error reply, not a broken connection: the MOVED that
-				// answers SUNSUBSCRIBE or SSUBSCRIBE of a channel whose slot
-				// has moved.
-				n.log.Debug("dlock: wake-up connection got an error reply", "node", sh.addr, "err", err)
-				n.backend.Failed(err)
-				continue
-			}
-			// The connection broke; go-redis reconnects and subscribes again
-			// on the next receive. Messages sent meanwhile were lost: wake
-			// every waiter so that it looks for itself, once; while the
-			// server stays unreachable, try again less and less often (on a
-			// RedLock, a member can stay down while the others serve).
-			pinged = false
-			n.backend.Failed(err)
-			if down == 0 {
-				n.log.Warn("dlock: wake-up messages interrupted", "node", sh.addr, "err", err)
-				n.wakeAll(sh)
-			}
-			select {
-			case <-n.closing:
-			case <-time.After(min(100*time.Millisecond<<down, time.Second)):
-			}
-			down = min(down+1, 4)
 			continue
 		}
-		down = 0
-		pinged = false
-		switch m := msg.(type) {
-		case *redis.Message:
-			n.deliver(m.Channel, m.Payload)
-		case *redis.Subscription:
-			switch m.Kind {
-			case "ssubscribe", "subscribe":
-				n.confirmed(sh, m.Channel)
-			case "sunsubscribe":
-				n.dropped(sh, m.Channel)
-			}
+		r.down, r.pinged = 0, false
+		n.dispatch(sh, msg)
+	}
+}
+
+// receiver is what a receive loop keeps of its connection's health. Only
+// the loop's goroutine uses it.
+type receiver struct {
+	n      *Notifier
+	sh     *shard
+	ps     *redis.PubSub // sh's connection, as the loop last made or took it
+	pinged bool          // a PING went out, and nothing has come back since
+	down   int           // receives failed in a row, up to 4
+}
+
+// wait is how long the next receive waits for a word from the server: a
+// health check's, or a PING's answer's.
+func (r *receiver) wait() time.Duration {
+	if r.pinged {
+		return r.n.cfg.PongWait
+	}
+	return r.n.cfg.HealthCheck
+}
+
+// failed handles a receive's error, and reports whether the loop goes on.
+func (r *receiver) failed(err error) bool {
+	var reply redis.Error
+	switch {
+	case isTimeout(err):
+		return r.silent()
+	case errors.As(err, &reply):
+		r.n.errorReply(r.sh, reply, err)
+	default:
+		r.broken(err)
+	}
+	return true
+}
+
+// silent handles a receive that timed out: after a health check's wait, it
+// pings; after a PING's, it takes the connection for dead (half-open) and
+// makes another. It reports false if the notifier closed meanwhile.
+func (r *receiver) silent() bool {
+	if !r.pinged {
+		r.pinged = r.ps.Ping(context.Background()) == nil // a failed write fails the next receive, which reconnects
+		return true
+	}
+	r.n.log.Warn("dlock: wake-up connection silent after a health check; connecting again", "node", r.sh.addr)
+	r.pinged = false
+	if r.ps = r.n.reconnect(r.sh); r.ps == nil {
+		return false
+	}
+	r.n.wakeAll(r.sh)
+	return true
+}
+
+// broken handles a receive that failed because the connection broke;
+// go-redis reconnects and subscribes again on the next receive. Messages
+// sent meanwhile were lost: it wakes every waiter so that it looks for
+// itself, once; while the server stays unreachable, it tries again less and
+// less often (on a RedLock, a member can stay down while the others serve).
+func (r *receiver) broken(err error) {
+	r.pinged = false
+	r.n.backend.Failed(err)
+	if r.down == 0 {
+		r.n.log.Warn("dlock: wake-up messages interrupted", "node", r.sh.addr, "err", err)
+		r.n.wakeAll(r.sh)
+	}
+	select {
+	case <-r.n.closing:
+	case <-time.After(min(100*time.Millisecond<<r.down, time.Second)):
+	}
+	r.down = min(r.down+1, 4)
+}
+
+// errorReply handles an error reply on sh's connection (err), which is not a
+// broken connection.
+func (n *Notifier) errorReply(sh *shard, reply redis.Error, err error) {
+	if strings.HasPrefix(reply.Error(), "NOPERM") {
+		// The user's ACL refused a command: no retry will change that. A
+		// refused SSUBSCRIBE fails its waiters.
+		n.log.Warn("dlock: wake-up connection refused a command", "node", sh.addr, "err", err)
+		if subscribeRefused(reply) {
+			n.refused(sh, err)
+		}
+		return
+	}
+	// The MOVED that answers SUNSUBSCRIBE or SSUBSCRIBE of a channel whose
+	// slot has moved.
+	n.log.Debug("dlock: wake-up connection got an error reply", "node", sh.addr, "err", err)
+	n.backend.Failed(err)
+}
+
+// dispatch hands a message read from sh's connection to whom it concerns.
+func (n *Notifier) dispatch(sh *shard, msg any) {
+	switch m := msg.(type) {
+	case *redis.Message:
+		n.deliver(m.Channel, m.Payload)
+	case *redis.Subscription:
+		switch m.Kind {
+		case "ssubscribe", "subscribe":
+			n.confirmed(sh, m.Channel)
+		case "sunsubscribe":
+			n.dropped(sh, m.Channel)
 		}
 	}
 }
@@ -511,7 +593,7 @@ func (n *Notifier) refused(sh *shard, err error) {
 	defer n.mu.Unlock()
 	for ch, g := range n.gates {
 		i := slices.Index(g.shs, sh)
-		if i < 0 || g.got[i] || g.readyOK {
+		if i < 0 || g.got[i] || g.isReady() {
 			continue
 		}
 		delete(sh.pending, ch)
@@ -520,7 +602,6 @@ func (n *Notifier) refused(sh *shard, err error) {
 		}
 		delete(n.gates, ch)
 		g.subErr = errs.Op(nil, err, "subscribe to %s", ch)
-		g.readyOK = true
 		close(g.ready)
 	}
 }
@@ -546,8 +627,7 @@ func (n *Notifier) confirmed(sh *shard, channel string) {
 		return
 	}
 	g.got[i] = true
-	if !g.readyOK && confirmedBy(g) >= g.need {
-		g.readyOK = true
+	if !g.isReady() && confirmedBy(g) >= g.need {
 		close(g.ready)
 	}
 	if g.again != nil {
@@ -752,7 +832,7 @@ func (n *Notifier) ReadyChannels() []string {
 	defer n.mu.Unlock()
 	var chs []string
 	for ch, g := range n.gates {
-		if g.readyOK && g.subErr == nil {
+		if g.isReady() && g.subErr == nil {
 			chs = append(chs, ch)
 		}
 	}

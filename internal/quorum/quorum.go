@@ -188,86 +188,127 @@ type fan[T any] struct {
 // running when the outcome is known completes (a release or renewal reaches
 // the slower members too) and its answer goes to f.late.
 func fanOut[T any](ctx context.Context, q *quorum, f fan[T]) []memberReply[T] {
-	out := make([]memberReply[T], len(q.members))
-	base := context.WithoutCancel(ctx)
-	ch := make(chan memberReply[T], len(q.members))
-	var mu sync.Mutex
-	returned := false
-	called := make([]bool, len(q.members))
-	seen := make([]bool, len(q.members))
+	g := &gathering[T]{q: q, f: f, ch: make(chan memberReply[T], len(q.members)),
+		out: make([]memberReply[T], len(q.members)), called: make([]bool, len(q.members)), seen: make([]bool, len(q.members))}
+	pending := g.scatter(context.WithoutCancel(ctx))
+	defer g.leave()
+	g.gather(ctx, pending)
+	return g.out
+}
+
+// gathering is one fanOut in progress.
+type gathering[T any] struct {
+	q *quorum
+	f fan[T]
+
+	// Set by scatter, never changed after: which members were sent the
+	// request.
+	called []bool
+
+	// Only the caller's goroutine uses these: the answers read, by member,
+	// and which members' answers were read.
+	out  []memberReply[T]
+	seen []bool
+
+	// mu orders returned and the sends on ch: an answer goes to ch, for the
+	// caller, until the caller leaves, and to f.late after.
+	mu       sync.Mutex
+	returned bool
+	ch       chan memberReply[T] // room for every member: a send never blocks
+}
+
+// scatter sends the request to every member not skipped, each on a
+// goroutine q.wg counts, each bounded by the per-node timeout from base. It
+// returns how many it sent it to.
+func (g *gathering[T]) scatter(base context.Context) int {
 	pending := 0
-	for i := range q.members {
-		out[i] = memberReply[T]{i: i, err: errs.NodeTimeout}
-		if called[i] = f.skip == nil || !f.skip(i); called[i] {
+	for i := range g.q.members {
+		g.out[i] = memberReply[T]{i: i, err: errs.NodeTimeout}
+		if g.called[i] = g.f.skip == nil || !g.f.skip(i); g.called[i] {
 			pending++
 		}
 	}
-	for i, m := range q.members {
-		if !called[i] {
+	for i, m := range g.q.members {
+		if !g.called[i] {
 			continue
 		}
-		q.wg.Go(func() {
-			mctx, cancel := context.WithTimeout(base, q.timeout)
-			v, err := f.call(mctx, m)
+		g.q.wg.Go(func() {
+			mctx, cancel := context.WithTimeout(base, g.q.timeout)
+			v, err := g.f.call(mctx, m)
 			cancel()
-			r := memberReply[T]{i: i, v: v, err: err}
-			mu.Lock()
-			if !returned {
-				ch <- r
-				mu.Unlock()
-				return
-			}
-			mu.Unlock()
-			if f.late != nil {
-				f.late(r)
-			}
+			g.answer(memberReply[T]{i: i, v: v, err: err})
 		})
 	}
-	defer func() {
-		mu.Lock()
-		returned = true
-		if f.leftBehind != nil {
-			for i := range called {
-				if called[i] && !seen[i] {
-					f.leftBehind(i)
-				}
-			}
-		}
-		mu.Unlock()
-		// Answers sent before returned was set, and not read, are late too.
-		for more := true; more; {
-			select {
-			case r := <-ch:
-				if f.late != nil {
-					q.wg.Go(func() { f.late(r) })
-				}
-			default:
-				more = false
-			}
-		}
-	}()
-	timer := time.NewTimer(q.timeout)
+	return pending
+}
+
+// answer hands a member's answer to the caller, or, once the caller has
+// left, to f.late on the member's goroutine.
+func (g *gathering[T]) answer(r memberReply[T]) {
+	g.mu.Lock()
+	if !g.returned {
+		g.ch <- r
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	if g.f.late != nil {
+		g.f.late(r)
+	}
+}
+
+// gather reads up to pending answers into out, passing each to f.decide,
+// until it returns true, the per-node timeout passes or ctx ends (which
+// marks the members not heard from with ctx's error).
+func (g *gathering[T]) gather(ctx context.Context, pending int) {
+	timer := time.NewTimer(g.q.timeout)
 	defer timer.Stop()
 	for ; pending > 0; pending-- {
 		select {
-		case r := <-ch:
-			out[r.i] = r
-			seen[r.i] = true
-			if f.decide(r) {
-				return out
+		case r := <-g.ch:
+			g.out[r.i] = r
+			g.seen[r.i] = true
+			if g.f.decide(r) {
+				return
 			}
 		case <-timer.C:
-			return out
+			return
 		case <-ctx.Done():
-			for i := range out {
-				if !seen[i] {
-					out[i].err = ctx.Err()
+			for i := range g.out {
+				if !g.seen[i] {
+					g.out[i].err = ctx.Err()
 				}
 			}
-			return out
+			return
 		}
 	}
-	return out
+}
+
+// leave ends the caller's part: from now on answers go to f.late. It tells
+// f.leftBehind of each member sent the request whose answer was not read,
+// and passes the answers sent before it and not read to f.late, each on a
+// goroutine q.wg counts.
+func (g *gathering[T]) leave() {
+	g.mu.Lock()
+	g.returned = true
+	if g.f.leftBehind != nil {
+		for i := range g.called {
+			if g.called[i] && !g.seen[i] {
+				g.f.leftBehind(i)
+			}
+		}
+	}
+	g.mu.Unlock()
+	for {
+		select {
+		case r := <-g.ch:
+			if g.f.late != nil {
+				g.q.wg.Go(func() { g.f.late(r) })
+			}
+		default:
+			return
+		}
+	}
 }
 
 // errsOf returns the errors of replies.
@@ -378,83 +419,119 @@ func (q *quorum) undo(k protocol.Keys, owner string, i int, ttl time.Duration, s
 // lease's validity (TTL less elapsed time and drift) ran out; otherwise every
 // member's part is undone.
 func (q *quorum) Acquire(ctx context.Context, k protocol.Keys, owner string, ttl, register time.Duration, extra ...any) (protocol.AcquireResult, error) {
-	sent := time.Now()
-	n := len(q.members)
-	var won, held, failed int
-	// parts marks what the acquisition may have left on each member: a
-	// part it took (its answer was a fence), or one it may have taken (its
-	// reply was an error, though the script may have run). A failed
-	// acquisition undoes both.
-	parts := make([]part, n)
-	// A part that comes late belongs to the lock if the acquire succeeded
-	// (renewals and the release go to every member); otherwise it is undone,
-	// and the owner's later attempts keep off that member until that is
-	// done. decided is closed once the outcome is known; kept tells it.
-	decided := make(chan struct{})
-	var kept bool
-	defer close(decided)
+	a := &acquisition{q: q, k: k, owner: owner, ttl: ttl, sent: time.Now(),
+		parts: make([]part, len(q.members)), decided: make(chan struct{})}
+	defer close(a.decided)
 	replies := fanOut(ctx, q, fan[protocol.AcquireResult]{
 		skip: func(i int) bool { return q.isBusy(owner, i) },
 		call: func(ctx context.Context, m protocol.Backend) (protocol.AcquireResult, error) {
 			return m.Acquire(ctx, k, owner, ttl, register, extra...)
 		},
-		decide: func(r memberReply[protocol.AcquireResult]) bool {
-			switch {
-			case r.err != nil:
-				failed++
-			case r.v.Fence > 0:
-				won++
-			default:
-				held++
-			}
-			switch {
-			case r.err != nil:
-				parts[r.i] = partUnknown
-			case r.v.Fence > 0:
-				parts[r.i] = partTaken
-			}
-			return won >= q.need || held+failed > n-q.need
-		},
+		decide:     a.count,
 		leftBehind: func(i int) { q.markBusy(owner, i) },
-		late: func(r memberReply[protocol.AcquireResult]) {
-			<-decided
-			if (!kept || q.hasEnded(owner)) && (r.err != nil || r.v.Fence > 0) {
-				q.undo(k, owner, r.i, ttl, sent)
-			}
-			q.unbusy(owner, r.i)
-		},
+		late:       a.late,
 	})
-	if won >= q.need {
-		fence, err := q.raiseFenceAll(ctx, k, owner, ttl, replies)
-		if err == nil && time.Since(sent) < ttl-protocol.Drift(ttl) {
-			kept = true
-			return protocol.AcquireResult{Fence: fence}, nil
-		}
-		q.undoAll(k, owner, ttl, sent, parts)
-		if err == nil {
-			err = fmt.Errorf("a majority took %v to grant it, past the lease's validity", time.Since(sent).Round(time.Millisecond))
-		}
-		return protocol.AcquireResult{}, errs.Op(errs.ErrNotAcquired, err, "acquire %q", k.Name)
+	return a.conclude(ctx, replies)
+}
+
+// acquisition is one Acquire of a RedLock.
+type acquisition struct {
+	// Set by Acquire, never changed.
+	q     *quorum
+	k     protocol.Keys
+	owner string
+	ttl   time.Duration
+	sent  time.Time
+
+	// The count of the answers read, on the caller's goroutine (count).
+	won, held, failed int
+	// parts marks what the acquisition may have left on each member: a
+	// part it took (its answer was a fence), or one it may have taken (its
+	// reply was an error, though the script may have run). A failed
+	// acquisition undoes both.
+	parts []part
+
+	// decided is closed once the outcome is known; kept, set before that,
+	// tells it to the answers that come late.
+	decided chan struct{}
+	kept    bool
+}
+
+// count records a member's answer, and reports whether the outcome is known:
+// a majority took the lock, or too few are left that could.
+func (a *acquisition) count(r memberReply[protocol.AcquireResult]) bool {
+	switch {
+	case r.err != nil:
+		a.failed++
+		a.parts[r.i] = partUnknown
+	case r.v.Fence > 0:
+		a.won++
+		a.parts[r.i] = partTaken
+	default:
+		a.held++
 	}
-	q.undoAll(k, owner, ttl, sent, parts)
-	if won+held < q.need {
-		return protocol.AcquireResult{}, errs.Op(errs.ErrNotAcquired, q.short(won+held, errsOf(replies)), "acquire %q", k.Name)
+	return a.won >= a.q.need || a.held+a.failed > len(a.q.members)-a.q.need
+}
+
+// late handles the answer of a member that came after the outcome was
+// known: a part it may have left belongs to the lock if the acquire
+// succeeded (renewals and the release go to every member); otherwise it is
+// undone, and the owner's later attempts keep off that member until that is
+// done.
+func (a *acquisition) late(r memberReply[protocol.AcquireResult]) {
+	<-a.decided
+	if (!a.kept || a.q.hasEnded(a.owner)) && (r.err != nil || r.v.Fence > 0) {
+		a.q.undo(a.k, a.owner, r.i, a.ttl, a.sent)
 	}
-	// Held: by another owner on a majority, or split between owners, none
-	// with a majority. The wait is the shortest the holders told (a holder
-	// that undoes its part, or releases, tells this waiter sooner); after a
-	// split, plus a short random pause, so that owners that split it do not
-	// meet again.
+	a.q.unbusy(a.owner, r.i)
+}
+
+// conclude turns the answers read into Acquire's result: the lock taken, if
+// a majority took it and has its fence in time; else, its parts undone, the
+// wait if the lock is held, or the failure.
+func (a *acquisition) conclude(ctx context.Context, replies []memberReply[protocol.AcquireResult]) (protocol.AcquireResult, error) {
+	q := a.q
+	if a.won >= q.need {
+		return a.take(ctx, replies)
+	}
+	q.undoAll(a.k, a.owner, a.ttl, a.sent, a.parts)
+	if a.won+a.held < q.need {
+		return protocol.AcquireResult{}, errs.Op(errs.ErrNotAcquired, q.short(a.won+a.held, errsOf(replies)), "acquire %q", a.k.Name)
+	}
+	return a.wait(replies), nil
+}
+
+// take raises the fence of a lock a majority took, and keeps the lock if
+// that is done within the lease's validity; otherwise it undoes it.
+func (a *acquisition) take(ctx context.Context, replies []memberReply[protocol.AcquireResult]) (protocol.AcquireResult, error) {
+	fence, err := a.q.raiseFenceAll(ctx, a.k, a.owner, a.ttl, replies)
+	if err == nil && time.Since(a.sent) < a.ttl-protocol.Drift(a.ttl) {
+		a.kept = true
+		return protocol.AcquireResult{Fence: fence}, nil
+	}
+	a.q.undoAll(a.k, a.owner, a.ttl, a.sent, a.parts)
+	if err == nil {
+		err = fmt.Errorf("a majority took %v to grant it, past the lease's validity", time.Since(a.sent).Round(time.Millisecond))
+	}
+	return protocol.AcquireResult{}, errs.Op(errs.ErrNotAcquired, err, "acquire %q", a.k.Name)
+}
+
+// wait is the result of an acquisition that found the lock held: by another
+// owner on a majority, or split between owners, none with a majority. The
+// wait is the shortest the holders told (a holder that undoes its part, or
+// releases, tells this waiter sooner); after a split, plus a short random
+// pause, so that owners that split it do not meet again.
+func (a *acquisition) wait(replies []memberReply[protocol.AcquireResult]) protocol.AcquireResult {
 	r := protocol.AcquireResult{Pttl: -time.Millisecond}
 	for _, rep := range replies {
 		if rep.err == nil && rep.v.Fence == 0 && rep.v.Pttl >= 0 && (r.Pttl < 0 || rep.v.Pttl < r.Pttl) {
 			r.Pttl = rep.v.Pttl
 		}
 	}
-	if won > 0 || held < q.need {
+	if a.won > 0 || a.held < a.q.need {
 		r.Pttl = max(r.Pttl, 0) + time.Millisecond + rand.N(10*time.Millisecond)
 	}
-	return r, nil
+	return r
 }
 
 // part is what an acquisition may have left on a member.

@@ -32,28 +32,41 @@ type Term struct {
 	// use on its own.
 	Ending ending
 
-	// Guarded by renewer.mu.
+	// Everything below is guarded by renewer.mu, once Begin has put the
+	// term in the renewer's care: the renewer's goroutine, the renewal
+	// calls' goroutines and the callers of Extend, Retire and End all read
+	// and write it under that lock.
+
+	// What the renewer does with the lease.
 	renew bool
 	// lengthen: the lease is a grant lease, shorter than ttl, that the
 	// renewer lengthens to ttl at once, whether or not it renews.
 	lengthen bool
-	ended    bool
-	// retired: its owner is giving it up (Unlock): the release's answer
-	// decides how it ends, not a renewal's that Redis ran after the release.
-	retired  bool
-	wakeDue  bool // the renewer looks at it next at due, else at deadline
 	ttl      time.Duration
-	deadline time.Time // after this, without a renewal, the lease counts as lost
-	due      time.Time // the next renewal, if renew
-	slack    time.Duration
-	busy     chan struct{} // while an extend is in flight: closed when its reply is in
-	lastErr  error         // of the last renewal, for the loss message
-	index    int32         // in renewer.queue; -1 when not in it
 	// gen is how many Extends of the lease have been sent. Every request
 	// about the lease carries it, so that Redis ignores one sent before the
 	// latest Extend it ran, and the client the reply to one sent before the
 	// latest Extend it sent, whenever either arrives.
 	gen uint32
+
+	// How it ends.
+	ended bool
+	// retired: its owner is giving it up (Unlock): the release's answer
+	// decides how it ends, not a renewal's that Redis ran after the release.
+	retired bool
+
+	// When the renewer looks at it, and its place in the renewer's queue.
+	deadline time.Time // after this, without a renewal, the lease counts as lost
+	due      time.Time // the next renewal, if renew
+	slack    time.Duration
+	wakeDue  bool  // the renewer looks at it next at due, else at deadline
+	index    int32 // in renewer.queue; -1 when not in it
+
+	// The request about it in flight. busy is also the request's identity:
+	// a renewal's reply counts as the term's current try only while t.busy
+	// is still the channel made for it (stalled, renewed).
+	busy    chan struct{} // while an extend is in flight: closed when its reply is in
+	lastErr error         // of the last renewal, for the loss message
 }
 
 // setWake sets when the renewer looks at t next. renewer.mu must be held.
@@ -131,13 +144,28 @@ func (r *Renewer) Begin(k *protocol.Keys, owner string, fence int64, ttl time.Du
 		renew: renew, ttl: ttl, deadline: sent.Add(ttl - protocol.Drift(ttl)),
 		due: sent.Add(protocol.RenewEvery(ttl)), slack: protocol.RenewSlack(ttl)}
 	if grant > 0 {
-		t.lengthen, t.deadline, t.due, t.slack = true, sent.Add(grant-protocol.Drift(grant)), time.Now(), 0
+		t.granted(sent, grant)
 	}
 	t.setWake()
+	if err := r.admit(t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// granted makes t's lease a grant lease of grant from sent, to be lengthened
+// at once.
+func (t *Term) granted(sent time.Time, grant time.Duration) {
+	t.lengthen, t.deadline, t.due, t.slack = true, sent.Add(grant-protocol.Drift(grant)), time.Now(), 0
+}
+
+// admit puts t, new, in the renewer's care, starting the renewer's goroutine
+// with the first term.
+func (r *Renewer) admit(t *Term) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {
-		return nil, errs.Op(errs.ErrClosed, nil, "lock %q acquired while closing", k.Name)
+		return errs.Op(errs.ErrClosed, nil, "lock %q acquired while closing", t.K.Name)
 	}
 	heap.Push(&r.queue, t)
 	if !r.started {
@@ -149,7 +177,7 @@ func (r *Renewer) Begin(k *protocol.Keys, owner string, fence int64, ttl time.Du
 	} else {
 		r.arm(t.wake())
 	}
-	return t, nil
+	return nil
 }
 
 // arm makes the timer fire at at if that is earlier than it would. Setting
@@ -522,85 +550,129 @@ func (r *Renewer) stalled(calls [][]*Term, busy [][]chan struct{}) {
 // renewed since sent, unless an Extend was sent since (its generation
 // decides), or lost, unless its owner is unlocking it (its release decides).
 func (r *Renewer) renewed(batch []*Term, busy []chan struct{}, items []protocol.ExtendItem, sent time.Time, codes []int64, err error) {
-	var extended []*Term
-	type loss struct {
-		t   *Term
-		err error
-	}
+	var extended, failed []*Term
 	var lost []loss
-	var failed []*Term
 	r.mu.Lock()
 	for i, t := range batch {
-		if t.ended {
-			if t.busy == busy[i] {
-				close(t.busy)
-				t.busy = nil
-			}
-			continue
-		}
-		ttl := items[i].TTL
 		mine := t.busy == busy[i]
 		if mine {
 			close(t.busy)
 			t.busy = nil
 		}
-		if t.retired {
-			// Its owner is unlocking it: whatever Redis ran this renewal
-			// after, the release tells whether the lease ended freed or lost.
-			continue
+		var code int64
+		if err == nil {
+			code = codes[i]
 		}
-		// An Extend sent since this renewal was: what this one proves of
-		// the lease's TTL, the Extend may have undone.
-		current := items[i].Gen == t.gen
-		switch {
-		case err != nil && !mine:
-			// The try that replaced this one decides; its error says more
-			// than that this one was overdue.
-			if t.lastErr == errRenewalStalled {
-				t.lastErr = err
-			}
-			continue
-		case err != nil:
+		switch t.renewal(mine, items[i], sent, code, err) {
+		case renewalFailed:
 			failed = append(failed, t)
-			t.lastErr = err
-			wait := protocol.RetryDelay(ttl)
-			if t.lengthen {
-				// A grant lease: try again well before it runs out.
-				wait = min(wait, time.Until(t.deadline)/4)
-			}
-			t.due, t.slack = time.Now().Add(wait), 0
-		case codes[i] == protocol.CodeDone || codes[i] == protocol.CodeStale:
-			if !current || codes[i] == protocol.CodeStale {
-				// Older than the lease's latest Extend: it proves nothing.
-				if mine {
-					t.due, t.slack = time.Now(), 0
-					break
-				}
-				continue
-			}
-			d := sent.Add(ttl - protocol.Drift(ttl))
-			if !mine && (ttl != t.ttl || !d.After(t.deadline)) {
-				// A later try renewed it already, or Lease.Extend set
-				// another TTL, which Redis may have run before or after.
-				continue
-			}
-			t.deadline, t.lastErr, t.lengthen = d, nil, false
-			if mine || t.busy == nil {
-				t.due, t.slack = sent.Add(protocol.RenewEvery(ttl)), protocol.RenewSlack(ttl)
-			}
+			r.reschedule(t)
+		case renewalProvesNothing:
+			r.reschedule(t)
+		case renewalDone:
 			extended = append(extended, t)
-		default:
+			r.reschedule(t)
+		case renewalLost:
 			t.ended = true
 			if t.index >= 0 {
 				heap.Remove(&r.queue, int(t.index))
 			}
-			lost = append(lost, loss{t, t.LostErr(codes[i])})
-			continue
+			lost = append(lost, loss{t, t.LostErr(code)})
 		}
-		r.reschedule(t)
 	}
 	r.mu.Unlock()
+	r.report(failed, err, extended, lost)
+}
 
+// renewalOutcome is what a renewal's reply does to one of its terms.
+type renewalOutcome int8
+
+const (
+	// renewalIgnored: nothing; the term ended, its owner is unlocking it,
+	// or the try that replaced this one decides.
+	renewalIgnored renewalOutcome = iota
+	// renewalFailed: the request failed; the term is renewed again after a
+	// while.
+	renewalFailed
+	// renewalProvesNothing: the reply is older than the lease's latest
+	// Extend; the term is renewed again at once.
+	renewalProvesNothing
+	// renewalDone: the lease was renewed.
+	renewalDone
+	// renewalLost: Redis says the lease is not the owner's any more.
+	renewalLost
+)
+
+// renewal decides what the reply to a renewal of t (code, or err), sent at
+// sent as item, does to t, and records it in t's lease and schedule; the
+// caller moves t in the queue, and ends it if lost. mine tells whether the
+// renewal is t's current try: one given up as stalled is not. renewer.mu
+// must be held.
+func (t *Term) renewal(mine bool, item protocol.ExtendItem, sent time.Time, code int64, err error) renewalOutcome {
+	switch {
+	case t.ended:
+		return renewalIgnored
+	case t.retired:
+		// Its owner is unlocking it: whatever Redis ran this renewal
+		// after, the release tells whether the lease ended freed or lost.
+		return renewalIgnored
+	case err != nil && !mine:
+		// The try that replaced this one decides; its error says more
+		// than that this one was overdue.
+		if t.lastErr == errRenewalStalled {
+			t.lastErr = err
+		}
+		return renewalIgnored
+	case err != nil:
+		t.retryAfter(item.TTL, err)
+		return renewalFailed
+	case code != protocol.CodeDone && code != protocol.CodeStale:
+		return renewalLost
+	case item.Gen != t.gen || code == protocol.CodeStale:
+		// An Extend sent since this renewal was, or run by Redis before it:
+		// what this one proves of the lease's TTL, the Extend may have
+		// undone.
+		if !mine {
+			return renewalIgnored
+		}
+		t.due, t.slack = time.Now(), 0
+		return renewalProvesNothing
+	}
+	ttl := item.TTL
+	d := sent.Add(ttl - protocol.Drift(ttl))
+	if !mine && (ttl != t.ttl || !d.After(t.deadline)) {
+		// A later try renewed it already, or Lease.Extend set another TTL,
+		// which Redis may have run before or after.
+		return renewalIgnored
+	}
+	t.deadline, t.lastErr, t.lengthen = d, nil, false
+	if mine || t.busy == nil {
+		t.due, t.slack = sent.Add(protocol.RenewEvery(ttl)), protocol.RenewSlack(ttl)
+	}
+	return renewalDone
+}
+
+// retryAfter schedules the next renewal of t, whose renewal with ttl failed
+// with err. renewer.mu must be held.
+func (t *Term) retryAfter(ttl time.Duration, err error) {
+	t.lastErr = err
+	wait := protocol.RetryDelay(ttl)
+	if t.lengthen {
+		// A grant lease: try again well before it runs out.
+		wait = min(wait, time.Until(t.deadline)/4)
+	}
+	t.due, t.slack = time.Now().Add(wait), 0
+}
+
+// loss is a term lost, with why.
+type loss struct {
+	t   *Term
+	err error
+}
+
+// report tells what a renewal did, off renewer.mu: the terms whose renewal
+// failed with err, those extended, and those lost, which it ends.
+func (r *Renewer) report(failed []*Term, err error, extended []*Term, lost []loss) {
 	if len(failed) > 0 {
 		if r.ctx.Err() != nil {
 			return // stopping
