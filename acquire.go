@@ -9,15 +9,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/notify"
-	"github.com/dlock-go/dlock/internal/protocol"
-	"github.com/dlock-go/dlock/internal/renew"
 	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/notify"
+	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/renew"
+	"github.com/dlock-go/dlock/internal/timing"
 )
 
 // engine is what the primitives of one Client share.
@@ -258,8 +260,8 @@ func (t *turn) try(ctx context.Context, extra []any) (l *Lease, pttl time.Durati
 	a, e := t.a, t.a.e
 	var register time.Duration
 	if t.w != nil {
-		register, t.registered = protocol.RegisterFor(a.ttl), true // also if the attempt fails: its script may have run
-		t.w.Drain()                                                // a grant made before this attempt is found by it
+		register, t.registered = timing.RegisterFor(a.ttl), true // also if the attempt fails: its script may have run
+		t.w.Drain()                                              // a grant made before this attempt is found by it
 	}
 	sent := time.Now()
 	l, pttl, r, err := a.attempt(ctx, t.owner, t.start, sent, register, extra)
@@ -340,7 +342,7 @@ func (t *turn) subscribe(ctx context.Context) error {
 // on, or the error that ends the call; neither means try again.
 func (t *turn) sleep(ctx context.Context, pttl time.Duration) (*Lease, error) {
 	a, e := t.a, t.a.e
-	d := min(pttl, protocol.KeepAlive(a.ttl))
+	d := min(pttl, timing.KeepAlive(a.ttl))
 	if t.timer == nil {
 		t.timer = time.NewTimer(d)
 	} else {
@@ -407,7 +409,7 @@ func (a *acquirer) granted(ctx context.Context, owner string, m protocol.Wake, h
 	if time.Since(from) >= m.Lease/2 {
 		return nil
 	}
-	t, err := e.ren.Begin(&a.k, owner, m.Fence, a.ttl, a.renew, from, m.Lease)
+	t, err := e.ren.Begin(&a.k, owner, m.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: from, Grant: m.Lease})
 	if err != nil {
 		return nil // closing: the caller's next attempt fails with ErrClosed, and gives the grant back
 	}
@@ -461,7 +463,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 		// caller abandons it.
 		return nil, 0, protocol.AcquireResult{}, errs.Op(ErrNotAcquired, r.NotReplicated, "acquire %q", a.k.Name)
 	}
-	t, err := e.ren.Begin(&a.k, owner, r.Fence, a.ttl, a.renew, sent, 0)
+	t, err := e.ren.Begin(&a.k, owner, r.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: sent})
 	if err != nil {
 		a.abandon(ctx, owner, sent)
 		return nil, 0, protocol.AcquireResult{}, err
@@ -495,10 +497,10 @@ func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time) {
 		// The script may have taken the lock: left alone, it would be held
 		// by nobody, and refuse everyone, for its whole TTL.
 		e.bg.doSoon(func() {
-			switch err := protocol.RetryRelease(e.closing, sent.Add(a.ttl), a.ttl, release); {
+			switch err := timing.RetryRelease(e.closing, sent.Add(a.ttl), a.ttl, release); {
 			case err == nil:
 				e.log.Debug("dlock: cleanup after failed acquire done in the background", "lock", a.k.Name)
-			case errors.Is(err, protocol.ErrReleaseLapsed):
+			case errors.Is(err, timing.ErrReleaseLapsed):
 				e.log.Debug("dlock: cleanup after failed acquire not retried: the TTL has run out by now", "lock", a.k.Name)
 			default:
 				e.log.Warn("dlock: cleanup after failed acquire failed; Redis frees what it took when its TTL runs out", "lock", a.k.Name, "err", err)
@@ -709,7 +711,7 @@ func cleanupContext(ctx context.Context, ttl time.Duration) (context.Context, co
 	if ctx.Done() == nil {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), protocol.CleanupTimeout(ttl))
+	return context.WithTimeout(context.WithoutCancel(ctx), timing.CleanupTimeout(ttl))
 }
 
 // hold is what one owner holds of a lock: the lease's term, and how many
@@ -845,14 +847,14 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 // deadline passes; once the Client closes, it makes one last attempt.
 func (h *hold) releaseLater(ttl time.Duration) {
 	t, e := h.t, h.e
-	err := protocol.RetryRelease(e.closing, e.ren.DeadlineOf(t), ttl, func(ctx context.Context) error {
+	err := timing.RetryRelease(e.closing, e.ren.DeadlineOf(t), ttl, func(ctx context.Context) error {
 		_, err := e.backend.Release(ctx, *t.K, t.Owner, protocol.ReleaseLast, ttl, 0)
 		return err
 	})
 	switch {
 	case err == nil:
 		e.log.Info("dlock: released in the background", "lock", t.K.Name, "fence", t.Fence)
-	case errors.Is(err, protocol.ErrReleaseLapsed):
+	case errors.Is(err, timing.ErrReleaseLapsed):
 		e.log.Info("dlock: release not retried: the lease has expired by now", "lock", t.K.Name, "fence", t.Fence)
 	default:
 		e.log.Warn("dlock: release failed; Redis frees the lock when its TTL runs out", "lock", t.K.Name, "fence", t.Fence, "err", err)

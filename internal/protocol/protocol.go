@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/errs"
 	"io"
 	"net"
 	"slices"
@@ -18,6 +17,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/timing"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -174,14 +176,14 @@ var (
 	// The two kinds of hold of an RWMutex share its keys, scripts and
 	// wake-up channel; a read hold's lease is its member of the readers set,
 	// the write hold's is the lock hash.
-	RwReadKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
+	RWReadKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
 		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
 		leaseKeys:   []string{"readers", "fence", "fences"},
 		leaseIn:     leaseInZSet, Reentrant: true}
-	RwWriteKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
-		acquireKeys: RwReadKind.acquireKeys,
-		releaseKeys: RwReadKind.releaseKeys,
+	RWWriteKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
+		acquireKeys: RWReadKind.acquireKeys,
+		releaseKeys: RWReadKind.releaseKeys,
 		leaseKeys:   []string{"lock", "fence", "fences"},
 		Handoff:     HandoffGrant, Reentrant: true}
 	LatchKind = &Kind{Name: "CountDownLatch", Space: "latch:"}
@@ -560,13 +562,13 @@ func (b *boxed) arg(d time.Duration) any {
 
 var (
 	ttlArgs   = boxed{of: func(d time.Duration) time.Duration { return d }}
-	grantArgs = boxed{of: grantFor}
+	grantArgs = boxed{of: timing.GrantFor}
 )
 
 // msArg returns d in milliseconds as a script argument.
 func msArg(d time.Duration) any { return ttlArgs.arg(d) }
 
-// grantArg returns grantFor(ttl) in milliseconds as a script argument.
+// grantArg returns timing.GrantFor(ttl) in milliseconds as a script argument.
 func grantArg(ttl time.Duration) any { return grantArgs.arg(ttl) }
 
 // decodeAcquire decodes an acquire script's reply: an integer, or for

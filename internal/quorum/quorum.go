@@ -11,14 +11,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/protocol"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/timing"
 )
 
 // quorum is a RedLock: a backend made of member backends.
@@ -406,7 +408,7 @@ func (q *quorum) undo(k protocol.Keys, owner string, i int, ttl time.Duration, s
 	q.markBusy(owner, i)
 	q.wg.Go(func() {
 		defer q.unbusy(owner, i)
-		_ = protocol.RetryRelease(q.closing, sent.Add(ttl), ttl, release)
+		_ = timing.RetryRelease(q.closing, sent.Add(ttl), ttl, release)
 	})
 }
 
@@ -505,7 +507,7 @@ func (a *acquisition) conclude(ctx context.Context, replies []memberReply[protoc
 // that is done within the lease's validity; otherwise it undoes it.
 func (a *acquisition) take(ctx context.Context, replies []memberReply[protocol.AcquireResult]) (protocol.AcquireResult, error) {
 	fence, err := a.q.raiseFenceAll(ctx, a.k, a.owner, a.ttl, replies)
-	if err == nil && time.Since(a.sent) < a.ttl-protocol.Drift(a.ttl) {
+	if err == nil && time.Since(a.sent) < a.ttl-timing.Drift(a.ttl) {
 		a.kept = true
 		return protocol.AcquireResult{Fence: fence}, nil
 	}

@@ -10,13 +10,15 @@ import (
 	"container/heap"
 	"context"
 	"errors"
-	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/protocol"
 	"log/slog"
 	"math"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/timing"
 )
 
 // Term is the life of one lease: what it is, its TTL and local deadline, its
@@ -131,20 +133,27 @@ func New(b protocol.Backend, log *slog.Logger, events Events) *Renewer {
 	return &Renewer{backend: b, log: log, events: events, ctx: ctx, cancel: cancel}
 }
 
-// Begin starts the term of a lease just acquired, whose acquire was sent
-// at sent: the lease lapses at sent + ttl in Redis at the latest, and counts
-// as lost drift before that unless renewed.
-//
-// A lease granted by a release (grant, above 0) is shorter: it lapses at
-// sent + grant at the latest, sent being a request that reached Redis before
-// the grant was made, and counts as lost drift(grant) before that. The
-// renewer lengthens it to ttl at once.
-func (r *Renewer) Begin(k *protocol.Keys, owner string, fence int64, ttl time.Duration, renew bool, sent time.Time, grant time.Duration) (*Term, error) {
-	t := &Term{K: k, Owner: owner, Fence: fence, Begun: sent,
-		renew: renew, ttl: ttl, deadline: sent.Add(ttl - protocol.Drift(ttl)),
-		due: sent.Add(protocol.RenewEvery(ttl)), slack: protocol.RenewSlack(ttl)}
-	if grant > 0 {
-		t.granted(sent, grant)
+// A Start is how a lease Redis granted began.
+type Start struct {
+	TTL   time.Duration
+	Renew bool      // renewed while held (not WithoutRenewal)
+	Sent  time.Time // when the request that got it was sent
+	// Grant, above 0, is the grant lease a release gave: the lease is that
+	// short until the renewer lengthens it to TTL, at once.
+	Grant time.Duration
+}
+
+// Begin starts the term of a lease just acquired: it lapses at s.Sent +
+// s.TTL in Redis at the latest, and counts as lost Drift before that unless
+// renewed. A lease granted by a release (s.Grant above 0) lapses at s.Sent +
+// s.Grant at the latest, s.Sent being a request that reached Redis before
+// the grant was made, and counts as lost Drift(s.Grant) before that.
+func (r *Renewer) Begin(k *protocol.Keys, owner string, fence int64, s Start) (*Term, error) {
+	t := &Term{K: k, Owner: owner, Fence: fence, Begun: s.Sent,
+		renew: s.Renew, ttl: s.TTL, deadline: s.Sent.Add(s.TTL - timing.Drift(s.TTL)),
+		due: s.Sent.Add(timing.RenewEvery(s.TTL)), slack: timing.RenewSlack(s.TTL)}
+	if s.Grant > 0 {
+		t.granted(s.Sent, s.Grant)
 	}
 	t.setWake()
 	if err := r.admit(t); err != nil {
@@ -156,7 +165,7 @@ func (r *Renewer) Begin(k *protocol.Keys, owner string, fence int64, ttl time.Du
 // granted makes t's lease a grant lease of grant from sent, to be lengthened
 // at once.
 func (t *Term) granted(sent time.Time, grant time.Duration) {
-	t.lengthen, t.deadline, t.due, t.slack = true, sent.Add(grant-protocol.Drift(grant)), time.Now(), 0
+	t.lengthen, t.deadline, t.due, t.slack = true, sent.Add(grant-timing.Drift(grant)), time.Now(), 0
 }
 
 // admit puts t, new, in the renewer's care, starting the renewer's goroutine
@@ -279,7 +288,7 @@ func (r *Renewer) Extend(ctx context.Context, t *Term, ttl time.Duration) error 
 	t.gen++
 	gen := t.gen
 	sent := time.Now()
-	if d := sent.Add(ttl - protocol.Drift(ttl)); d.Before(t.deadline) {
+	if d := sent.Add(ttl - timing.Drift(ttl)); d.Before(t.deadline) {
 		t.deadline = d
 	}
 	r.reschedule(t)
@@ -304,12 +313,12 @@ func (r *Renewer) Extend(ctx context.Context, t *Term, ttl time.Duration) error 
 		err = errs.Op(nil, nil, "extend %q: Redis has run a later Extend of the lease", t.K.Name)
 	case codes[0] != protocol.CodeDone:
 		lost = t.LostErr(codes[0])
-	case !time.Now().Before(sent.Add(ttl - protocol.Drift(ttl))):
+	case !time.Now().Before(sent.Add(ttl - timing.Drift(ttl))):
 		// The lease, shortened, ran out before the reply came.
 		lost = errs.Op(errs.ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.K.Name, ttl)
 	default:
-		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-protocol.Drift(ttl)), nil, false
-		t.due, t.slack = sent.Add(protocol.RenewEvery(ttl)), protocol.RenewSlack(ttl)
+		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-timing.Drift(ttl)), nil, false
+		t.due, t.slack = sent.Add(timing.RenewEvery(ttl)), timing.RenewSlack(ttl)
 	}
 	if !t.ended {
 		r.reschedule(t)
@@ -506,7 +515,7 @@ func (r *Renewer) renewCalls(calls [][]*Term) {
 // tried again on another request: half a renewal period, or a quarter of
 // what is left of a grant lease, and at least stallMin.
 func (t *Term) stallAfter(now time.Time) time.Duration {
-	d := protocol.RenewEvery(t.ttl) / 2
+	d := timing.RenewEvery(t.ttl) / 2
 	if t.lengthen {
 		d = min(d, t.deadline.Sub(now)/4)
 	}
@@ -639,7 +648,7 @@ func (t *Term) renewal(mine bool, item protocol.ExtendItem, sent time.Time, code
 		return renewalProvesNothing
 	}
 	ttl := item.TTL
-	d := sent.Add(ttl - protocol.Drift(ttl))
+	d := sent.Add(ttl - timing.Drift(ttl))
 	if !mine && (ttl != t.ttl || !d.After(t.deadline)) {
 		// A later try renewed it already, or Lease.Extend set another TTL,
 		// which Redis may have run before or after.
@@ -647,7 +656,7 @@ func (t *Term) renewal(mine bool, item protocol.ExtendItem, sent time.Time, code
 	}
 	t.deadline, t.lastErr, t.lengthen = d, nil, false
 	if mine || t.busy == nil {
-		t.due, t.slack = sent.Add(protocol.RenewEvery(ttl)), protocol.RenewSlack(ttl)
+		t.due, t.slack = sent.Add(timing.RenewEvery(ttl)), timing.RenewSlack(ttl)
 	}
 	return renewalDone
 }
@@ -656,7 +665,7 @@ func (t *Term) renewal(mine bool, item protocol.ExtendItem, sent time.Time, code
 // with err. renewer.mu must be held.
 func (t *Term) retryAfter(ttl time.Duration, err error) {
 	t.lastErr = err
-	wait := protocol.RetryDelay(ttl)
+	wait := timing.RetryDelay(ttl)
 	if t.lengthen {
 		// A grant lease: try again well before it runs out.
 		wait = min(wait, time.Until(t.deadline)/4)

@@ -1,7 +1,7 @@
-package protocol
-
-// The time policy: the times the scripts are given and the pauses between
-// tries, each a fraction of a lock's TTL within bounds.
+// Package timing is dlock's time policy: the times the scripts are given and
+// the pauses between tries, each a fraction of a lock's TTL within bounds
+// (doc.go states them for users), and the one loop that retries a release.
+package timing
 
 import (
 	"context"
@@ -9,29 +9,29 @@ import (
 	"time"
 )
 
-// The times the scripts are given, each a fraction of a lock's TTL within
-// bounds; doc.go states them for users.
-
-// RenewEvery is how often a lease is renewed while held; it may be renewed up
-// to renewSlack earlier, to share a script call with others.
+// RenewEvery is how often a lease is renewed while held.
 func RenewEvery(ttl time.Duration) time.Duration { return ttl / 3 }
+
+// RenewSlack is how much earlier than RenewEvery a lease may be renewed, to
+// share a script call with others.
 func RenewSlack(ttl time.Duration) time.Duration { return ttl / 6 }
 
-// grantFor is the grant lease: how long a release grants a freed lock to
+// GrantFor is the grant lease: how long a release grants a freed lock to
 // the waiter next in line (or keeps it for that waiter, for kinds that do not
 // grant) before that waiter's Client lengthens it to the TTL. It bounds what
 // a waiter that died costs; the Client that is told lengthens it at once.
-func grantFor(ttl time.Duration) time.Duration {
+func GrantFor(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 50*time.Millisecond), time.Second)
 }
 
 // KeepAlive is how often a waiter renews its registration (by trying again).
-// A registration lapses after three of these (registerFor), so a waiter that
+// A registration lapses after three of these (RegisterFor), so a waiter that
 // died is forgotten soon after.
 func KeepAlive(ttl time.Duration) time.Duration {
 	return min(max(ttl/6, 50*time.Millisecond), 5*time.Second)
 }
 
+// RegisterFor is how long a waiter's registration lasts unless renewed.
 func RegisterFor(ttl time.Duration) time.Duration { return 3 * KeepAlive(ttl) }
 
 // RetryDelay is the pause before a failed renewal or release is tried again.
@@ -49,13 +49,13 @@ func CleanupTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl, time.Second), 5*time.Second)
 }
 
-// RetryRelease makes release again, retryDelay(ttl) apart, after a release
+// RetryRelease makes release again, RetryDelay(ttl) apart, after a release
 // that could not reach Redis: until a try has Redis's answer (release returns
 // nil), or deadline, when Redis frees the lock by itself, passes. Any answer
 // ends it: freed, or not (or no longer) this owner's, which no retry can
 // change. Each try is bounded by deadline. Once stop is closed (the Client
 // is closing), it makes one last try at once. It returns nil once Redis
-// answered, errReleaseLapsed if deadline passed first, else the last try's
+// answered, ErrReleaseLapsed if deadline passed first, else the last try's
 // error.
 //
 // It runs on the caller's goroutine: the caller starts one that Close waits
@@ -84,6 +84,6 @@ func RetryRelease(stop <-chan struct{}, deadline time.Time, ttl time.Duration, r
 	}
 }
 
-// ErrReleaseLapsed is retryRelease's error when the lock's TTL ran out before
+// ErrReleaseLapsed is RetryRelease's error when the lock's TTL ran out before
 // Redis answered.
 var ErrReleaseLapsed = errors.New("the lock's TTL has run out by now")
