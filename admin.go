@@ -37,7 +37,7 @@ var adminKinds = map[Kind]struct {
 }{
 	KindMutex:          {protocol.MutexKind, "mutex"},
 	KindFairMutex:      {protocol.FairKind, "fair"},
-	KindRWMutex:        {protocol.RwWriteKind, "rw"},
+	KindRWMutex:        {protocol.RWWriteKind, "rw"},
 	KindSemaphore:      {protocol.SemKind, "sem"},
 	KindCountDownLatch: {protocol.LatchKind, "latch"},
 }

@@ -63,7 +63,7 @@ type RWMutex struct {
 // errors are returned by every call on the RWMutex. The options apply to read
 // and write leases alike.
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
-	return &RWMutex{r: c.acquirer(protocol.RwReadKind, name, opts), w: c.acquirer(protocol.RwWriteKind, name, opts)}
+	return &RWMutex{r: c.acquirer(protocol.RWReadKind, name, opts), w: c.acquirer(protocol.RWWriteKind, name, opts)}
 }
 
 // Name returns the lock's name.
