@@ -199,7 +199,7 @@ func TestFairDeadWaiter(t *testing.T) {
 // TestFairProcessesHammer: the multi-process hammer of TestProcessesHammer,
 // on a FairMutex, on one server and on a Cluster.
 func TestFairProcessesHammer(t *testing.T) {
-	// Not in parallel: its worker processes keep both CPUs busy.
+	t.Parallel()
 	const procs = 4
 	for _, d := range deployments {
 		t.Run(d.String(), func(t *testing.T) {

@@ -501,7 +501,7 @@ func latchProcesses(t *testing.T, mode string, procs int, d deployment) latchOut
 // have begun, with the count at zero. A count down that opens the latch at
 // once must be caught by the same checks.
 func TestLatchProcesses(t *testing.T) {
-	// Not in parallel: its worker processes keep both CPUs busy.
+	t.Parallel()
 	const procs = 4
 	for _, d := range deployments {
 		t.Run(d.String(), func(t *testing.T) {

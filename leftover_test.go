@@ -114,7 +114,7 @@ func allKeys(t *testing.T, rdb *redis.Client) []string {
 // the state set on purpose: Semaphore totals set with SetPermits and armed
 // latches, which Delete removes. A name used again gets a higher fence.
 func TestNothingLeftBehind(t *testing.T) {
-	// Not in parallel: its worker processes keep both CPUs busy.
+	t.Parallel()
 	const (
 		ttl      = time.Second
 		abandon  = 1500 // held by the killed worker, per kind: 6,000 names

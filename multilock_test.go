@@ -753,7 +753,7 @@ func multiHammer(t *testing.T, role string, procs int, p workerParams) multiOutc
 // acquisitions and every fenced write must be accepted. A MultiLock that goes
 // on without the names it could not get must be caught by the same checks.
 func TestMultiLockProcesses(t *testing.T) {
-	// Not in parallel: its worker processes keep both CPUs busy.
+	t.Parallel()
 	p := workerParams{Name: "m:", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25}
 	const procs = 4
 	for _, d := range deployments {

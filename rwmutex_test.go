@@ -1009,7 +1009,7 @@ func rwHammer(t *testing.T, mutant string, procs int, p workerParams) rwOutcome 
 // accepted. An acquire script whose writers ignore readers must be caught by
 // the same check.
 func TestRWMutexProcesses(t *testing.T) {
-	// Not in parallel: its worker processes keep both CPUs busy.
+	t.Parallel()
 	p := workerParams{Name: "rwhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 40, ReadShare: 80}
 	const procs = 4
 	for _, d := range deployments {

@@ -344,7 +344,7 @@ func semHammer(t *testing.T, mutant string, procs int, p workerParams) (peak, ac
 // more than 3 holders are inside the resource at once. A semaphore that hands
 // out permits regardless must be caught by the same check.
 func TestSemaphoreProcesses(t *testing.T) {
-	// Not in parallel: its worker processes keep both CPUs busy.
+	t.Parallel()
 	p := workerParams{Name: "procs", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Permits: 3}
 	const procs = 4
 	for _, d := range deployments {
