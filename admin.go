@@ -3,14 +3,13 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
-	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/protocol"
 	"iter"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 )
 
 // Kind is a lock type, as Inspect, Locks and ForceRelease name it, and as
@@ -146,10 +145,7 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 	if err != nil {
 		return nil, errs.Op(nil, err, "inspect %s %q", kind, name)
 	}
-	s, err := decodeState(v)
-	if err != nil {
-		return nil, errs.Op(nil, err, "inspect %s %q", kind, name)
-	}
+	s := stateOf(v)
 	s.LockID = LockID{kind, name}
 	if kind == KindCountDownLatch {
 		s.Count, s.Permits = s.Permits, 0
@@ -181,62 +177,18 @@ func (c *Client) adminCheck(op string) error {
 	return nil
 }
 
-// decodeState decodes inspect.lua's reply.
-func decodeState(v []any) (*LockState, error) {
-	if len(v) != 7 {
-		return nil, fmt.Errorf("unexpected reply %v", v)
+// stateOf is a lock's state as Inspect tells it, from what Redis holds.
+func stateOf(v protocol.State) *LockState {
+	st := &LockState{Time: time.UnixMicro(v.Now), Queued: v.Queued, Fence: v.Fence, Permits: v.Permits, Used: v.Used}
+	for _, r := range v.Holders {
+		st.Holders = append(st.Holders, Holder{Owner: r.Owner, Client: clientOf(r.Owner), Read: r.Read,
+			Holds: r.Holds, Permits: r.Permits, Fence: r.Fence, Since: fenceTime(r.Fence, v.Now), TTL: r.TTL})
 	}
-	n := func(x any) int64 { i, _ := x.(int64); return i }
-	rows := func(x any) [][]any {
-		list, _ := x.([]any)
-		out := make([][]any, 0, len(list))
-		for _, r := range list {
-			if row, ok := r.([]any); ok && len(row) >= 4 {
-				out = append(out, row)
-			}
-		}
-		return out
+	for _, r := range v.Waiters {
+		st.Waiters = append(st.Waiters, Waiter{Owner: r.Owner, Client: clientOf(r.Owner), Read: r.Read,
+			Permits: r.Permits, Since: r.Since, TTL: r.TTL})
 	}
-	now := n(v[0])
-	st := &LockState{Time: time.UnixMicro(now), Queued: int(n(v[3])), Permits: max(n(v[5]), 0), Used: n(v[6])}
-	st.Fence = max(n(v[1]), 0)
-	for _, r := range rows(v[2]) {
-		h := Holder{Owner: text(r[0]), Holds: int(max(n(r[1]), 1)), TTL: time.Duration(n(r[2])) * time.Millisecond, Fence: max(n(r[3]), 0)}
-		if len(r) > 4 {
-			switch what := text(r[4]); what {
-			case "w":
-			case "r":
-				h.Read = true
-			default:
-				h.Permits, _ = strconv.ParseInt(what, 10, 64)
-			}
-		}
-		h.Client = clientOf(h.Owner)
-		h.Since = fenceTime(h.Fence, now)
-		st.Holders = append(st.Holders, h)
-	}
-	for _, r := range rows(v[4]) {
-		w := Waiter{Owner: text(r[0]), TTL: time.Duration(n(r[1])) * time.Millisecond}
-		if at := n(r[2]); at > 0 {
-			w.Since = time.UnixMicro(at)
-		}
-		switch what := text(r[3]); what {
-		case "", "w":
-		case "r":
-			w.Read = true
-		default:
-			w.Permits, _ = strconv.ParseInt(what, 10, 64)
-		}
-		w.Client = clientOf(w.Owner)
-		st.Waiters = append(st.Waiters, w)
-	}
-	return st, nil
-}
-
-// text returns a script's string reply, or "" if x is none.
-func text(x any) string {
-	s, _ := x.(string)
-	return s
+	return st
 }
 
 // clientOf returns the Client id in an owner id.

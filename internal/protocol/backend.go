@@ -45,7 +45,7 @@ type Backend interface {
 	Semaphore(ctx context.Context, k Keys, id string, mode SemMode, total int64) (int64, error)
 
 	// Inspect runs inspect.lua, read-only, over keys for the kind named code.
-	Inspect(ctx context.Context, keys []string, code string, limit int) ([]any, error)
+	Inspect(ctx context.Context, keys []string, code string, limit int) (State, error)
 	// Scan passes each key that matches the glob match to each, on every
 	// server that holds keys, until each returns false.
 	Scan(ctx context.Context, match string, each func(key string) bool) error

@@ -894,8 +894,83 @@ func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
 // Inspect runs inspect.lua over keys, for the kind inspect.lua names code:
 // read-only (EVALSHA_RO), so that a user allowed only to read keys may send
 // it, and a replica runs it.
-func (n *Node) Inspect(ctx context.Context, keys []string, code string, limit int) ([]any, error) {
-	return n.scripts[scriptInspect].RunRO(ctx, n.rdb, keys, code, limit).Slice()
+func (n *Node) Inspect(ctx context.Context, keys []string, code string, limit int) (State, error) {
+	v, err := n.scripts[scriptInspect].RunRO(ctx, n.rdb, keys, code, limit).Slice()
+	if err != nil {
+		return State{}, err
+	}
+	return decodeState(v)
+}
+
+// State is a lock as inspect.lua reads it.
+type State struct {
+	Now     int64 // the server's time, in µs
+	Fence   int64 // the last fence handed out; 0 if none is kept
+	Holders []Hold
+	Waiters []Hold // Since set, TTL what is left of the registration
+	Queued  int    // waiters registered, lapsed ones not yet dropped included
+	Permits int64  // a Semaphore's total, or a latch's count
+	Used    int64  // the permits a Semaphore's live holders hold
+}
+
+// Hold is a holder or a waiter as inspect.lua reads it.
+type Hold struct {
+	Owner string
+	Holds int // a holder's hold count, at least 1
+	TTL   time.Duration
+	Fence int64     // a holder's fence; 0 if unknown
+	Since time.Time // when a waiter joined the queue; zero if not kept
+	// Read is a read hold, or a reader waiting; Permits what a Semaphore's
+	// holder holds or its waiter wants.
+	Read    bool
+	Permits int64
+}
+
+// decodeState decodes inspect.lua's reply.
+func decodeState(v []any) (State, error) {
+	if len(v) != 7 {
+		return State{}, fmt.Errorf("unexpected reply %v", v)
+	}
+	n := func(x any) int64 { i, _ := x.(int64); return i }
+	text := func(x any) string { s, _ := x.(string); return s }
+	rows := func(x any) [][]any {
+		list, _ := x.([]any)
+		out := make([][]any, 0, len(list))
+		for _, r := range list {
+			if row, ok := r.([]any); ok && len(row) >= 4 {
+				out = append(out, row)
+			}
+		}
+		return out
+	}
+	// what reads a hold's or a waiter's kind: "w" (or none) a writer, "r" a
+	// reader, else a Semaphore's permits.
+	what := func(h *Hold, w string) {
+		switch w {
+		case "", "w":
+		case "r":
+			h.Read = true
+		default:
+			h.Permits, _ = strconv.ParseInt(w, 10, 64)
+		}
+	}
+	st := State{Now: n(v[0]), Fence: max(n(v[1]), 0), Queued: int(n(v[3])), Permits: max(n(v[5]), 0), Used: n(v[6])}
+	for _, r := range rows(v[2]) {
+		h := Hold{Owner: text(r[0]), Holds: int(max(n(r[1]), 1)), TTL: time.Duration(n(r[2])) * time.Millisecond, Fence: max(n(r[3]), 0)}
+		if len(r) > 4 {
+			what(&h, text(r[4]))
+		}
+		st.Holders = append(st.Holders, h)
+	}
+	for _, r := range rows(v[4]) {
+		w := Hold{Owner: text(r[0]), TTL: time.Duration(n(r[1])) * time.Millisecond}
+		if at := n(r[2]); at > 0 {
+			w.Since = time.UnixMicro(at)
+		}
+		what(&w, text(r[3]))
+		st.Waiters = append(st.Waiters, w)
+	}
+	return st, nil
 }
 
 // Scan passes each key that matches the glob match to each, found with SCAN

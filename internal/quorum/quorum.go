@@ -123,8 +123,8 @@ func (q *quorum) Semaphore(_ context.Context, k protocol.Keys, _ string, _ proto
 	return 0, q.unsupported("Semaphore", k)
 }
 
-func (q *quorum) Inspect(context.Context, []string, string, int) ([]any, error) {
-	return nil, errs.Op(errors.ErrUnsupported, nil, "Inspect on a RedLock")
+func (q *quorum) Inspect(context.Context, []string, string, int) (protocol.State, error) {
+	return protocol.State{}, errs.Op(errors.ErrUnsupported, nil, "Inspect on a RedLock")
 }
 
 func (q *quorum) Scan(context.Context, string, func(string) bool) error {
