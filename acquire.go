@@ -737,7 +737,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 	if err := t.EndedErr("re-enter"); err != nil {
 		return nil, errs.Op(ErrNotAcquired, err, "re-enter %q", t.K.Name)
 	}
-	r, err := h.e.backend.Reenter(ctx, *t.K, t.Owner, h.e.ren.TtlOf(t), h.holds+1, extra...)
+	r, err := h.e.backend.Reenter(ctx, *t.K, t.Owner, h.e.ren.TTLOf(t), h.holds+1, extra...)
 	if err != nil {
 		// If the reply was lost the count in Redis may be one too high; the
 		// next count sent, or the last release, sets it right.
@@ -750,7 +750,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 	}
 	if r.NotReplicated != nil {
 		// Give the hold back: the count in Redis returns to what it was.
-		ttl := h.e.ren.TtlOf(t)
+		ttl := h.e.ren.TTLOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
 		if _, err := h.e.backend.Release(cctx, *t.K, t.Owner, protocol.ReleaseOne, ttl, h.holds); err != nil {
@@ -791,7 +791,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		return false, err
 	}
 	if h.holds > 1 {
-		ttl := e.ren.TtlOf(t)
+		ttl := e.ren.TTLOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
 		// The client's count is the one that decides when the lock is freed:

@@ -107,7 +107,7 @@ func (e *QuorumError) Error() string {
 	// The most telling error first: one a node sent, not a timeout.
 	first := e.Errs[0]
 	for _, err := range e.Errs {
-		if !errors.Is(err, NodeTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		if !errors.Is(err, ErrNodeTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 			first = err
 			break
 		}
@@ -122,6 +122,6 @@ func (e *QuorumError) Error() string {
 // Unwrap returns the nodes' errors.
 func (e *QuorumError) Unwrap() []error { return e.Errs }
 
-// NodeTimeout is a member's error when it did not answer within the
+// ErrNodeTimeout is a member's error when it did not answer within the
 // per-node timeout.
-var NodeTimeout = errors.New("no answer within the per-node timeout")
+var ErrNodeTimeout = errors.New("no answer within the per-node timeout")

@@ -185,7 +185,7 @@ type fan[T any] struct {
 // to f.decide until it returns true, every member sent it has answered, the
 // per-node timeout has passed or ctx has ended. It returns the answers
 // decide saw, by member; a member not sent the request, or not heard from,
-// has errs.NodeTimeout, or ctx's error if ctx ended. The requests are bounded
+// has errs.ErrNodeTimeout, or ctx's error if ctx ended. The requests are bounded
 // by the per-node timeout, not by ctx or fanOut's return: one that is still
 // running when the outcome is known completes (a release or renewal reaches
 // the slower members too) and its answer goes to f.late.
@@ -225,7 +225,7 @@ type gathering[T any] struct {
 func (g *gathering[T]) scatter(base context.Context) int {
 	pending := 0
 	for i := range g.q.members {
-		g.out[i] = memberReply[T]{i: i, err: errs.NodeTimeout}
+		g.out[i] = memberReply[T]{i: i, err: errs.ErrNodeTimeout}
 		if g.called[i] = g.f.skip == nil || !g.f.skip(i); g.called[i] {
 			pending++
 		}

@@ -721,8 +721,8 @@ func (q *termQueue) Pop() any {
 	return t
 }
 
-// TtlOf returns t's TTL.
-func (r *Renewer) TtlOf(t *Term) time.Duration {
+// TTLOf returns t's TTL.
+func (r *Renewer) TTLOf(t *Term) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return t.ttl
