@@ -98,6 +98,7 @@ func main() {
 	out := flag.String("out", "", "also write the Markdown report to this file")
 	jsonPath := flag.String("json", "results/latest.json", "write JSON results here (empty: skip)")
 	svgPath := flag.String("svg", "results/latest.svg", "write the SVG chart here (empty: skip)")
+	stall := flag.Duration("stall", 0, "stop with every goroutine's stack when one section runs this long (0: 20m, 5m with -quick)")
 	flag.Parse()
 
 	cfg := config{slice: 300 * time.Millisecond, perVariant: 6 * time.Second, csWindow: 3 * time.Second, csRounds: 3, periods: 10, scaleLocks: 10000, clusterLocks: 10000}
@@ -125,6 +126,17 @@ func main() {
 			_ = os.RemoveAll(dir)
 		})
 	}
+	// A section that runs far past its expected length has a call that
+	// never returns: the run stops with every goroutine's stack, so that the
+	// culprit is named, instead of hanging until an outer timeout kills it
+	// without a word.
+	if *stall == 0 {
+		*stall = 20 * time.Minute
+		if *quick {
+			*stall = 5 * time.Minute
+		}
+	}
+	section := watchdog(*stall, stops)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt)
 	go func() { <-sig; stops.run(); os.Exit(130) }()
@@ -137,13 +149,13 @@ func main() {
 	vs := allVariants()
 	var res []result
 
-	fmt.Fprintln(os.Stderr, "uncontended + floors ...")
+	section("uncontended + floors")
 	r, fl, err := runUncontended(cfg, vs)
 	if err != nil {
 		exitErr(err)
 	}
 	res = append(res, r...)
-	fmt.Fprintln(os.Stderr, "parallel ...")
+	section("parallel")
 	r, err = runParallel(cfg, vs, 64)
 	if err != nil {
 		exitErr(err)
@@ -151,7 +163,7 @@ func main() {
 	res = append(res, r...)
 	for _, think := range []bool{false, true} {
 		settle(cfg.admin)
-		fmt.Fprintln(os.Stderr, "contended, think =", think, "...")
+		section(fmt.Sprint("contended, think = ", think))
 		r, err = runContended(cfg, vs, 16, think)
 		if err != nil {
 			exitErr(err)
@@ -159,13 +171,13 @@ func main() {
 		res = append(res, r...)
 	}
 	settle(cfg.admin)
-	fmt.Fprintln(os.Stderr, "multilock ...")
+	section("multilock")
 	mr, err := runMulti(cfg, 8, 4)
 	if err != nil {
 		exitErr(err)
 	}
 	res = append(res, mr)
-	fmt.Fprintln(os.Stderr, "long queues ...")
+	section("long queues")
 	reps := 9
 	if *quick {
 		reps = 3
@@ -174,7 +186,7 @@ func main() {
 	if err != nil {
 		exitErr(err)
 	}
-	fmt.Fprintln(os.Stderr, "scale ...")
+	section("scale")
 	var scales []scaleResult
 	sd, err := runScale(cfg, "dlock", "default", openDlock(dlock.WithTTL(3*time.Second)), time.Second)
 	if err != nil {
@@ -204,18 +216,19 @@ func main() {
 		}
 		res = append(res, r)
 	}
-	fmt.Fprintln(os.Stderr, "cluster ...")
+	section("cluster")
 	r, clu, err := runCluster(cfg, stops)
 	if err != nil {
 		exitErr(fmt.Errorf("cluster: %w", err))
 	}
 	res = append(res, r...)
-	fmt.Fprintln(os.Stderr, "redlock ...")
+	section("redlock")
 	r, err = runRedLock(cfg, stops)
 	if err != nil {
 		exitErr(fmt.Errorf("redlock: %w", err))
 	}
 	res = append(res, r...)
+	section("report")
 
 	ctx := context.Background()
 	o := output{
@@ -289,6 +302,26 @@ func writeFile(path string, b []byte) {
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "write:", err)
+	}
+}
+
+// watchdog returns a function that starts a section of the run: it prints
+// its name, and if the section is still running stall later (the next one has
+// not started), prints every goroutine's stack, runs stops and exits.
+func watchdog(stall time.Duration, stops *stopper) func(name string) {
+	var timer *time.Timer
+	return func(name string) {
+		fmt.Fprintln(os.Stderr, name, "...")
+		if timer != nil {
+			timer.Stop()
+		}
+		timer = time.AfterFunc(stall, func() {
+			buf := make([]byte, 16<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			fmt.Fprintf(os.Stderr, "\n!!!!! bench: section %q has run for %v: stopped; every goroutine's stack follows !!!!!\n\n%s\n", name, stall, buf)
+			stops.run()
+			os.Exit(3)
+		})
 	}
 }
 
