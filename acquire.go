@@ -483,7 +483,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time) {
 	e := a.e
 	release := func(ctx context.Context) error {
-		_, err := e.backend.Release(ctx, a.k, owner, protocol.ReleaseLast, a.ttl, 0)
+		_, err := e.backend.Release(ctx, a.k, owner, 0, protocol.ReleaseLast, a.ttl, 0)
 		return err
 	}
 	first := func() {
@@ -753,7 +753,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 		ttl := h.e.ren.TTLOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
-		if _, err := h.e.backend.Release(cctx, *t.K, t.Owner, protocol.ReleaseOne, ttl, h.holds); err != nil {
+		if _, err := h.e.backend.Release(cctx, *t.K, t.Owner, t.Fence, protocol.ReleaseOne, ttl, h.holds); err != nil {
 			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.K.Name, "err", err)
 		}
 		return nil, errs.Op(ErrNotAcquired, r.NotReplicated, "re-enter %q", t.K.Name)
@@ -798,7 +798,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		// this hold is given back whatever Redis answers, and a count that
 		// failed to reach Redis is set right by the next one that does.
 		h.holds--
-		code, err := e.backend.Release(cctx, *t.K, t.Owner, protocol.ReleaseOne, ttl, h.holds)
+		code, err := e.backend.Release(cctx, *t.K, t.Owner, t.Fence, protocol.ReleaseOne, ttl, h.holds)
 		switch {
 		case err != nil:
 			return false, errs.Op(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.K.Name)
@@ -815,8 +815,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	ttl := e.ren.Retire(t)
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
-	sent := time.Now()
-	code, err := e.backend.Release(cctx, *t.K, t.Owner, protocol.ReleaseLast, ttl, 0)
+	code, err := e.backend.Release(cctx, *t.K, t.Owner, t.Fence, protocol.ReleaseLast, ttl, 0)
 	switch {
 	case err != nil:
 		e.log.Error("dlock: release failed; retrying in the background", "lock", t.K.Name, "fence", t.Fence, "err", err)
@@ -830,12 +829,17 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 			}
 		})
 		return true, nil
-	case time.Since(sent) >= protocol.MarkerTrust:
-		// The reply may come from a retry that ran after this release's
-		// marker lapsed: whether this call freed the lock is unknown.
+	case code == protocol.CodeAfter && time.Now().Before(e.ren.DeadlineOf(t)):
+		// The lock is free of this owner and its fence has not gone: before
+		// the lease's local deadline Redis cannot have let it expire, so a
+		// run of this release whose reply was lost (go-redis retries it)
+		// freed it.
 		e.ren.End(t, errUnlocked, nil)
-		return true, errs.Op(ErrNotHeld, nil, "unlock %q: the lock is free of this owner, but the reply took %v, too long to tell whether this call freed it or its lease had expired before",
-			t.K.Name, time.Since(sent).Round(time.Millisecond))
+		return true, nil
+	case code == protocol.CodeAfter:
+		lost := errs.Op(ErrLockLost, nil, "unlock %q: the lock is free of this owner, but the answer came after the lease's deadline: this release may have freed it in a run whose reply was lost (then this is a false alarm), or the lease had expired before", t.K.Name)
+		e.ren.Lose(t, lost)
+		return true, errs.Op(ErrNotHeld, lost, "unlock")
 	}
 	lost := t.LostErr(code)
 	e.ren.Lose(t, lost)
@@ -848,7 +852,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 func (h *hold) releaseLater(ttl time.Duration) {
 	t, e := h.t, h.e
 	err := timing.RetryRelease(e.closing, e.ren.DeadlineOf(t), ttl, func(ctx context.Context) error {
-		_, err := e.backend.Release(ctx, *t.K, t.Owner, protocol.ReleaseLast, ttl, 0)
+		_, err := e.backend.Release(ctx, *t.K, t.Owner, t.Fence, protocol.ReleaseLast, ttl, 0)
 		return err
 	})
 	switch {

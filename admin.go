@@ -319,14 +319,20 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 		}
 	}
 	ev := &Eviction{}
-	call := c.e.newOwner() // the release marker's id: no holder's own
 	var last int64
 	for _, o := range owners {
-		code, err := c.e.backend.Evict(ctx, k, o, call+"/"+o, c.cfg.ttl)
+		var fence int64 // unknown for an owner Inspect did not see
+		if i := slices.IndexFunc(st.Holders, func(h Holder) bool { return h.Owner == o }); i >= 0 {
+			fence = st.Holders[i].Fence
+		}
+		code, err := c.e.backend.Evict(ctx, k, o, fence, c.cfg.ttl)
 		if err != nil {
 			return ev, errs.Op(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
 		}
-		if code != protocol.CodeDone {
+		// CodeAfter for a hold Inspect saw: it is over, and the fence has
+		// passed it (a run of this call whose reply was lost took it away,
+		// or it ended just before).
+		if code != protocol.CodeDone && (code != protocol.CodeAfter || fence == 0) {
 			ev.Gone = append(ev.Gone, o)
 			continue
 		}

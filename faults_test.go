@@ -205,7 +205,9 @@ func TestRetriedSemaphoreAcquire(t *testing.T) {
 }
 
 // TestRetriedRelease: a release whose reply is lost runs again; the retry
-// finds the release's marker and Unlock reports success, for every kind.
+// recognises, from the lock's own keys, that the lock went on from this hold,
+// and Unlock, answered before the lease's deadline, reports success, for
+// every kind.
 func TestRetriedRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -377,8 +377,9 @@ func TestGrantWaitReplicas(t *testing.T) {
 }
 
 // TestGrantRetriedRelease: a release that grants the lock and whose reply is
-// lost runs again (go-redis retries it). The retry finds the release's marker
-// and answers "released": the lock is granted once, to the first waiter, and
+// lost runs again (go-redis retries it). The retry finds the lock free of its
+// owner with the fence past its own, writes nothing and answers so; Unlock,
+// answered before the lease's deadline, reports success: the lock is granted once, to the first waiter, and
 // the second waits on until that one unlocks.
 func TestGrantRetriedRelease(t *testing.T) {
 	t.Parallel()

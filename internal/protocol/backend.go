@@ -28,7 +28,9 @@ type Backend interface {
 	// Reenter adds a hold of owner, which then has count holds.
 	Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error)
 	// Release runs k's release script once and returns a result code.
-	Release(ctx context.Context, k Keys, owner string, mode ReleaseMode, ttl time.Duration, count int) (int64, error)
+	// fence is owner's (0 if unknown): a retry of a release that freed the
+	// lock answers CodeAfter, read from the lock's own keys.
+	Release(ctx context.Context, k Keys, owner string, fence int64, mode ReleaseMode, ttl time.Duration, count int) (int64, error)
 	// Extend runs extend.lua once over items; extendAll runs it once per
 	// call, all in one round trip per server.
 	Extend(ctx context.Context, items []ExtendItem) ([]int64, error)
@@ -49,9 +51,9 @@ type Backend interface {
 	// Scan passes each key that matches the glob match to each, on every
 	// server that holds keys, until each returns false.
 	Scan(ctx context.Context, match string, each func(key string) bool) error
-	// Evict releases owner's hold on k as its own last release would, with
-	// the marker of the administrative call marker.
-	Evict(ctx context.Context, k Keys, owner, marker string, ttl time.Duration) (int64, error)
+	// Evict releases owner's hold on k, whose fence is fence (0 if unknown),
+	// as its own last release would.
+	Evict(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error)
 	// MoveFence makes k's fence at least fence, whoever holds the lock.
 	MoveFence(ctx context.Context, k Keys, fence int64, ttl time.Duration) error
 

@@ -155,17 +155,18 @@ var keyNames = map[string]string{
 	"lock": "", "semaphore": "", "count": "",
 	"fence": ":fence", "waiters": ":waiters", "alive": ":alive",
 	"holders": ":holders", "total": ":total", "readers": ":readers", "fences": ":fences", "writers": ":writers",
+	"extends": ":extends",
 }
 
 var (
 	MutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
 		acquireKeys: []string{"lock", "fence", "waiters"},
-		releaseKeys: []string{"lock", "fence", "waiters"},
+		releaseKeys: []string{"lock", "fence", "waiters", "extends"},
 		leaseKeys:   []string{"lock", "fence"},
 		Handoff:     HandoffGrant, Reentrant: true}
 	FairKind = &Kind{Name: "FairMutex", Space: "fair:", acquire: scriptFairAcquire, release: scriptFairRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
-		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
+		releaseKeys: []string{"lock", "fence", "waiters", "alive", "extends"},
 		leaseKeys:   []string{"lock", "fence"},
 		Handoff:     HandoffGrant, Reentrant: true}
 	SemKind = &Kind{Name: "Semaphore", Space: "sem:", acquire: ScriptSemAcquire, release: scriptSemRelease,
@@ -178,7 +179,7 @@ var (
 	// the write hold's is the lock hash.
 	RWReadKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
-		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
+		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence", "extends"},
 		leaseKeys:   []string{"readers", "fence", "fences"},
 		leaseIn:     leaseInZSet, Reentrant: true}
 	RWWriteKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
@@ -329,6 +330,7 @@ const (
 	ReleaseOne   ReleaseMode = "0" // one of several holds goes: the count that remains is given
 	ReleaseLast  ReleaseMode = "1" // the last hold goes: the lock is freed
 	ReleaseLeave ReleaseMode = "2" // a waiter gives up: unregister it, pass the lock on if it was granted to it
+	releaseEvict ReleaseMode = "3" // as ReleaseLast, for ForceRelease: the owner's own release will say so
 
 	SemSetTotal    SemMode = "3"
 	SemAvailable   SemMode = "4"
@@ -349,6 +351,8 @@ func (m ReleaseMode) arg() any {
 		return string(ReleaseLast)
 	case ReleaseLeave:
 		return string(ReleaseLeave)
+	case releaseEvict:
+		return string(releaseEvict)
 	}
 	return string(m)
 }
@@ -360,6 +364,13 @@ const (
 	CodeDone  = 1  // release: the lock is free; extend: extended
 	CodeHeld  = 2  // release: one hold given back, the lock still held
 	CodeStale = 2  // extend: not extended, for a later Extend of the lease ran first
+	// CodeAfter: release: the owner holds nothing, and the lock's fence is at
+	// or past the owner's: an earlier run of this release freed the lock (its
+	// reply was lost), or the lease ended otherwise (it expired, or was
+	// evicted). Before the lease's local deadline it cannot have expired.
+	CodeAfter = 3
+	// CodeEvicted: release: the owner's hold was taken away by ForceRelease.
+	CodeEvicted = 4
 )
 
 // Replies and arguments of the scripts that are numbers or strings with a
@@ -601,13 +612,20 @@ func decodeAcquire(v any) (AcquireResult, error) {
 // Release runs k's release script once: one round trip. ttl is the lock's
 // TTL, which sets the grant lease of the waiter a freed lock goes to;
 // count, for releaseOne, the holds that remain. It returns a result code.
-func (n *Node) Release(ctx context.Context, k Keys, owner string, mode ReleaseMode, ttl time.Duration, count int) (int64, error) {
+func (n *Node) Release(ctx context.Context, k Keys, owner string, fence int64, mode ReleaseMode, ttl time.Duration, count int) (int64, error) {
 	grant := grantArg(ttl)
 	if k.Kind.Handoff == handoffTell {
 		grant = tellArg // the next waiter is told to try, not granted the lock
 	}
-	code, err := n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(owner),
-		owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()
+	var code int64
+	var err error
+	if k.Kind == SemKind {
+		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(owner),
+			owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()
+	} else {
+		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			owner, k.channelArg, mode.arg(), grant, count, fence).Int64()
+	}
 	if err != nil {
 		n.Failed(err)
 		return 0, errs.Op(nil, err, "release %q", k.Name)
@@ -1023,11 +1041,15 @@ func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable,
 	return out, nil
 }
 
-// Evict releases owner's hold on k as its own last release would, a freed
-// lock going to the next waiter; marker is the administrative call's own.
-func (n *Node) Evict(ctx context.Context, k Keys, owner, marker string, ttl time.Duration) (int64, error) {
-	return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(marker),
-		owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, markerTTLArg).Int64()
+// Evict releases owner's hold on k, whose fence is fence (0 if unknown), as
+// its own last release would, a freed lock going to the next waiter.
+func (n *Node) Evict(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error) {
+	if k.Kind == SemKind {
+		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(owner),
+			owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, markerTTLArg).Int64()
+	}
+	return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+		owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), 0, fence).Int64()
 }
 
 // MoveFence runs raise_fence.lua for no owner: k's fence becomes at least

@@ -131,7 +131,7 @@ func (q *quorum) Scan(context.Context, string, func(string) bool) error {
 	return errs.Op(errors.ErrUnsupported, nil, "Locks on a RedLock")
 }
 
-func (q *quorum) Evict(_ context.Context, k protocol.Keys, _, _ string, _ time.Duration) (int64, error) {
+func (q *quorum) Evict(_ context.Context, k protocol.Keys, _ string, _ int64, _ time.Duration) (int64, error) {
 	return 0, errs.Op(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.Name)
 }
 
@@ -397,7 +397,7 @@ func (q *quorum) undo(k protocol.Keys, owner string, i int, ttl time.Duration, s
 	release := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, q.undoTimeout())
 		defer cancel()
-		_, err := q.members[i].Release(ctx, k, owner, protocol.ReleaseLeave, ttl, 0)
+		_, err := q.members[i].Release(ctx, k, owner, 0, protocol.ReleaseLeave, ttl, 0)
 		return err
 	}
 	if release(context.Background()) == nil {
@@ -644,25 +644,29 @@ func (q *quorum) Reenter(ctx context.Context, k protocol.Keys, owner string, ttl
 }
 
 // Release gives back owner's hold on every member. The result is the code a
-// majority answered (codeDone, or codeHeld for releaseOne); else, if the
+// majority answered (codeDone, or codeHeld for releaseOne; codeAfter if
+// part of that majority answered it); else, if the
 // members that answered otherwise leave no majority that could have,
 // codeOther if one of them has another owner, codeGone if not; else an
 // error: too few answered to tell.
-func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, mode protocol.ReleaseMode, ttl time.Duration, count int) (int64, error) {
+func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, fence int64, mode protocol.ReleaseMode, ttl time.Duration, count int) (int64, error) {
 	if mode != protocol.ReleaseOne {
 		q.end(owner)
 	}
 	n := len(q.members)
-	var ok, not int
+	var ok, after, not int
 	replies := fanOut(ctx, q, fan[int64]{
 		call: func(ctx context.Context, m protocol.Backend) (int64, error) {
-			return m.Release(ctx, k, owner, mode, ttl, count)
+			return m.Release(ctx, k, owner, fence, mode, ttl, count)
 		},
 		decide: func(r memberReply[int64]) bool {
 			switch {
 			case r.err != nil:
 			case r.v == protocol.CodeDone || r.v == protocol.CodeHeld:
 				ok++
+			case r.v == protocol.CodeAfter:
+				ok++
+				after++
 			default:
 				not++
 			}
@@ -680,6 +684,11 @@ func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, mod
 		want = protocol.CodeHeld
 	}
 	switch {
+	case ok >= q.need && after > 0:
+		// A member where the lock is free of owner with its fence passed
+		// (a retry of a release that ran) counts when the caller finds the
+		// answer came before the lease's deadline.
+		return protocol.CodeAfter, nil
 	case ok >= q.need:
 		return want, nil
 	case not > n-q.need:

@@ -96,8 +96,11 @@ func (t *Term) EndedErr(op string) error {
 
 // LostErr describes a script's "not yours" answer.
 func (t *Term) LostErr(code int64) error {
-	if code == protocol.CodeOther {
+	switch code {
+	case protocol.CodeOther:
 		return errs.Op(errs.ErrLockLost, nil, "%q is held by another owner", t.K.Name)
+	case protocol.CodeEvicted:
+		return errs.Op(errs.ErrLockLost, nil, "%q was taken away by ForceRelease", t.K.Name)
 	}
 	return errs.Op(errs.ErrLockLost, nil, "%q expired", t.K.Name)
 }

@@ -6,13 +6,13 @@
 -- KEYS[2]  fence: the last fence handed out
 -- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[4]  alive: hash of waiting owner id -> lapse time (server ms)
--- KEYS[5]  marker: the release marker of ARGV[1], as in release.lua
+-- KEYS[5]  extends: as in release.lua
 -- ARGV[1]  owner: as in release.lua
 -- ARGV[2]  channel: as in release.lua
 -- ARGV[3]  mode: as in release.lua
 -- ARGV[4]  grant: as in release.lua
 -- ARGV[5]  count: as in release.lua
--- ARGV[6]  marker_ttl: as in release.lua
+-- ARGV[6]  fence: as in release.lua
 --
 -- Returns, and runs twice, as release.lua does.
 local mode = ARGV[3]
@@ -21,7 +21,6 @@ local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
 local queued = redis.call('ZCARD', KEYS[3])
 if mode == '1' and held and queued == 0 then
   -- The common case, with the least the script defines and calls.
-  redis.call('SET', KEYS[5], 1, 'PX', ARGV[6])
   redis.call('DEL', KEYS[1])
   return 1
 end
@@ -37,11 +36,13 @@ if mode == '2' then
     return 0
   end
 else
-  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[5], held)
+  if mode == '3' then
+    redis.call('HLEN', KEYS[5]) -- evict writes it
+  end
+  local code = give_back(KEYS[1], KEYS[2], KEYS[5], ARGV[1], mode, ARGV[5], ARGV[6], held)
   if code then
     return code
   end
-  redis.call('SET', KEYS[5], 1, 'PX', ARGV[6])
 end
 redis.call('DEL', KEYS[1])
 if queued == 0 then
@@ -52,6 +53,6 @@ local head = live_waiters(KEYS[3], KEYS[4], now)()
 if head then
   redis.call('ZREM', KEYS[3], head)
   redis.call('HDEL', KEYS[4], head)
-  grant(KEYS[1], KEYS[2], head, ARGV[4], t, ARGV[2])
+  grant(KEYS[1], KEYS[2], head, ARGV[4], t, ARGV[2], true) -- as release.lua grants
 end
 return 1

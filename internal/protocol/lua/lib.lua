@@ -171,27 +171,54 @@ local function reenter(lock, owner, count)
   return 0
 end
 
+-- after tells whether the string key fence holds a fence at or past
+-- myfence: the name's fence has not gone since a hold with that fence was
+-- taken (it lives at least as long as every lease it fenced), so a hold
+-- with it that is not there now ended there (released, or expired or evicted
+-- after the fence was written) rather than being lost with the name's keys
+-- (a restart without persistence, a failover to a replica that missed it).
+local function after(fence, myfence)
+  local f = tonumber(redis.call('GET', fence))
+  return f ~= nil and f >= tonumber(myfence)
+end
+
+-- evict records in the hash extends that owner's hold was taken away by
+-- ForceRelease, for ms (at least a millisecond), as long as its lease would
+-- have lasted: owner's release then answers 4, not a retry's 3.
+local function evict(extends, owner, ms)
+  redis.call('HSET', extends, owner, 'evicted')
+  at_least(extends, math.max(tonumber(ms), 1))
+end
+
 -- give_back gives back holds of owner on the lock hash lock, where held
 -- tells whether owner holds it (HEXISTS, read by the caller): mode "0" sets
 -- its hold count to count (it keeps the lock), mode "1" gives back its last
--- hold. It returns the code to return at once: 2 when owner keeps the lock;
--- 1 when owner's release already happened (its marker exists: this is a
--- retry); 0 when another owner holds the lock or it is kept for a waiter; -1
--- when nobody holds it; or nil when owner's last hold goes and the caller is
--- to free the lock.
-local function give_back(lock, owner, mode, count, marker, held)
+-- hold, mode "3" takes it away (ForceRelease). It returns the code to
+-- return at once: 2 when owner keeps the lock; 4 when owner holds nothing,
+-- its last hold was to go, and its hold was taken away (evict); 3 when owner
+-- holds nothing, its last hold was to go, and the string key fence is at or
+-- past owner's fence myfence (after); 0 when another owner holds the lock or
+-- it is kept for a waiter; -1 when nobody holds it; or nil when owner's last
+-- hold goes and the caller is to free the lock.
+local function give_back(lock, fence, extends, owner, mode, count, myfence, held)
   if not held then
-    if redis.call('EXISTS', marker) == 1 then
-      return 1
+    if mode == '1' and redis.call('HGET', extends, owner) == 'evicted' then
+      return 4
+    end
+    if mode ~= '0' and after(fence, myfence) then
+      return 3
     end
     if redis.call('EXISTS', lock) == 0 then
       return -1
     end
     return 0
   end
-  if mode ~= '1' then
+  if mode == '0' then
     redis.call('HSET', lock, owner, count)
     return 2
+  end
+  if mode == '3' then
+    evict(extends, owner, redis.call('PTTL', lock))
   end
   return nil
 end

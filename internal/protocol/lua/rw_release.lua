@@ -9,8 +9,7 @@
 -- KEYS[5]  fences: hash of holder owner id -> the fence of its hold
 -- KEYS[6]  writers: the waiting writers' owner ids, scored as in the queue
 -- KEYS[7]  fence: the last fence handed out, shared by reads and writes
--- KEYS[8]  marker: the release marker of ARGV[1], set when its last hold goes, for
---          ARGV[6] ms, so that a retried release knows it happened
+-- KEYS[8]  extends: as in release.lua
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's); whether it holds a read or the
 --          write is found in Redis
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
@@ -24,9 +23,10 @@
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          was granted to it, or it stood in others' way, wake who can now
 --          proceed
+--          "3": as "1", for ForceRelease, as in release.lua
 -- ARGV[4]  grant: the grant lease (ms) of a writer the lock is granted to
 -- ARGV[5]  count: for mode "0", the hold count that remains
--- ARGV[6]  marker_ttl: how long (ms) the release marker lives
+-- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), as in release.lua
 --
 -- Who is woken, when the lock has no writer: if the first live waiter is a
 -- writer and no live reader holds, the lock is granted to that writer, as
@@ -42,11 +42,14 @@
 --    0  nothing done: another owner holds the lock (mode 2: it was not
 --       granted to ARGV[1]; only its registration went)
 --   -1  nothing done: ARGV[1] holds nothing (its lease lapsed, or it was never
---       taken)
+--       taken, or Redis lost the keys)
+--    3  mode 1: nothing done: ARGV[1] holds nothing, and the fence KEYS[7] is
+--       at or past its fence, as in release.lua
+--    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
 --
--- Run twice: a release that gave back the last hold finds its marker and
--- answers 1 again; mode "0" sets the same count; mode "2" finds nothing more
--- to do.
+-- Run twice: a release that gave back the last hold finds nothing of its
+-- owner and the fence it left (or a later one), and answers 3, writing
+-- nothing; mode "0" sets the same count; mode "2" finds nothing more to do.
 local me, mode = ARGV[1], ARGV[3]
 redis.call('HLEN', KEYS[1]) -- type checks, before any write
 redis.call('ZCARD', KEYS[2])
@@ -55,6 +58,7 @@ redis.call('ZCARD', KEYS[4])
 redis.call('HLEN', KEYS[5])
 redis.call('ZCARD', KEYS[6])
 redis.call('STRLEN', KEYS[7])
+redis.call('HLEN', KEYS[8])
 local t, now = server_time()
 
 local res, reader
@@ -78,35 +82,41 @@ if mode == '2' then
 else
   local count = redis.call('HGET', KEYS[1], me)
   if count then
-    if mode ~= '1' then
+    if mode == '0' then
       redis.call('HSET', KEYS[1], me, ARGV[5])
       return 2
     end
+    if mode == '3' then
+      evict(KEYS[8], me, redis.call('PTTL', KEYS[1]))
+    end
     redis.call('DEL', KEYS[1])
     redis.call('HDEL', KEYS[5], me)
-    redis.call('SET', KEYS[8], 1, 'PX', ARGV[6])
     res = 1
   else
     local lapse = tonumber(redis.call('ZSCORE', KEYS[4], me))
     if not lapse then
-      if redis.call('EXISTS', KEYS[8]) == 1 then
-        return 1
+      if mode == '1' and redis.call('HGET', KEYS[8], me) == 'evicted' then
+        return 4
+      end
+      if mode ~= '0' and after(KEYS[7], ARGV[6]) then
+        return 3
       end
       if redis.call('HLEN', KEYS[1]) > 0 then
         return 0
       end
       return -1
     end
-    if lapse > now and mode ~= '1' then
+    if lapse > now and mode == '0' then
       return 2
+    end
+    if lapse > now and mode == '3' then
+      evict(KEYS[8], me, lapse - now)
     end
     redis.call('ZREM', KEYS[4], me)
     redis.call('HDEL', KEYS[5], me)
     res, reader = 1, true
     if lapse <= now then
       res = -1
-    else
-      redis.call('SET', KEYS[8], 1, 'PX', ARGV[6])
     end
   end
 end

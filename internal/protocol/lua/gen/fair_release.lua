@@ -7,13 +7,13 @@
 -- KEYS[2]  fence: the last fence handed out
 -- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[4]  alive: hash of waiting owner id -> lapse time (server ms)
--- KEYS[5]  marker: the release marker of ARGV[1], as in release.lua
+-- KEYS[5]  extends: as in release.lua
 -- ARGV[1]  owner: as in release.lua
 -- ARGV[2]  channel: as in release.lua
 -- ARGV[3]  mode: as in release.lua
 -- ARGV[4]  grant: as in release.lua
 -- ARGV[5]  count: as in release.lua
--- ARGV[6]  marker_ttl: as in release.lua
+-- ARGV[6]  fence: as in release.lua
 --
 -- Returns, and runs twice, as release.lua does.
 local mode = ARGV[3]
@@ -22,7 +22,6 @@ local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
 local queued = redis.call('ZCARD', KEYS[3])
 if mode == '1' and held and queued == 0 then
   -- The common case, with the least the script defines and calls.
-  redis.call('SET', KEYS[5], 1, 'PX', ARGV[6])
   redis.call('DEL', KEYS[1])
   return 1
 end
@@ -121,27 +120,54 @@ local function grant(lock, fence, w, ms, t, stem, shared)
   return f
 end
 
+-- after tells whether the string key fence holds a fence at or past
+-- myfence: the name's fence has not gone since a hold with that fence was
+-- taken (it lives at least as long as every lease it fenced), so a hold
+-- with it that is not there now ended there (released, or expired or evicted
+-- after the fence was written) rather than being lost with the name's keys
+-- (a restart without persistence, a failover to a replica that missed it).
+local function after(fence, myfence)
+  local f = tonumber(redis.call('GET', fence))
+  return f ~= nil and f >= tonumber(myfence)
+end
+
+-- evict records in the hash extends that owner's hold was taken away by
+-- ForceRelease, for ms (at least a millisecond), as long as its lease would
+-- have lasted: owner's release then answers 4, not a retry's 3.
+local function evict(extends, owner, ms)
+  redis.call('HSET', extends, owner, 'evicted')
+  at_least(extends, math.max(tonumber(ms), 1))
+end
+
 -- give_back gives back holds of owner on the lock hash lock, where held
 -- tells whether owner holds it (HEXISTS, read by the caller): mode "0" sets
 -- its hold count to count (it keeps the lock), mode "1" gives back its last
--- hold. It returns the code to return at once: 2 when owner keeps the lock;
--- 1 when owner's release already happened (its marker exists: this is a
--- retry); 0 when another owner holds the lock or it is kept for a waiter; -1
--- when nobody holds it; or nil when owner's last hold goes and the caller is
--- to free the lock.
-local function give_back(lock, owner, mode, count, marker, held)
+-- hold, mode "3" takes it away (ForceRelease). It returns the code to
+-- return at once: 2 when owner keeps the lock; 4 when owner holds nothing,
+-- its last hold was to go, and its hold was taken away (evict); 3 when owner
+-- holds nothing, its last hold was to go, and the string key fence is at or
+-- past owner's fence myfence (after); 0 when another owner holds the lock or
+-- it is kept for a waiter; -1 when nobody holds it; or nil when owner's last
+-- hold goes and the caller is to free the lock.
+local function give_back(lock, fence, extends, owner, mode, count, myfence, held)
   if not held then
-    if redis.call('EXISTS', marker) == 1 then
-      return 1
+    if mode == '1' and redis.call('HGET', extends, owner) == 'evicted' then
+      return 4
+    end
+    if mode ~= '0' and after(fence, myfence) then
+      return 3
     end
     if redis.call('EXISTS', lock) == 0 then
       return -1
     end
     return 0
   end
-  if mode ~= '1' then
+  if mode == '0' then
     redis.call('HSET', lock, owner, count)
     return 2
+  end
+  if mode == '3' then
+    evict(extends, owner, redis.call('PTTL', lock))
   end
   return nil
 end
@@ -203,11 +229,13 @@ if mode == '2' then
     return 0
   end
 else
-  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[5], held)
+  if mode == '3' then
+    redis.call('HLEN', KEYS[5]) -- evict writes it
+  end
+  local code = give_back(KEYS[1], KEYS[2], KEYS[5], ARGV[1], mode, ARGV[5], ARGV[6], held)
   if code then
     return code
   end
-  redis.call('SET', KEYS[5], 1, 'PX', ARGV[6])
 end
 redis.call('DEL', KEYS[1])
 if queued == 0 then
@@ -218,7 +246,7 @@ local head = live_waiters(KEYS[3], KEYS[4], now)()
 if head then
   redis.call('ZREM', KEYS[3], head)
   redis.call('HDEL', KEYS[4], head)
-  grant(KEYS[1], KEYS[2], head, ARGV[4], t, ARGV[2])
+  grant(KEYS[1], KEYS[2], head, ARGV[4], t, ARGV[2], true) -- as release.lua grants
 end
 return 1
 

@@ -7,8 +7,8 @@
 -- KEYS[1]  lock: hash of owner id -> hold count
 -- KEYS[2]  fence: the last fence handed out
 -- KEYS[3]  waiters: sorted set of owner ids, scored by when the entry lapses
--- KEYS[4]  marker: the release marker of ARGV[1], set when its last hold goes, for
---          ARGV[6] ms, so that a retried release knows it happened
+-- KEYS[4]  extends: hash of owner id -> its Extends (extend.lua), or "evicted"
+--          for a hold ForceRelease took away, until its lease would have ended
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
@@ -18,29 +18,39 @@
 --          ARGV[5] (the client keeps the authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          was granted to it, grant it to the next waiter instead, or free it
+--          "3": as "1", for ForceRelease: the hold is taken away, and ARGV[1]'s
+--          own release will say so (4)
 -- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to;
 --          "0" grants nothing: the waiter is told to try again (a RedLock
 --          node, whose queue is one of several)
 -- ARGV[5]  count: for mode "0", the hold count that remains
--- ARGV[6]  marker_ttl: how long (ms) the release marker lives
+-- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
+--          KEYS[2] (after, in lib.lua)
 --
 -- Returns:
 --    1  released (mode 2: passed on or freed)
 --    2  still held: one hold was given back
 --    0  nothing done: another owner holds the lock (mode 2: the lock was not
 --       granted to ARGV[1]; only its registration went)
---   -1  nothing done: nobody holds the lock (it expired, or was never taken)
+--   -1  nothing done: nobody holds the lock (it expired, or was never taken,
+--       or Redis lost its keys)
+--    3  mode 1: nothing done: ARGV[1] holds nothing, and the lock's fence is
+--       at or past ARGV[1]'s: an earlier run of this release freed it, or
+--       ARGV[1]'s lease ended otherwise (it expired, or was evicted); the
+--       caller tells which by when the answer came (before the lease's
+--       deadline, its lease cannot have expired)
+--    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
 --
--- Run twice: a release that freed the lock finds its marker and answers 1
--- again (the lock is not granted twice); mode "0" sets the same count; mode
--- "2" finds nothing more to do.
+-- Run twice: a release that freed the lock finds the lock free of its owner
+-- and the fence it left (or a later one) and answers 3; it writes nothing, so
+-- the lock is not granted twice and no key is written for the call; mode
+-- "0" sets the same count; mode "2" finds nothing more to do.
 local mode = ARGV[3]
 -- Every WRONGTYPE comes before the first write: the lock, then the queue.
 local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
 local waiting = redis.call('ZCARD', KEYS[3])
 if mode == '1' and held and waiting == 0 then
   -- The common case, with the least the script defines and calls.
-  redis.call('SET', KEYS[4], 1, 'PX', ARGV[6])
   redis.call('DEL', KEYS[1])
   return 1
 end
@@ -139,27 +149,54 @@ local function grant(lock, fence, w, ms, t, stem, shared)
   return f
 end
 
+-- after tells whether the string key fence holds a fence at or past
+-- myfence: the name's fence has not gone since a hold with that fence was
+-- taken (it lives at least as long as every lease it fenced), so a hold
+-- with it that is not there now ended there (released, or expired or evicted
+-- after the fence was written) rather than being lost with the name's keys
+-- (a restart without persistence, a failover to a replica that missed it).
+local function after(fence, myfence)
+  local f = tonumber(redis.call('GET', fence))
+  return f ~= nil and f >= tonumber(myfence)
+end
+
+-- evict records in the hash extends that owner's hold was taken away by
+-- ForceRelease, for ms (at least a millisecond), as long as its lease would
+-- have lasted: owner's release then answers 4, not a retry's 3.
+local function evict(extends, owner, ms)
+  redis.call('HSET', extends, owner, 'evicted')
+  at_least(extends, math.max(tonumber(ms), 1))
+end
+
 -- give_back gives back holds of owner on the lock hash lock, where held
 -- tells whether owner holds it (HEXISTS, read by the caller): mode "0" sets
 -- its hold count to count (it keeps the lock), mode "1" gives back its last
--- hold. It returns the code to return at once: 2 when owner keeps the lock;
--- 1 when owner's release already happened (its marker exists: this is a
--- retry); 0 when another owner holds the lock or it is kept for a waiter; -1
--- when nobody holds it; or nil when owner's last hold goes and the caller is
--- to free the lock.
-local function give_back(lock, owner, mode, count, marker, held)
+-- hold, mode "3" takes it away (ForceRelease). It returns the code to
+-- return at once: 2 when owner keeps the lock; 4 when owner holds nothing,
+-- its last hold was to go, and its hold was taken away (evict); 3 when owner
+-- holds nothing, its last hold was to go, and the string key fence is at or
+-- past owner's fence myfence (after); 0 when another owner holds the lock or
+-- it is kept for a waiter; -1 when nobody holds it; or nil when owner's last
+-- hold goes and the caller is to free the lock.
+local function give_back(lock, fence, extends, owner, mode, count, myfence, held)
   if not held then
-    if redis.call('EXISTS', marker) == 1 then
-      return 1
+    if mode == '1' and redis.call('HGET', extends, owner) == 'evicted' then
+      return 4
+    end
+    if mode ~= '0' and after(fence, myfence) then
+      return 3
     end
     if redis.call('EXISTS', lock) == 0 then
       return -1
     end
     return 0
   end
-  if mode ~= '1' then
+  if mode == '0' then
     redis.call('HSET', lock, owner, count)
     return 2
+  end
+  if mode == '3' then
+    evict(extends, owner, redis.call('PTTL', lock))
   end
   return nil
 end
@@ -173,11 +210,13 @@ if mode == '2' then
     return 0
   end
 else
-  local code = give_back(KEYS[1], ARGV[1], mode, ARGV[5], KEYS[4], held)
+  if mode == '3' then
+    redis.call('HLEN', KEYS[4]) -- evict writes it
+  end
+  local code = give_back(KEYS[1], KEYS[2], KEYS[4], ARGV[1], mode, ARGV[5], ARGV[6], held)
   if code then
     return code
   end
-  redis.call('SET', KEYS[4], 1, 'PX', ARGV[6])
 end
 redis.call('DEL', KEYS[1])
 if waiting > 0 then
@@ -192,7 +231,9 @@ if waiting > 0 then
       if ARGV[4] == '0' then
         tell(ARGV[2], head[1])
       else
-        grant(KEYS[1], KEYS[2], head[1], ARGV[4], t, ARGV[2])
+        -- The fence key keeps its expiry if that is later than the grant
+        -- lease's: the releaser's retry reads it until its lease's end.
+        grant(KEYS[1], KEYS[2], head[1], ARGV[4], t, ARGV[2], true)
       end
       break
     end
