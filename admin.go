@@ -34,7 +34,7 @@ var adminKinds = map[Kind]struct {
 	k    *protocol.Kind
 	code string
 }{
-	KindMutex:          {protocol.MutexKind, "mutex"},
+	KindMutex:          {protocol.MutexKind, "fair"},
 	KindFairMutex:      {protocol.FairKind, "fair"},
 	KindRWMutex:        {protocol.RWWriteKind, "rw"},
 	KindSemaphore:      {protocol.SemKind, "sem"},

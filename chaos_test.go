@@ -89,7 +89,7 @@ func chaos(t *testing.T, mutant string, p workerParams, restarts int) chaosRepor
 
 	// Faults until the workers' time is up, less 3s for them to finish
 	// clean.
-	ops := []string{"acquire", "release", "extend", "fair_acquire", "fair_release"}
+	ops := []string{"acquire", "release", "extend"}
 	res := resSrv.Client(t)
 	halfOpen := 2 // percent of the faults
 	faults := map[string]int{}

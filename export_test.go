@@ -107,14 +107,14 @@ func UseMutant(name string) bool {
 }
 
 // ScriptHash returns the SHA1 of the script that does op ("acquire",
-// "release", "extend", "ttl", "fair_acquire", "fair_release", "sem_acquire",
+// "release", "extend", "ttl", "red_acquire", "red_release", "sem_acquire",
 // "sem_release", "rw_acquire", "rw_release", "latch", "raise_fence",
 // "inspect"), as sent to Redis, for tests that inject faults into its
 // requests.
 func ScriptHash(op string) string {
 	src, ok := map[string]string{
 		"acquire": protocol.AcquireLua, "release": protocol.ReleaseLua, "extend": protocol.ExtendLua, "ttl": protocol.TtlLua,
-		"fair_acquire": protocol.FairAcquireLua, "fair_release": protocol.FairReleaseLua,
+		"red_acquire": protocol.RedAcquireLua, "red_release": protocol.RedReleaseLua,
 		"sem_acquire": protocol.SemAcquireLua, "sem_release": protocol.SemReleaseLua,
 		"rw_acquire": protocol.RwAcquireLua, "rw_release": protocol.RwReleaseLua,
 		"raise_fence": protocol.RaiseFenceLua,

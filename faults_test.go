@@ -100,7 +100,7 @@ func TestRetriedAcquire(t *testing.T) {
 			}
 			return c.Mutex("x").TryLock(ctx)
 		}},
-		{"FairMutex", "fair_acquire", "dlock:fair:", func(c *dlock.Client, wait bool) (*dlock.Lease, error) {
+		{"FairMutex", "acquire", "dlock:fair:", func(c *dlock.Client, wait bool) (*dlock.Lease, error) {
 			if wait {
 				return c.FairMutex("x", dlock.WithTTL(10*time.Second)).Lock(ctx)
 			}
@@ -216,7 +216,7 @@ func TestRetriedRelease(t *testing.T) {
 		lock          func(c *dlock.Client) (*dlock.Lease, error)
 	}{
 		{"Mutex", "release", func(c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("x").Lock(ctx) }},
-		{"FairMutex", "fair_release", func(c *dlock.Client) (*dlock.Lease, error) { return c.FairMutex("x").Lock(ctx) }},
+		{"FairMutex", "release", func(c *dlock.Client) (*dlock.Lease, error) { return c.FairMutex("x").Lock(ctx) }},
 		{"RWMutex/write", "rw_release", func(c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("x").Lock(ctx) }},
 		{"RWMutex/read", "rw_release", func(c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("x").RLock(ctx) }},
 		{"Semaphore", "sem_release", func(c *dlock.Client) (*dlock.Lease, error) { return c.Semaphore("x", 2).Acquire(ctx, 1) }},

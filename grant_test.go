@@ -88,7 +88,7 @@ func TestGrant(t *testing.T) {
 				t.Fatal("waiter not granted the lock")
 			}
 			defer l2.Unlock(ctx)
-			acq := map[string]string{"Mutex": "acquire", "FairMutex": "fair_acquire", "RWMutex": "rw_acquire"}[kind.name]
+			acq := map[string]string{"Mutex": "acquire", "FairMutex": "acquire", "RWMutex": "rw_acquire"}[kind.name]
 			if f, _ := rdb.Get(ctx, key+":fence").Int64(); l2.Fence() != f || l2.Fence() <= l.Fence() {
 				t.Errorf("granted fence %d, fence key %d, the releaser's %d: want the key's, above the releaser's", l2.Fence(), f, l.Fence())
 			}

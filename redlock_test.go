@@ -629,8 +629,8 @@ func TestRedLockFaults(t *testing.T) {
 	if err := c.Mutex("warm-up").Do(ctx, func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	acquire := faultproxy.ScriptSHA(dlock.ScriptHash("acquire"))
-	release := faultproxy.ScriptSHA(dlock.ScriptHash("release"))
+	acquire := faultproxy.ScriptSHA(dlock.ScriptHash("red_acquire"))
+	release := faultproxy.ScriptSHA(dlock.ScriptHash("red_release"))
 	raiseFence := faultproxy.ScriptSHA(dlock.ScriptHash("raise_fence"))
 
 	t.Run("late-part-kept", func(t *testing.T) {

@@ -174,7 +174,7 @@ func TestRedLockErroredPartUndone(t *testing.T) {
 		// after node 0's error, so that it counts in the outcome.
 		plant(t, direct[1:4], "x", ttl)
 		for _, p := range proxies[1:4] {
-			p.Inject(faultproxy.Rule{Match: script("acquire"), Fault: faultproxy.DelayReply, Delay: 500 * time.Millisecond, Times: 1})
+			p.Inject(faultproxy.Rule{Match: script("red_acquire"), Fault: faultproxy.DelayReply, Delay: 500 * time.Millisecond, Times: 1})
 		}
 		return proxies, direct, c
 	}
@@ -212,8 +212,8 @@ func TestRedLockErroredPartUndone(t *testing.T) {
 		// Node 0 runs the acquire, loses the reply, and refuses go-redis's
 		// retries: its answer is an error. The undo gets through.
 		proxies, direct, c := setup(t)
-		lost := proxies[0].Inject(faultproxy.Rule{Match: script("acquire"), Fault: faultproxy.DropReply, Times: 1})
-		proxies[0].Inject(faultproxy.Rule{Match: script("acquire"), Fault: faultproxy.DropRequest})
+		lost := proxies[0].Inject(faultproxy.Rule{Match: script("red_acquire"), Fault: faultproxy.DropReply, Times: 1})
+		proxies[0].Inject(faultproxy.Rule{Match: script("red_acquire"), Fault: faultproxy.DropRequest})
 		returned := tryLock(t, c)
 		checkHit(t, lost)
 		onlyTheHolder(t, direct, returned)
@@ -223,7 +223,7 @@ func TestRedLockErroredPartUndone(t *testing.T) {
 		// Node 0 is back before the undo's next try is due: Close makes it
 		// at once, and returns once it is done.
 		proxies, direct, c := setup(t)
-		lost, restore := faultThenDown(proxies[0], script("acquire"), faultproxy.DropReply, 0)
+		lost, restore := faultThenDown(proxies[0], script("red_acquire"), faultproxy.DropReply, 0)
 		defer restore()
 		tryLock(t, c)
 		checkHit(t, lost)
@@ -243,7 +243,7 @@ func TestRedLockErroredPartUndone(t *testing.T) {
 		// Node 0 runs the acquire, loses the reply, and is unreachable for a
 		// second: its answer is an error and the first undo fails too.
 		proxies, direct, c := setup(t)
-		lost, restore := faultThenDown(proxies[0], script("acquire"), faultproxy.DropReply, 0)
+		lost, restore := faultThenDown(proxies[0], script("red_acquire"), faultproxy.DropReply, 0)
 		defer restore()
 		start := time.Now()
 		returned := tryLock(t, c)

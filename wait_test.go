@@ -662,9 +662,9 @@ func TestWakeUpPassedOn(t *testing.T) {
 }
 
 // TestDeadWaiterCostsLittle: a waiter registration left by a process that
-// died is granted the lock by the release, nobody acts on it, and the real
-// waiter gets the lock after the grant lease lapses and its keep-alive fires,
-// within the TTL.
+// died is granted the lock by the release, for that waiter's own grant lease
+// (not the releaser's), nobody acts on it, and the real waiter gets the lock
+// after the grant lease lapses and its keep-alive fires, within the TTL.
 func TestDeadWaiterCostsLittle(t *testing.T) {
 	t.Parallel()
 	c, rdb, _ := newClient(t)
@@ -677,21 +677,26 @@ func TestDeadWaiterCostsLittle(t *testing.T) {
 	}
 	got := lockInBackground(t, m)
 	time.Sleep(200 * time.Millisecond)
-	// Registrations of a dead process's waiters: one lapsed, one that lapses
-	// just before the live waiter's, so first in line.
+	// Registrations of a dead process's waiters, both queued before the
+	// live waiter: one lapsed, one live for 300ms more, whose grant lease is
+	// 40ms (the live waiter's and the releaser's are 60ms).
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb.ZAdd(ctx, "dlock:{dead}:waiters",
-		redis.Z{Score: float64(now.UnixMilli() - 1), Member: "0badc0de:1"},
-		redis.Z{Score: float64(now.UnixMilli() + 50), Member: "0badc0de:2"})
+	rdb.ZAdd(ctx, "dlock:{dead}:waiters", redis.Z{Score: 1, Member: "0badc0de:1"}, redis.Z{Score: 2, Member: "0badc0de:2"})
+	rdb.HSet(ctx, "dlock:{dead}:alive",
+		"0badc0de:1", fmt.Sprintf("%d|40", now.UnixMilli()-1),
+		"0badc0de:2", fmt.Sprintf("%d|40", now.UnixMilli()+300))
 	released := time.Now()
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if h := rdb.HGetAll(ctx, "dlock:{dead}").Val(); !maps.Equal(h, map[string]string{"0badc0de:2": "1"}) {
 		t.Errorf("lock after the release: %v, want it granted to the live registration of the dead waiter (the lapsed one skipped)", h)
+	}
+	if p := rdb.PTTL(ctx, "dlock:{dead}").Val(); p > 40*time.Millisecond {
+		t.Errorf("grant lease %v, want the grantee's own 40ms", p)
 	}
 	select {
 	case at := <-got:

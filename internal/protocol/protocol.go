@@ -112,7 +112,16 @@ type Kind struct {
 	leaseIn   leaseCarrier // what carries each holder's lease
 	Handoff   handoff      // what a release that frees the lock does for the next waiter
 	Reentrant bool         // a Lease in the context makes an acquisition of the same lock re-enter its hold
+	// order is what release.lua does with a grantee's place in the
+	// queue (its ARGV[7]); "" for the kinds that run other scripts.
+	order string
 }
+
+// The orders of release.lua's ARGV[7].
+const (
+	orderPass = "0" // a grant takes the grantee out of the queue: if it lapses, the next live waiter is served
+	orderKeep = "1" // the grantee keeps the head of the queue until it releases or its registration lapses
+)
 
 // handoff is what a release that frees a lock does for the waiter next in
 // line.
@@ -159,16 +168,20 @@ var keyNames = map[string]string{
 }
 
 var (
+	// A Mutex and a FairMutex keep the same queue, in arrival order, and
+	// run the same scripts; they differ in a grant that lapses (its grantee
+	// paused past it): a Mutex passes the lock to the next live waiter, a
+	// FairMutex keeps it for the grantee while its registration lives.
 	MutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
-		acquireKeys: []string{"lock", "fence", "waiters"},
-		releaseKeys: []string{"lock", "fence", "waiters", "extends"},
-		leaseKeys:   []string{"lock", "fence"},
-		Handoff:     HandoffGrant, Reentrant: true}
-	FairKind = &Kind{Name: "FairMutex", Space: "fair:", acquire: scriptFairAcquire, release: scriptFairRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
 		releaseKeys: []string{"lock", "fence", "waiters", "alive", "extends"},
 		leaseKeys:   []string{"lock", "fence"},
-		Handoff:     HandoffGrant, Reentrant: true}
+		Handoff:     HandoffGrant, Reentrant: true, order: orderPass}
+	FairKind = &Kind{Name: "FairMutex", Space: "fair:", acquire: ScriptAcquire, release: scriptRelease,
+		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
+		releaseKeys: []string{"lock", "fence", "waiters", "alive", "extends"},
+		leaseKeys:   []string{"lock", "fence"},
+		Handoff:     HandoffGrant, Reentrant: true, order: orderKeep}
 	SemKind = &Kind{Name: "Semaphore", Space: "sem:", acquire: ScriptSemAcquire, release: scriptSemRelease,
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
 		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total"},
@@ -188,11 +201,13 @@ var (
 		leaseKeys:   []string{"lock", "fence", "fences"},
 		Handoff:     HandoffGrant, Reentrant: true}
 	LatchKind = &Kind{Name: "CountDownLatch", Space: "latch:"}
-	// RedMutexKind is a Mutex on a RedLock: its keys and scripts, but no
-	// grant, for each member keeps a queue of its own.
-	RedMutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
-		acquireKeys: MutexKind.acquireKeys,
-		releaseKeys: MutexKind.releaseKeys,
+	// RedMutexKind is a Mutex on a RedLock member: the scripts of its own
+	// (red_acquire.lua, red_release.lua) keep no order and grant nothing, for each
+	// member keeps a queue of its own: a release tells the next waiter to
+	// try.
+	RedMutexKind = &Kind{Name: "Mutex", acquire: scriptRedAcquire, release: scriptRedRelease,
+		acquireKeys: []string{"lock", "fence", "waiters"},
+		releaseKeys: []string{"lock", "fence", "waiters", "extends"},
 		leaseKeys:   MutexKind.leaseKeys,
 		Handoff:     handoffTell, Reentrant: true}
 )
@@ -429,21 +444,37 @@ type AcquireResult struct {
 // extra are the kind's own arguments, after the four every acquire script
 // takes.
 func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
+	if k.Kind.order != "" {
+		// A Mutex or a FairMutex: one more argument, the caller's grant
+		// lease, boxed once per TTL.
+		v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds(), grantArg(ttl)).Result()
+		return n.acquired(k, v, err)
+	}
 	if len(extra) == 0 {
 		// The common call, without a slice of arguments of its own.
 		v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds()).Result()
 		return n.acquired(k, v, err)
 	}
-	args := append([]any{owner, msArg(ttl), string(takeMode), register.Milliseconds()}, extra...)
-	return n.runAcquire(ctx, k, args)
+	return n.runAcquire(ctx, k, acquireArgs(k, owner, ttl, takeMode, register.Milliseconds(), extra))
 }
 
 // Reenter runs k's acquire script to add a hold of owner, which then has
 // count holds: one round trip. extra are the kind's own arguments, as for
 // acquire.
 func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
-	args := append([]any{owner, ttl.Milliseconds(), string(reenterMode), count}, extra...)
-	return n.runAcquire(ctx, k, args)
+	return n.runAcquire(ctx, k, acquireArgs(k, owner, ttl, reenterMode, int64(count), extra))
+}
+
+// acquireArgs are the ARGV of k's acquire script: the four every acquire
+// script takes (owner, ttl, mode, and the registration or the hold count),
+// then the grant lease of a Mutex's or FairMutex's waiter, or the kind's own
+// arguments.
+func acquireArgs(k Keys, owner string, ttl time.Duration, mode acquireMode, n int64, extra []any) []any {
+	args := append(make([]any, 0, 5+len(extra)), owner, msArg(ttl), string(mode), n)
+	if k.Kind.order != "" {
+		args = append(args, grantArg(ttl))
+	}
+	return append(args, extra...)
 }
 
 func (n *Node) runAcquire(ctx context.Context, k Keys, args []any) (AcquireResult, error) {
@@ -622,6 +653,9 @@ func (n *Node) Release(ctx context.Context, k Keys, owner string, fence int64, m
 	if k.Kind == SemKind {
 		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(owner),
 			owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()
+	} else if k.Kind.order != "" {
+		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			owner, k.channelArg, mode.arg(), grant, count, fence, k.Kind.order).Int64()
 	} else {
 		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 			owner, k.channelArg, mode.arg(), grant, count, fence).Int64()
@@ -1044,9 +1078,13 @@ func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable,
 // Evict releases owner's hold on k, whose fence is fence (0 if unknown), as
 // its own last release would, a freed lock going to the next waiter.
 func (n *Node) Evict(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error) {
-	if k.Kind == SemKind {
+	switch {
+	case k.Kind == SemKind:
 		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(owner),
 			owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, markerTTLArg).Int64()
+	case k.Kind.order != "":
+		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), 0, fence, k.Kind.order).Int64()
 	}
 	return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 		owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), 0, fence).Int64()

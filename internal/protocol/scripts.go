@@ -23,10 +23,10 @@ var (
 	ExtendLua string
 	//go:embed lua/gen/ttl.lua
 	TtlLua string
-	//go:embed lua/gen/fair_acquire.lua
-	FairAcquireLua string
-	//go:embed lua/gen/fair_release.lua
-	FairReleaseLua string
+	//go:embed lua/gen/red_acquire.lua
+	RedAcquireLua string
+	//go:embed lua/gen/red_release.lua
+	RedReleaseLua string
 	//go:embed lua/gen/sem_acquire.lua
 	SemAcquireLua string
 	//go:embed lua/gen/sem_release.lua
@@ -51,8 +51,8 @@ var (
 		ScriptExtend:  redis.NewScript(ExtendLua),
 		scriptTTL:     redis.NewScript(TtlLua),
 
-		scriptFairAcquire: redis.NewScript(FairAcquireLua),
-		scriptFairRelease: redis.NewScript(FairReleaseLua),
+		scriptRedAcquire: redis.NewScript(RedAcquireLua),
+		scriptRedRelease: redis.NewScript(RedReleaseLua),
 
 		ScriptSemAcquire: redis.NewScript(SemAcquireLua),
 		scriptSemRelease: redis.NewScript(SemReleaseLua),
@@ -76,8 +76,8 @@ const (
 	scriptRelease
 	ScriptExtend
 	scriptTTL
-	scriptFairAcquire
-	scriptFairRelease
+	scriptRedAcquire
+	scriptRedRelease
 	ScriptSemAcquire
 	scriptSemRelease
 	scriptLatch

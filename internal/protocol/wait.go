@@ -65,14 +65,12 @@ func (w *WaitNode) Traits() Traits {
 
 // Acquire is node.acquire followed by WAIT.
 func (w *WaitNode) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
-	args := append([]any{owner, msArg(ttl), string(takeMode), register.Milliseconds()}, extra...)
-	return w.runAcquireWaited(ctx, k, args)
+	return w.runAcquireWaited(ctx, k, acquireArgs(k, owner, ttl, takeMode, register.Milliseconds(), extra))
 }
 
 // Reenter is node.reenter followed by WAIT.
 func (w *WaitNode) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
-	args := append([]any{owner, ttl.Milliseconds(), string(reenterMode), count}, extra...)
-	return w.runAcquireWaited(ctx, k, args)
+	return w.runAcquireWaited(ctx, k, acquireArgs(k, owner, ttl, reenterMode, int64(count), extra))
 }
 
 // Extend is node.extend followed by WAIT.

@@ -1,17 +1,18 @@
--- release.lua: give back one hold of an owner, or the lock itself. A lock
--- freed while others wait is granted at once to the waiter registered
--- longest ago (grant): it holds the lock for a short grant lease, with a new
--- fence, and only its Client is told.
+-- fair_release.lua: give back one hold of an owner of a Mutex or a
+-- FairMutex, or the lock itself. A lock freed while others are queued is
+-- granted at once to the first live waiter (grant): it holds the lock for a
+-- short grant lease, with a new fence, and only its Client is told.
 --
 -- KEYS[1]  lock: hash of owner id -> hold count
 -- KEYS[2]  fence: the last fence handed out
--- KEYS[3]  waiters: sorted set of owner ids, scored by when the entry lapses
--- KEYS[4]  extends: hash of owner id -> its Extends (extend.lua), or "evicted"
+-- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
+-- KEYS[4]  alive: hash of waiting owner id -> "<lapse>|<grant>", as acquire.lua
+--          writes it
+-- KEYS[5]  extends: hash of owner id -> its Extends (extend.lua), or "evicted"
 --          for a hold ForceRelease took away, until its lease would have ended
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
---          (the part of its owner id before the first ':'); the message is
---          its owner id, a space and its fence
+--          (the part of its owner id before the first ':'), as grant writes it
 -- ARGV[3]  mode: "1", the owner's last hold goes: free the lock
 --          "0": one of several holds goes: set the owner's hold count to
 --          ARGV[5] (the client keeps the authoritative count)
@@ -19,12 +20,16 @@
 --          was granted to it, grant it to the next waiter instead, or free it
 --          "3": as "1", for ForceRelease: the hold is taken away, and ARGV[1]'s
 --          own release will say so (4)
--- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to;
---          "0" grants nothing: the waiter is told to try again (a RedLock
---          node, whose queue is one of several)
+-- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to, if
+--          its entry names none
 -- ARGV[5]  count: for mode "0", the hold count that remains
 -- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
 --          KEYS[2] (after, in lib.lua)
+-- ARGV[7]  order: "0" (a Mutex) takes a grantee out of the queue: if its
+--          grant lapses (it was paused past it), the next live waiter is
+--          served, and it goes to the back when it returns; "1" (a
+--          FairMutex) leaves it at the head until it releases or its
+--          registration lapses
 --
 -- Returns:
 --    1  released (mode 2: passed on or freed)
@@ -47,49 +52,48 @@
 local mode = ARGV[3]
 -- Every WRONGTYPE comes before the first write: the lock, then the queue.
 local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
-local waiting = redis.call('ZCARD', KEYS[3])
-if mode == '1' and held and waiting == 0 then
+local queued = redis.call('ZCARD', KEYS[3])
+if mode == '1' and held and queued == 0 then
   -- The common case, with the least the script defines and calls.
   redis.call('DEL', KEYS[1])
   return 1
 end
 -- (shared functions the rest calls)
-if waiting > 0 then
+redis.call('HLEN', KEYS[4])
+if queued > 0 then
   redis.call('STRLEN', KEYS[2]) -- a grant writes it
 end
 if mode == '2' then
   redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
   if not held then
     return 0
   end
 else
   if mode == '3' then
-    redis.call('HLEN', KEYS[4]) -- evict writes it
+    redis.call('HLEN', KEYS[5]) -- evict writes it
   end
-  local code = give_back(KEYS[1], KEYS[2], KEYS[4], ARGV[1], mode, ARGV[5], ARGV[6], held)
+  local code = give_back(KEYS[1], KEYS[2], KEYS[5], ARGV[1], mode, ARGV[5], ARGV[6], held)
   if code then
     return code
   end
 end
 redis.call('DEL', KEYS[1])
-if waiting > 0 then
-  local t, now = server_time()
-  -- The waiter whose registration lapses first; lapsed ones go on the way.
-  while true do
-    local head = redis.call('ZPOPMIN', KEYS[3])
-    if not head[1] then
-      break
-    end
-    if tonumber(head[2]) > now then
-      if ARGV[4] == '0' then
-        tell(ARGV[2], head[1])
-      else
-        -- The fence key keeps its expiry if that is later than the grant
-        -- lease's: the releaser's retry reads it until its lease's end.
-        grant(KEYS[1], KEYS[2], head[1], ARGV[4], t, ARGV[2], true)
-      end
-      break
-    end
+if queued == 0 then
+  return 1
+end
+-- A FairMutex grantee kept its place: it goes with its hold.
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+local t, now = server_time()
+local head, _, g = live_waiters(KEYS[3], KEYS[4], now, '%d+')()
+if head then
+  if ARGV[7] ~= '1' then
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('HDEL', KEYS[4], head)
   end
+  -- The fence key keeps its expiry if that is later than the grant lease's:
+  -- the releaser's retry reads it until its lease's end.
+  grant(KEYS[1], KEYS[2], head, g or ARGV[4], t, ARGV[2], true)
 end
 return 1

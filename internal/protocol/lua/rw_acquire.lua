@@ -38,7 +38,7 @@
 -- holds it and no live writer is queued before it: once a writer waits, the
 -- readers that come after it wait behind it.
 --
--- Returns, as acquire.lua does:
+-- Returns, as acquire.lua does (its held reply included):
 --    > 0  acquired; the value is the fence (a write hold the caller had
 --         already, granted or taken by a first run, now lapses TTL from now)
 --      0  re-entered

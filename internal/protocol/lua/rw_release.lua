@@ -98,7 +98,7 @@ else
       if mode == '1' and redis.call('HGET', KEYS[8], me) == 'evicted' then
         return 4
       end
-      if mode ~= '0' and after(KEYS[7], ARGV[6]) then
+      if mode ~= '0' and after(KEYS[1], KEYS[7], ARGV[6]) then
         return 3
       end
       if redis.call('HLEN', KEYS[1]) > 0 then

@@ -66,50 +66,51 @@ local function take(lock, fence, owner, ms, t, shared)
   return f
 end
 
--- acquire.lua: take a free lock, register the caller as a waiter if it is
--- held, or re-enter a hold the caller has.
+-- acquire.lua: take a Mutex or a FairMutex in strict arrival order: only
+-- when it is free (or kept for the caller) and no live waiter arrived before
+-- the caller, so that nobody barges in, TryLock included. Otherwise queue the
+-- caller, keeping its place, or re-enter a hold it has.
 --
 -- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry
 -- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
--- KEYS[3]  waiters: sorted set of waiting owner ids, each scored by the server
---          time (ms) at which the entry lapses unless renewed; the key expires
---          when the last entry would
+-- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival (server
+--          time in microseconds)
+-- KEYS[4]  alive: hash of waiting owner id -> "<lapse>|<grant>": the server
+--          time (ms) at which it lapses unless renewed, and its grant lease
+--          (ARGV[5]); a lapsed waiter is dropped from the queue.
+--          Queue and alive expire when the last registration would lapse.
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
 -- ARGV[3]  mode: "0" to take the lock; "1" to re-enter a hold of ARGV[1]
--- ARGV[4]  register: taking, "0" not to register, else how long (ms) the caller stays
---          registered as a waiter when the lock is held; re-entering: the
+-- ARGV[4]  register: taking, "0" not to queue (TryLock), else how long (ms) the caller
+--          stays queued unless it renews (by calling again); re-entering: the
 --          owner's hold count after this re-entry
+-- ARGV[5]  grant: the caller's grant lease (ms), for which a release grants
+--          it the lock (release.lua): its own, from its own TTL, whoever
+--          releases
 --
 -- Returns:
---    > 0  acquired; the value is the fence. If the caller held the lock
---         already (a retry of a take that succeeded, or a grant by a
---         release, release.lua), its lease now lapses TTL from now.
+--    > 0  acquired; the value is the fence (a lock the caller held already,
+--         granted by release.lua or taken by a first run, now lapses TTL
+--         from now)
 --      0  re-entered: hold count set, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
---   {c, f, t} held by another owner, whose remaining TTL in ms is -c - 3 (-2:
---         the key has no expiry); f is the fence floor (fence_floor): a grant
---         made to the caller after this call has a fence above f; t is the
---         server time in µs
+--   {c, f, t} not acquired; -c - 3 is how long (ms) the caller may sleep before
+--         the situation changes by itself: the holder's remaining TTL, or the
+--         time until the waiter ahead lapses (-2: no expiry known); f is the
+--         fence floor (fence_floor): a grant made to the caller after this
+--         call has a fence above f; t is the server time in µs
 --
--- Run twice (a retry after a lost reply): a take that succeeded finds the
--- caller holding and answers the same fence, its lease starting again from
--- the retry (later than the client counts from); a re-entry sets the same
--- count; a registration is renewed.
---
--- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
--- comes before the first write.
+-- Run twice: a take that succeeded answers the same fence; a queued caller
+-- keeps its place (its arrival is not renewed).
 local me = ARGV[1]
--- The common case first: a free lock is taken with the least the script
--- defines and calls. PTTL tells a free lock (no key) from a held one, whose
--- remaining TTL a waiter is told.
-local pttl
+-- The common case first: a free lock nobody waits for is taken with the
+-- least the script defines and calls.
+local n, queued
 if ARGV[3] ~= '1' then
-  pttl = redis.call('PTTL', KEYS[1])
-  if pttl == -2 then
-    if ARGV[4] ~= '0' then
-      redis.call('ZREM', KEYS[3], me)
-    end
+  n = redis.call('HLEN', KEYS[1])
+  queued = redis.call('ZCARD', KEYS[3]) -- type checks, before any write
+  if n == 0 and queued == 0 then
     return take(KEYS[1], KEYS[2], me, ARGV[2], redis.call('TIME'))
   end
 end
@@ -170,16 +171,81 @@ local function reenter(lock, owner, count)
   return 0
 end
 
+-- entry reads waiter w's entry in the hash h: "<lapse ms>|<rest>", where
+-- rest matches the pattern rest, or "<lapse ms>" alone if rest is nil. It
+-- returns the lapse time as a number and rest, or nil if w has no entry or
+-- the entry does not match.
+local function entry(h, w, rest)
+  local v = redis.call('HGET', h, w)
+  if not v then
+    return nil
+  end
+  if not rest then
+    return tonumber(v)
+  end
+  local l, r = string.match(v, '^(%d+)|(' .. rest .. ')$')
+  return tonumber(l), r
+end
+
+-- live_waiters walks a queue in arrival order (the sorted set queue, each
+-- waiter's entry in the hash alive, read with entry and rest) and returns an
+-- iterator over its live waiters: owner id, lapse time and rest. Waiters
+-- whose entry lapsed (before now) or is missing are dropped from both on the
+-- way; keep, if given, is returned whatever its entry says. The walk reads the
+-- queue 16 at a time, so a caller that stops early reads little of it.
+local function live_waiters(queue, alive, now, rest, keep)
+  local page, i, kept = {}, 0, 0
+  return function()
+    while true do
+      i = i + 1
+      if i > #page then
+        page = redis.call('ZRANGE', queue, kept, kept + 15)
+        if #page == 0 then
+          return nil
+        end
+        i = 1
+      end
+      local w = page[i]
+      local lapse, r = entry(alive, w, rest)
+      if w == keep or (lapse and lapse > now) then
+        kept = kept + 1
+        return w, lapse, r
+      end
+      redis.call('ZREM', queue, w)
+      redis.call('HDEL', alive, w)
+    end
+  end
+end
+
 if ARGV[3] == '1' then
   return reenter(KEYS[1], me, ARGV[4])
 end
-if redis.call('HEXISTS', KEYS[1], me) == 1 then
+if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
   return held_again(KEYS[1], KEYS[2], ARGV[2])
 end
+local free = n == 0
+redis.call('HLEN', KEYS[4]) -- a type check, before any write
 local t, now = server_time()
-if ARGV[4] ~= '0' then
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), me)
-  at_least(KEYS[3], ARGV[4])
+-- The first live waiter; lapsed ones ahead of it are dropped.
+local head, lapse = live_waiters(KEYS[3], KEYS[4], now, '%d+', me)()
+if free and (not head or head == me) then
+  local fence = next_fence(KEYS[2], t, ARGV[2], true)
+  if head then
+    redis.call('ZREM', KEYS[3], me)
+    redis.call('HDEL', KEYS[4], me)
+  end
+  redis.call('HSET', KEYS[1], me, 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return fence
 end
-return held_reply(pttl, KEYS[2], t)
+if ARGV[4] ~= '0' then
+  redis.call('ZADD', KEYS[3], 'NX', micros(t), me)
+  redis.call('HSET', KEYS[4], me, string.format('%.0f', now + tonumber(ARGV[4])) .. '|' .. ARGV[5])
+  at_least(KEYS[3], ARGV[4])
+  at_least(KEYS[4], ARGV[4])
+end
+if not free then
+  return held_reply(redis.call('PTTL', KEYS[1]), KEYS[2], t)
+end
+return held_reply(lapse - now, KEYS[2], t)
 

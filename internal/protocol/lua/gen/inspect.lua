@@ -16,8 +16,7 @@ end
 -- last fence, and a Semaphore's permits or a CountDownLatch's count.
 --
 -- KEYS     the lock's keys, in the order of its kind (ARGV[1]):
---          "mutex": lock, fence, waiters
---          "fair":  lock, fence, waiters, alive
+--          "fair":  lock, fence, waiters, alive (a Mutex or a FairMutex)
 --          "rw":    lock, fence, waiters, alive, readers, fences, writers
 --          "sem":   semaphore, fence, waiters, alive, holders, total
 --          "latch": count
@@ -78,8 +77,9 @@ end
 
 -- The live waiters of a queue scored by arrival (µs) whose entries in the
 -- hash alive read "<lapse ms>" or "<lapse ms>|<what>", first to arrive
--- first, up to limit.
-local function queue_waiters(queue, alive)
+-- first, up to limit; a FairMutex's grantee, which keeps its place while it
+-- holds the lock hash KEYS[1], is a holder, not a waiter.
+local function queue_waiters(queue, alive, only)
   local from = 0
   while #waiters < limit do
     local q = redis.call('ZRANGE', queue, from, from + 99, 'WITHSCORES')
@@ -88,8 +88,9 @@ local function queue_waiters(queue, alive)
     end
     for i = 1, #q, 2 do
       local v = redis.call('HGET', alive, q[i])
-      if v then
+      if v and redis.call('HEXISTS', KEYS[1], q[i]) == 0 then
         local lapse, what = string.match(v, '^(%d+)|?(.*)$')
+        what = only or what
         if lapse and tonumber(lapse) > now and #waiters < limit then
           waiters[#waiters + 1] = {q[i], tonumber(lapse) - now, tonumber(q[i + 1]), what}
         end
@@ -101,17 +102,9 @@ local function queue_waiters(queue, alive)
 end
 
 local queued, total, used = 0, -1, 0
-if kind == 'mutex' then
+if kind == 'fair' then
   hash_holders(nil)
-  -- Scored by when each registration lapses; the release serves the lowest.
-  local z = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
-  for i = 1, #z, 2 do
-    waiters[#waiters + 1] = {z[i], tonumber(z[i + 1]) - now, -1, 'w'}
-  end
-  queued = redis.call('ZCARD', KEYS[3])
-elseif kind == 'fair' then
-  hash_holders(nil)
-  queued = queue_waiters(KEYS[3], KEYS[4])
+  queued = queue_waiters(KEYS[3], KEYS[4], 'w') -- after the lapse, the waiter's grant lease
 elseif kind == 'rw' then
   hash_holders(KEYS[6])
   zset_holders(KEYS[5], function(o)

@@ -94,15 +94,23 @@ local function grant(lock, fence, w, ms, t, stem, shared)
   return f
 end
 
--- after tells whether the string key fence holds a fence at or past
--- myfence: the name's fence has not gone since a hold with that fence was
--- taken (it lives at least as long as every lease it fenced), so a hold
--- with it that is not there now ended there (released, or expired or evicted
--- after the fence was written) rather than being lost with the name's keys
--- (a restart without persistence, a failover to a replica that missed it).
-local function after(fence, myfence)
+-- after tells whether the lock went on from a hold with fence myfence that
+-- is not there any more: the string key fence holds myfence or a later one,
+-- a later one if the lock hash lock is held (by another owner: only a take
+-- after that hold's end can hold it). The fence lives at least as long as
+-- every lease it fenced, so the hold ended there (released, or expired or
+-- evicted after the fence was written) rather than being lost with the
+-- name's keys (a restart without persistence, a failover to a replica that
+-- missed it).
+local function after(lock, fence, myfence)
   local f = tonumber(redis.call('GET', fence))
-  return f ~= nil and f >= tonumber(myfence)
+  if f == nil then
+    return false
+  end
+  if redis.call('EXISTS', lock) == 1 then
+    return f > tonumber(myfence)
+  end
+  return f >= tonumber(myfence)
 end
 
 -- evict records in the hash extends that owner's hold was taken away by
@@ -259,7 +267,7 @@ else
       if mode == '1' and redis.call('HGET', KEYS[8], me) == 'evicted' then
         return 4
       end
-      if mode ~= '0' and after(KEYS[7], ARGV[6]) then
+      if mode ~= '0' and after(KEYS[1], KEYS[7], ARGV[6]) then
         return 3
       end
       if redis.call('HLEN', KEYS[1]) > 0 then

@@ -1,0 +1,96 @@
+-- red_release.lua: on one member of a RedLock, give back one hold of an
+-- owner, or the lock itself. A lock freed while others wait goes to the
+-- waiter whose registration lapses first: it is told to try (ARGV[4] "0", as
+-- a RedLock asks, for its members keep separate queues), or granted the lock
+-- (grant) for a short grant lease, with a new fence; only its Client is told.
+--
+-- KEYS[1]  lock: hash of owner id -> hold count
+-- KEYS[2]  fence: the last fence handed out
+-- KEYS[3]  waiters: sorted set of owner ids, scored by when the entry lapses
+-- KEYS[4]  extends: hash of owner id -> its Extends (extend.lua), or "evicted"
+--          for a hold ForceRelease took away, until its lease would have ended
+-- ARGV[1]  owner: the owner id (mode "2": a waiter's)
+-- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
+--          (the part of its owner id before the first ':'); the message is
+--          its owner id, a space and its fence
+-- ARGV[3]  mode: "1", the owner's last hold goes: free the lock
+--          "0": one of several holds goes: set the owner's hold count to
+--          ARGV[5] (the client keeps the authoritative count)
+--          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
+--          was granted to it, grant it to the next waiter instead, or free it
+--          "3": as "1", for ForceRelease: the hold is taken away, and ARGV[1]'s
+--          own release will say so (4)
+-- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to;
+--          "0" grants nothing: the waiter is told to try again (a RedLock
+--          node, whose queue is one of several)
+-- ARGV[5]  count: for mode "0", the hold count that remains
+-- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
+--          KEYS[2] (after, in lib.lua)
+--
+-- Returns:
+--    1  released (mode 2: passed on or freed)
+--    2  still held: one hold was given back
+--    0  nothing done: another owner holds the lock (mode 2: the lock was not
+--       granted to ARGV[1]; only its registration went)
+--   -1  nothing done: nobody holds the lock (it expired, or was never taken,
+--       or Redis lost its keys)
+--    3  mode 1: nothing done: ARGV[1] holds nothing, and the lock's fence is
+--       at or past ARGV[1]'s: an earlier run of this release freed it, or
+--       ARGV[1]'s lease ended otherwise (it expired, or was evicted); the
+--       caller tells which by when the answer came (before the lease's
+--       deadline, its lease cannot have expired)
+--    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
+--
+-- Run twice: a release that freed the lock finds the lock free of its owner
+-- and the fence it left (or a later one) and answers 3; it writes nothing, so
+-- the lock is not granted twice and no key is written for the call; mode
+-- "0" sets the same count; mode "2" finds nothing more to do.
+local mode = ARGV[3]
+-- Every WRONGTYPE comes before the first write: the lock, then the queue.
+local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+local waiting = redis.call('ZCARD', KEYS[3])
+if mode == '1' and held and waiting == 0 then
+  -- The common case, with the least the script defines and calls.
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+-- (shared functions the rest calls)
+if waiting > 0 then
+  redis.call('STRLEN', KEYS[2]) -- a grant writes it
+end
+if mode == '2' then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  if not held then
+    return 0
+  end
+else
+  if mode == '3' then
+    redis.call('HLEN', KEYS[4]) -- evict writes it
+  end
+  local code = give_back(KEYS[1], KEYS[2], KEYS[4], ARGV[1], mode, ARGV[5], ARGV[6], held)
+  if code then
+    return code
+  end
+end
+redis.call('DEL', KEYS[1])
+if waiting > 0 then
+  local t, now = server_time()
+  -- The waiter whose registration lapses first; lapsed ones go on the way.
+  while true do
+    local head = redis.call('ZPOPMIN', KEYS[3])
+    if not head[1] then
+      break
+    end
+    if tonumber(head[2]) > now then
+      if ARGV[4] == '0' then
+        tell(ARGV[2], head[1])
+      else
+        -- The fence key keeps its expiry if that is later than the grant
+        -- lease's: the releaser's retry reads it until its lease's end.
+        grant(KEYS[1], KEYS[2], head[1], ARGV[4], t, ARGV[2], true)
+      end
+      break
+    end
+  end
+end
+return 1
