@@ -314,6 +314,16 @@ func withMarker(ks []string, k Keys, owner string) []string {
 	return append(ks[:len(ks):len(ks)], k.marker(owner))
 }
 
+// remnantTTL is how long a name keeps the record of a call that removed its
+// state: a latch's opening (latch.lua). A retry of that call (go-redis runs
+// a request again when its reply is lost) finds it and answers as the first
+// run did; retries come well within it.
+const remnantTTL = 10 * time.Second
+
+// remnantTTLArg is remnantTTL in milliseconds as a script argument, boxed
+// once.
+var remnantTTLArg any = remnantTTL.Milliseconds()
+
 // Modes of the scripts, as their headers name them.
 type (
 	acquireMode string // ARGV[3] of an acquire script
@@ -859,11 +869,11 @@ func (n *Node) TTL(ctx context.Context, k Keys, owner string) (left time.Duratio
 	return time.Duration(ms) * time.Millisecond, CodeDone, nil
 }
 
-// Latch runs latch.lua in mode, with an id of its own so that a retry of the
-// call answers as it did.
+// Latch runs latch.lua in mode. id is the call's own, the same in each run
+// of the call, by which the latch's keys tell a retry.
 func (n *Node) Latch(ctx context.Context, k Keys, id string, mode LatchMode, count int64) (int64, error) {
-	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.Tag, k.marker(id)},
-		string(mode), LatchChannel(k), count, markerTTL.Milliseconds()).Int64()
+	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.Tag, k.Tag + latchOpenedSuffix},
+		string(mode), LatchChannel(k), count, id, remnantTTLArg).Int64()
 	if err != nil {
 		return 0, errs.Op(nil, err, "latch %q", k.Name)
 	}
@@ -873,11 +883,24 @@ func (n *Node) Latch(ctx context.Context, k Keys, id string, mode LatchMode, cou
 // LatchChannel is where a latch's opening is published.
 func LatchChannel(k Keys) string { return k.Tag + LatchSuffix }
 
-const LatchSuffix = ":zero"
+const (
+	LatchSuffix = ":zero"
+	// latchOpenedSuffix names the record of a latch's last opening
+	// (latch.lua's KEYS[2]).
+	latchOpenedSuffix = ":opened"
+	// latchCountField is the field of the latch's hash that holds its count.
+	latchCountField = "count"
+)
 
 // LatchCount reads a latch's count: 0 when it has none.
 func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
-	s, err := n.rdb.Get(ctx, k.Tag).Result()
+	s, err := n.rdb.HGet(ctx, k.Tag, latchCountField).Result()
+	if wrongType(err) {
+		// A latch armed by an earlier version of latch.lua, a string holding
+		// its count, until a CountDown, TrySetCount or Delete makes it a
+		// hash.
+		s, err = n.rdb.Get(ctx, k.Tag).Result()
+	}
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -889,6 +912,13 @@ func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
 		return 0, errs.Op(nil, err, "count of latch %q: %q in Redis", k.Name, s)
 	}
 	return v, nil
+}
+
+// wrongType reports whether err is Redis's answer to a command on a key
+// that holds another type.
+func wrongType(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
 }
 
 // Inspect runs inspect.lua over keys, for the kind inspect.lua names code:
