@@ -442,7 +442,8 @@ func TestRetriedLatchLate(t *testing.T) {
 }
 
 // TestRetriedSemaphoreDelete: a Semaphore's Delete whose reply is lost
-// reports the total it removed.
+// reports the total it removed, also when its retry runs after another
+// Client set a new total, which stays.
 func TestRetriedSemaphoreDelete(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -458,6 +459,30 @@ func TestRetriedSemaphoreDelete(t *testing.T) {
 	checkHit(t, in)
 	if rdb.Exists(ctx, "dlock:sem:{s}:total").Val() != 0 {
 		t.Error("total left after Delete")
+	}
+
+	if err := s.SetPermits(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	held, check := retryLate(t, p, "sem_release")
+	got := make(chan error, 1)
+	go func() {
+		ok, err := s.Delete(ctx)
+		if err == nil && !ok {
+			err = errors.New("no total removed")
+		}
+		got <- err
+	}()
+	<-held
+	if err := clientOn(t, rdb).Semaphore("s", 1).SetPermits(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("Delete whose retry ran after a new total was set: %v", err)
+	}
+	check()
+	if n, err := rdb.Get(ctx, "dlock:sem:{s}:total").Int64(); err != nil || n != 7 {
+		t.Errorf("total after the late retry: %d, %v; want the new total, 7", n, err)
 	}
 }
 

@@ -315,9 +315,10 @@ func withMarker(ks []string, k Keys, owner string) []string {
 }
 
 // remnantTTL is how long a name keeps the record of a call that removed its
-// state: a latch's opening (latch.lua). A retry of that call (go-redis runs
-// a request again when its reply is lost) finds it and answers as the first
-// run did; retries come well within it.
+// state: a latch's opening (latch.lua), a Semaphore's Delete of its total
+// (sem_release.lua). A retry of that call (go-redis runs a request again
+// when its reply is lost) finds it and answers as the first run did; retries
+// come well within it.
 const remnantTTL = 10 * time.Second
 
 // remnantTTLArg is remnantTTL in milliseconds as a script argument, boxed
@@ -370,6 +371,16 @@ const (
 	CodeDone  = 1  // release: the lock is free; extend: extended
 	CodeHeld  = 2  // release: one hold given back, the lock still held
 	CodeStale = 2  // extend: not extended, for a later Extend of the lease ran first
+	// CodeFreed (a Semaphore's release): the owner holds nothing, and the
+	// lock's keys are there, as they are until at least its lease would
+	// have lapsed: an earlier run of the release (a retry's first run) may
+	// have freed it. Only a client that knows its lease cannot have lapsed
+	// yet can tell that it did.
+	CodeFreed = 3
+	// CodeVanished (a Semaphore's release): the owner holds nothing, and
+	// Redis keeps none of the lock's keys: they expired, or Redis lost them
+	// (a restart, a failover), maybe after an earlier run freed it.
+	CodeVanished = 4
 )
 
 // Replies and arguments of the scripts that are numbers or strings with a
@@ -638,10 +649,13 @@ func (n *Node) RaiseFence(ctx context.Context, k Keys, owner string, fence int64
 
 // Semaphore runs sem_release.lua in one of its own modes, with total as its
 // argument: the new total, or the one to use when none is stored. id is the
-// call's own, so that a retried Delete answers as it did.
+// call's own, so that a retried Delete answers as it did. The script's
+// release modes take a call marker after the semaphore's keys, which it
+// never reads; these modes are sent one too, so that every call has the
+// script's layout.
 func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, total int64) (int64, error) {
 	v, err := n.scripts[k.Kind.release].Run(ctx, n.cmd, withMarker(k.releaseKeys, k, id),
-		id, k.channelArg, string(mode), 0, total, markerTTLArg).Int64()
+		id, k.channelArg, string(mode), 0, total, remnantTTLArg).Int64()
 	if err != nil {
 		return 0, errs.Op(nil, err, "semaphore %q", k.Name)
 	}
