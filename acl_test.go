@@ -142,7 +142,7 @@ func handedTo(t *testing.T, what string, ch <-chan result) {
 // exerciseACL runs every primitive through a and b, two Clients logged in as
 // the user under test, with prefix, and admin, which may do anything, to
 // watch the queues: a Mutex handed from a to a waiting b, re-entered,
-// extended and renewed; a FairMutex, an RWMutex, a Semaphore handed on the
+// extended and renewed, and one taken away by admin; a FairMutex, an RWMutex, a Semaphore handed on the
 // same way; a CountDownLatch counted down by a while b waits; a MultiLock.
 // handed counts b's hand-offs.
 func exerciseACL(t *testing.T, admin redis.UniversalClient, prefix string, a, b *dlock.Client, handed *atomic.Int64) {
@@ -188,6 +188,18 @@ func exerciseACL(t *testing.T, admin redis.UniversalClient, prefix string, a, b 
 		t.Fatalf("TryLock of a renewed Mutex: %v, want ErrNotAcquired", err)
 	}
 	must(short.Unlock(ctx))
+
+	// A holder whose lock an administrator took away learns it from TTL,
+	// which finds the lock no longer the owner's.
+	evicted, err := a.Mutex("evicted").Lock(ctx)
+	must(err)
+	if _, err := clientOn(t, admin, dlock.WithPrefix(prefix)).ForceRelease(ctx, dlock.KindMutex, "evicted"); err != nil {
+		t.Fatalf("ForceRelease: %v", err)
+	}
+	if _, err := evicted.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("TTL of an evicted lease: %v, want ErrNotHeld", err)
+	}
+	_ = evicted.Unlock(ctx)
 
 	fl, err := a.FairMutex("f").Lock(ctx)
 	must(err)
@@ -421,7 +433,7 @@ func TestACLMissing(t *testing.T) {
 		{"ssubscribe", "+ssubscribe", "command", "ssubscribe", lockHeld, false},
 		{"channels", "&dlock:*", "channel", "", lockHeld, false},
 		{"ssubscribe-latch", "+ssubscribe", "command", "ssubscribe", waitLatch, false},
-		{"get-latch", "+get", "command", "get", waitLatch, false},
+		{"hget-latch", "+hget", "command", "hget", waitLatch, false},
 		// A release that grants the lock to a waiter cannot tell it: the
 		// release fails, and the waiter finds the lock at its next look.
 		{"spublish", "+spublish", "command", "spublish", func(t *testing.T, ctx context.Context, c, peer *dlock.Client) error {

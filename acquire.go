@@ -822,22 +822,23 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		e.ren.End(t, errUnlocked, nil)
 		e.bg.doSoon(func() { h.releaseLater(ttl) })
 		return true, errs.Op(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.K.Name)
-	case code == protocol.CodeDone:
+	case code == protocol.CodeDone,
+		// The owner holds nothing and the lock's keys show it went on from
+		// this hold; before the lease's local deadline it cannot have
+		// lapsed, so an earlier run of this release (go-redis runs it again
+		// when a reply is lost) freed it.
+		code == protocol.CodeAfter && time.Now().Before(e.ren.DeadlineOf(t)):
 		e.ren.End(t, errUnlocked, func() {
 			if e.log.Enabled(ctx, slog.LevelDebug) {
 				e.log.Debug("dlock: released", "lock", t.K.Name, "fence", t.Fence, "held", time.Since(t.Begun))
 			}
 		})
 		return true, nil
-	case code == protocol.CodeAfter && time.Now().Before(e.ren.DeadlineOf(t)):
-		// The lock is free of this owner and its fence has not gone: before
-		// the lease's local deadline Redis cannot have let it expire, so a
-		// run of this release whose reply was lost (go-redis retries it)
-		// freed it.
-		e.ren.End(t, errUnlocked, nil)
-		return true, nil
-	case code == protocol.CodeAfter:
-		lost := errs.Op(ErrLockLost, nil, "unlock %q: the lock is free of this owner, but the answer came after the lease's deadline: this release may have freed it in a run whose reply was lost (then this is a false alarm), or the lease had expired before", t.K.Name)
+	case code == protocol.CodeAfter || code == protocol.CodeVanished:
+		lost := errs.Op(ErrLockLost, nil, "%q was free of this owner when the release ran, but the reply came after the lease's deadline: this release may have freed it (then this is a false alarm), or the lease had expired first", t.K.Name)
+		if code == protocol.CodeVanished {
+			lost = errs.Op(ErrLockLost, nil, "Redis keeps none of %q's keys: they expired, or Redis lost them (a restart, a failover); if that happened after this release freed it, this is a false alarm", t.K.Name)
+		}
 		e.ren.Lose(t, lost)
 		return true, errs.Op(ErrNotHeld, lost, "unlock")
 	}

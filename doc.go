@@ -59,9 +59,15 @@
 // 10s), and a latch's CountDown counts once. A reply that comes more than 9s
 // after its request was first sent cannot rely on the marker; an Unlock that
 // then finds the lock no longer its owner's says so with an error matching
-// ErrNotHeld. The acquires and releases of goroutines that lock at once may
-// share one pipeline (see New); go-redis sends a pipeline that failed on the
-// network again whole, which the same rule covers.
+// ErrNotHeld. A CountDownLatch and a Semaphore keep no marker: their own keys
+// tell a retry (see Keys). A Semaphore's release that finds its holder gone
+// and the semaphore's keys there succeeds if the answer comes before the
+// lease's local deadline, until which the lease cannot have lapsed; after
+// it, or when Redis lost the keys (a restart, a failover), the error matches
+// ErrLockLost and says that it may be a false alarm. The acquires and
+// releases of goroutines that lock at once may share one pipeline (see New);
+// go-redis sends a pipeline that failed on the network again whole, which the
+// same rule covers.
 //
 // # Fences and clocks
 //
@@ -281,6 +287,7 @@
 //	failed renewal, release   tried again every TTL/10, between 10ms and 1s
 //	release after a cancel    bounded by TTL, between 1s and 5s
 //	call markers              10s (see Retries)
+//	opening, Delete records   10s: of a latch's opening and of a Semaphore's Delete (see Keys)
 //	wake-up connection        pinged after 30s of silence, replaced after 5s more without an answer
 //
 // So a dead waiter holds a FairMutex's queue up for at most TTL/2, and a
@@ -331,18 +338,26 @@
 // when each waiter lapses), "dlock:rw:{N}..." for an RWMutex (":readers" is a
 // sorted set of read holds scored by when their lease lapses, ":fences" each
 // holder's fence, ":writers" the waiting writers alone), "dlock:sem:{N}..." for a Semaphore (":holders", likewise
-// for its holders; ":total" the total set with SetPermits); each has its
-// ":extends" hash, as a Mutex has. A CountDownLatch
-// is the string "dlock:latch:{N}", its count while above zero, with no expiry;
-// its opening is published on the channel "dlock:latch:{N}:zero".
+// for its holders; ":total" the total set with SetPermits; the hash
+// "dlock:sem:{N}" also holds the id of the last Delete that removed a total,
+// by which a retry of it answers the same, and then lives 10s at least);
+// each has its ":extends" hash, as a Mutex has.
+// A CountDownLatch is the hash "dlock:latch:{N}" while armed, with no expiry:
+// its count, the id of the TrySetCount that armed it and the id of each
+// CountDown that counted (at most its count of them), by which a retried call
+// counts nothing twice. When it opens, that hash becomes
+// "dlock:latch:{N}:opened", with the id of the call that opened it, for 10s,
+// so that a call retried after the opening (or after the latch was armed
+// again) answers as its first run did; its opening is published on the
+// channel "dlock:latch:{N}:zero". No call of either writes a key of its own.
 //
 // Every key expires within its TTL (or a waiter's registration time, three
-// keep-alives) after its last use, the call markers after 10s, except the
-// state a caller sets on purpose: a Semaphore's total set with SetPermits and
-// an armed CountDownLatch's count, which last until Semaphore.Delete or
-// CountDownLatch.Delete (or the count reaching zero) remove them. A name used
-// once and abandoned, with its holders dead and its waiters gone, therefore
-// leaves nothing behind.
+// keep-alives) after its last use, the call markers and the records of a
+// latch's opening after 10s, except the state a caller sets on purpose: a
+// Semaphore's total set with SetPermits and an armed CountDownLatch, which
+// last until Semaphore.Delete or CountDownLatch.Delete (or the count
+// reaching zero) remove them. A name used once and abandoned, with its
+// holders dead and its waiters gone, therefore leaves nothing behind.
 //
 // '{', '}' and '%' in N are written as %7B, %7D and %25, so every key of a lock
 // shares one hash tag (and one Redis Cluster slot) whatever the name.

@@ -312,30 +312,140 @@ func TestRetriedRenewal(t *testing.T) {
 	}
 }
 
-// TestRetriedLatch: a CountDown or TrySetCount whose reply is lost counts
-// once and answers as it did.
+// TestRetriedLatch: a TrySetCount, CountDown or Delete whose reply is lost
+// runs again (go-redis retries it); the retry counts nothing twice and
+// answers as the first run did, the CountDown that opened the latch
+// included.
 func TestRetriedLatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, p, _ := proxied(t)
 	l := c.CountDownLatch("x")
+	count := func(want int64) {
+		t.Helper()
+		if n, err := l.Count(ctx); err != nil || n != want {
+			t.Fatalf("count %d, %v; want %d", n, err, want)
+		}
+	}
 	in := dropOnce(t, p, "latch")
 	if ok, err := l.TrySetCount(ctx, 3); err != nil || !ok {
 		t.Fatalf("TrySetCount whose reply was lost: %v, %v; want it set", ok, err)
 	}
 	checkHit(t, in)
-	in = dropOnce(t, p, "latch")
-	if err := l.CountDown(ctx); err != nil {
-		t.Fatal(err)
+	count(3)
+	for want := int64(2); want >= 0; want-- {
+		in = dropOnce(t, p, "latch")
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkHit(t, in)
+		count(want)
 	}
-	checkHit(t, in)
-	if n, err := l.Count(ctx); err != nil || n != 2 {
-		t.Errorf("count after one CountDown whose reply was lost: %d, %v; want 2", n, err)
+	if err := l.Wait(ctx); err != nil {
+		t.Fatalf("Wait after the last CountDown: %v", err)
+	}
+	if ok, err := l.TrySetCount(ctx, 2); err != nil || !ok {
+		t.Fatalf("TrySetCount of the open latch: %v, %v", ok, err)
+	}
+	for _, want := range []bool{true, false} {
+		in = dropOnce(t, p, "latch")
+		if ok, err := l.Delete(ctx); err != nil || ok != want {
+			t.Fatalf("Delete whose reply was lost: %v, %v; want %v", ok, err, want)
+		}
+		checkHit(t, in)
+		count(0)
+	}
+}
+
+// retryLate loses the reply to the next run of op and holds its retry back
+// for a second before Redis gets it. held is closed once the retry is held,
+// so that the test can change the latch or semaphore meanwhile; check fails
+// the test if either fault did not apply.
+func retryLate(t *testing.T, p *faultproxy.Proxy, op string) (held <-chan struct{}, check func()) {
+	t.Helper()
+	drop := dropOnce(t, p, op)
+	late := p.Inject(faultproxy.Rule{Match: script(op), Fault: faultproxy.DelayRequest, Delay: time.Second, Times: 1})
+	return late.Hit(), func() {
+		t.Helper()
+		checkHit(t, drop)
+		checkHit(t, late)
+	}
+}
+
+// TestRetriedLatchLate: the retry of a latch call that runs after others
+// changed the latch still counts nothing twice and answers as the first run
+// did: a CountDown after the latch opened and was armed again, a TrySetCount
+// after the latch it armed opened, a Delete after the latch was armed again.
+func TestRetriedLatchLate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		set       int64                                       // the count armed first, by the other Client
+		call      func(l *dlock.CountDownLatch) (bool, error) // the call whose retry runs late
+		meanwhile func(l *dlock.CountDownLatch) error         // the other Client's calls before the retry
+		want      bool                                        // what call answers
+		count     int64                                       // the count after the retry
+	}{
+		{"CountDown", 2, func(l *dlock.CountDownLatch) (bool, error) { return true, l.CountDown(ctx) },
+			func(l *dlock.CountDownLatch) error {
+				err := l.CountDown(ctx) // opens it: the late CountDown's first run counted
+				_, err2 := l.TrySetCount(ctx, 2)
+				return errors.Join(err, err2)
+			}, true, 2},
+		{"TrySetCount", 0, func(l *dlock.CountDownLatch) (bool, error) { return l.TrySetCount(ctx, 1) },
+			func(l *dlock.CountDownLatch) error { return l.CountDown(ctx) }, true, 0},
+		{"Delete", 1, func(l *dlock.CountDownLatch) (bool, error) { return l.Delete(ctx) },
+			func(l *dlock.CountDownLatch) error {
+				ok, err := l.TrySetCount(ctx, 3)
+				if err == nil && !ok {
+					err = errors.New("TrySetCount after the Delete did not set the count")
+				}
+				return err
+			}, true, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, p, direct := proxied(t)
+			other := clientOn(t, direct).CountDownLatch("x")
+			if tc.set > 0 {
+				if _, err := other.TrySetCount(ctx, tc.set); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held, check := retryLate(t, p, "latch")
+			type answer struct {
+				ok  bool
+				err error
+			}
+			got := make(chan answer, 1)
+			go func() {
+				ok, err := tc.call(c.CountDownLatch("x"))
+				got <- answer{ok, err}
+			}()
+			select {
+			case <-held:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the retry was never held")
+			}
+			if err := tc.meanwhile(other); err != nil {
+				t.Fatal(err)
+			}
+			a := <-got
+			check()
+			if a.err != nil || a.ok != tc.want {
+				t.Fatalf("%s whose retry ran late: %v, %v; want %v", tc.name, a.ok, a.err, tc.want)
+			}
+			if n, err := other.Count(ctx); err != nil || n != tc.count {
+				t.Fatalf("count after the late retry: %d, %v; want %d", n, err, tc.count)
+			}
+		})
 	}
 }
 
 // TestRetriedSemaphoreDelete: a Semaphore's Delete whose reply is lost
-// reports the total it removed.
+// reports the total it removed, also when its retry runs after another
+// Client set a new total, which stays.
 func TestRetriedSemaphoreDelete(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -351,6 +461,30 @@ func TestRetriedSemaphoreDelete(t *testing.T) {
 	checkHit(t, in)
 	if rdb.Exists(ctx, "dlock:sem:{s}:total").Val() != 0 {
 		t.Error("total left after Delete")
+	}
+
+	if err := s.SetPermits(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	held, check := retryLate(t, p, "sem_release")
+	got := make(chan error, 1)
+	go func() {
+		ok, err := s.Delete(ctx)
+		if err == nil && !ok {
+			err = errors.New("no total removed")
+		}
+		got <- err
+	}()
+	<-held
+	if err := clientOn(t, rdb).Semaphore("s", 1).SetPermits(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("Delete whose retry ran after a new total was set: %v", err)
+	}
+	check()
+	if n, err := rdb.Get(ctx, "dlock:sem:{s}:total").Int64(); err != nil || n != 7 {
+		t.Errorf("total after the late retry: %d, %v; want the new total, 7", n, err)
 	}
 }
 

@@ -22,9 +22,11 @@ import (
 // it is armed again waits for the new count. Count downs are not owned: any
 // caller may count down, and one that a crashed process never made is
 // missing for good (Delete opens a latch that can no longer reach zero). Each
-// call counts once, even when go-redis retries it after a lost reply. The
-// count has no expiry: an armed latch lasts until it reaches zero or is
-// deleted. The package documentation (Keys) says what it keeps in Redis.
+// call counts once and answers as it did, even when go-redis runs it again
+// after a lost reply; the latch's own keys tell a retry, and no call leaves a
+// key of its own. The count has no expiry: an armed latch lasts until it
+// reaches zero or is deleted. The package documentation (Keys) says what it
+// keeps in Redis.
 type CountDownLatch struct {
 	e   *engine
 	k   protocol.Keys
@@ -91,8 +93,8 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 
 // Delete removes the latch's count, which opens it: every waiter is woken and
 // returns. It reports whether there was a count. Use it for a latch that can
-// no longer reach zero, or to leave nothing of an armed latch in Redis. One
-// round trip.
+// no longer reach zero, or to remove an armed latch from Redis (the record of
+// its opening stays 10s, as after any opening). One round trip.
 func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx, "delete latch"); err != nil {
 		return false, err

@@ -24,6 +24,21 @@ import (
 func latchKey(name string) string     { return "dlock:latch:{" + name + "}" }
 func latchChannel(name string) string { return latchKey(name) + ":zero" }
 
+// latchKeys returns the keys in rdb but the records of a latch's last
+// opening (":opened"), failing the test if one would outlive its 10s.
+func latchKeys(t *testing.T, rdb *redis.Client) []string {
+	t.Helper()
+	var keys []string
+	for _, k := range stateKeys(rdb, "*") {
+		if !strings.HasSuffix(k, ":opened") {
+			keys = append(keys, k)
+		} else if ttl := rdb.PTTL(context.Background(), k).Val(); ttl <= 0 || ttl > 10*time.Second {
+			t.Errorf("%s expires in %v, want within 10s", k, ttl)
+		}
+	}
+	return keys
+}
+
 // subscribers returns how many connections are subscribed to the shard
 // channel channel.
 func subscribers(rdb *redis.Client, channel string) int64 {
@@ -57,7 +72,7 @@ func TestLatch(t *testing.T) {
 	if n, err := l.Count(ctx); n != 2 || err != nil {
 		t.Fatalf("Count = %d, %v; want 2", n, err)
 	}
-	if got := rdb.Get(ctx, latchKey("jobs")).Val(); got != "2" {
+	if got := rdb.HGet(ctx, latchKey("jobs"), "count").Val(); got != "2" {
 		t.Fatalf("count in Redis = %q, want \"2\"", got)
 	}
 
@@ -85,7 +100,7 @@ func TestLatch(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("Wait did not return after the count reached zero")
 	}
-	if keys := stateKeys(rdb, "*"); len(keys) != 0 {
+	if keys := latchKeys(t, rdb); len(keys) != 0 {
 		t.Fatalf("keys left after the latch opened: %q", keys)
 	}
 	if n, _ := l.Count(ctx); n != 0 {
@@ -326,7 +341,7 @@ func TestLatchClose(t *testing.T) {
 	if err := l.Wait(ctx); !errors.Is(err, dlock.ErrClosed) {
 		t.Errorf("Wait after Close: %v, want ErrClosed", err)
 	}
-	if n := rdb.Get(ctx, latchKey("close")).Val(); n != "1" {
+	if n := rdb.HGet(ctx, latchKey("close"), "count").Val(); n != "1" {
 		t.Errorf("count after Close = %q, want \"1\"", n)
 	}
 }
@@ -607,7 +622,7 @@ func TestLatchKilledWaiter(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Error("the waiter in this process did not return")
 	}
-	if keys := stateKeys(rdb, "*"); len(keys) != 0 {
+	if keys := latchKeys(t, rdb); len(keys) != 0 {
 		t.Errorf("keys left after the latch opened: %q", keys)
 	}
 }
@@ -740,4 +755,102 @@ func BenchmarkLatch(b *testing.B) {
 		b.ReportMetric(micros(percentile(wakes, 0.50)), "wake-p50-µs")
 		b.ReportMetric(micros(percentile(wakes, 0.99)), "wake-p99-µs")
 	})
+}
+
+// TestLatchKeysPerName: however many calls a latch has had, Redis holds at
+// most its own two keys (its hash while armed, the record of its last
+// opening): no call leaves a key of its own, and a retried call is told
+// from what those keys hold.
+func TestLatchKeysPerName(t *testing.T) {
+	t.Parallel()
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	l := c.CountDownLatch("n")
+	own := []string{latchKey("n"), latchKey("n") + ":opened"}
+	const rounds = 300
+	for round := range rounds {
+		ok1, err1 := l.TrySetCount(ctx, 3)
+		ok2, err2 := l.TrySetCount(ctx, 5)
+		err := errors.Join(err1, err2, l.CountDown(ctx), l.CountDown(ctx), l.CountDown(ctx), l.CountDown(ctx))
+		ok3, err3 := l.TrySetCount(ctx, 2)
+		err = errors.Join(err, err3, l.CountDown(ctx))
+		ok4, err4 := l.Delete(ctx)
+		ok5, err5 := l.Delete(ctx)
+		n, err6 := l.Count(ctx)
+		if err = errors.Join(err, err4, err5, err6); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if !ok1 || ok2 || !ok3 || !ok4 || ok5 || n != 0 {
+			t.Fatalf("round %d: TrySetCount %v %v %v, Delete %v %v, Count %d; want true false true, true false, 0", round, ok1, ok2, ok3, ok4, ok5, n)
+		}
+		for _, k := range allKeys(t, rdb) {
+			if !slices.Contains(own, k) {
+				t.Fatalf("round %d (%d calls): key %q, want only the latch's own %q", round, 11*(round+1), k, own)
+			}
+		}
+	}
+	if n := rdb.DBSize(ctx).Val(); n > 2 {
+		t.Errorf("%d keys after %d calls, want at most 2", n, 11*rounds)
+	}
+}
+
+// TestLatchEarlierVersion: a latch armed by an earlier version of dlock, whose
+// count is a string, reads as armed and counts down as before; a key that
+// holds anything else under a latch's name makes every call fail with an
+// error that says so, before anything is written.
+func TestLatchEarlierVersion(t *testing.T) {
+	t.Parallel()
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	rdb.Set(ctx, latchKey("old"), "2", 0)
+	l := c.CountDownLatch("old")
+	if n, err := l.Count(ctx); n != 2 || err != nil {
+		t.Fatalf("Count of a latch armed as a string = %d, %v; want 2", n, err)
+	}
+	if ok, err := l.TrySetCount(ctx, 5); ok || err != nil {
+		t.Fatalf("TrySetCount on a latch armed as a string = %v, %v; want false", ok, err)
+	}
+	if n, err := l.Count(ctx); n != 2 || err != nil {
+		t.Fatalf("Count after a call converted it = %d, %v; want 2", n, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx) }()
+	for range 2 {
+		if err := l.CountDown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Wait did not return after the count reached zero")
+	}
+	rdb.Set(ctx, latchKey("old2"), "1", 0)
+	if ok, err := c.CountDownLatch("old2").Delete(ctx); !ok || err != nil {
+		t.Fatalf("Delete of a latch armed as a string = %v, %v; want true", ok, err)
+	}
+
+	rdb.RPush(ctx, latchKey("list"), "x")
+	rdb.HSet(ctx, latchKey("junk"), "count", "many")
+	for _, name := range []string{"list", "junk"} {
+		l := c.CountDownLatch(name)
+		if err := l.CountDown(ctx); err == nil || !strings.Contains(err.Error(), latchKey(name)) {
+			t.Errorf("CountDown of %s: %v, want an error naming the key", name, err)
+		}
+		if _, err := l.Delete(ctx); err == nil {
+			t.Errorf("Delete of %s: no error", name)
+		}
+		if _, err := l.Count(ctx); err == nil {
+			t.Errorf("Count of %s: no error", name)
+		}
+	}
+	if got := rdb.HGetAll(ctx, latchKey("junk")).Val(); len(got) != 1 || got["count"] != "many" {
+		t.Errorf("%s after the failed calls: %v", latchKey("junk"), got)
+	}
+	if n := rdb.LLen(ctx, latchKey("list")).Val(); n != 1 {
+		t.Errorf("%s after the failed calls: %d elements", latchKey("list"), n)
+	}
 }

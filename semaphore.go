@@ -16,9 +16,14 @@ import (
 // took, with a lease of its own: it is renewed while held (unless
 // WithoutRenewal), and the permits of a holder that died come back after its
 // TTL, so a crashed process cannot leak them. Release (or Unlock) gives them
-// back. Each acquisition is a new holder: there is no re-entry, and a Lease's
-// context does not make a later Acquire share its permits. The zero Semaphore
-// is not usable; get one from Client.Semaphore.
+// back, once, even when go-redis runs it again after a lost reply: then Redis
+// finds nothing left to give back, and Release succeeds if that answer comes
+// before the lease's local deadline (until which the lease cannot have
+// lapsed); after it, or when Redis has lost the semaphore's keys, the error
+// matches ErrLockLost and says that it may be a false alarm. Each
+// acquisition is a new holder: there is no re-entry, and a Lease's context
+// does not make a later Acquire share its permits. The zero Semaphore is not
+// usable; get one from Client.Semaphore.
 //
 // Waiters are served in order of arrival, strictly: an Acquire gets its
 // permits once they are free after every waiter queued before it has had its
@@ -107,8 +112,9 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 // Delete removes the total stored by SetPermits, and reports whether there
 // was one; the permits given to Client.Semaphore are the total again. Holders
 // and waiters are not affected. Everything else the semaphore keeps in Redis
-// expires by itself once nobody holds it or waits for it, so after Delete a
-// semaphore no longer in use leaves nothing behind.
+// expires by itself once nobody holds it or waits for it (and at least 10s
+// after a Delete that removed a total, which it keeps the call's id for), so
+// after Delete a semaphore no longer in use leaves nothing behind.
 func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 	v, err := s.call(ctx, "delete", protocol.SemDeleteTotal, s.defaultTotal())
 	return v == 1, err

@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -482,5 +485,125 @@ func TestSemaphoreDeadWaiter(t *testing.T) {
 		t.Logf("waiter behind served %v after the one ahead was killed", at.Sub(killed))
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter behind was never served")
+	}
+}
+
+// TestSemaphoreRetriedRelease: a Release whose reply is lost runs again
+// (go-redis retries it), finds the permits given back, and gives back
+// nothing more. If its answer comes before the lease's local deadline the
+// Release succeeds; after it, or when Redis lost the semaphore's keys between
+// the two runs, its error matches ErrLockLost and says that it may be a false
+// alarm.
+func TestSemaphoreRetriedRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	available := func(t *testing.T, s *dlock.Semaphore, want int64) {
+		t.Helper()
+		if n, err := s.Available(ctx); err != nil || n != want {
+			t.Errorf("Available after the retried Release: %d, %v; want %d", n, err, want)
+		}
+	}
+	t.Run("before the deadline", func(t *testing.T) {
+		t.Parallel()
+		c, p, _ := proxied(t)
+		s := c.Semaphore("s", 3)
+		kept, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.Acquire(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := dropOnce(t, p, "sem_release")
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release whose reply was lost: %v", err)
+		}
+		checkHit(t, in)
+		if !errors.Is(l.Err(), dlock.ErrNotHeld) || errors.Is(l.Err(), dlock.ErrLockLost) {
+			t.Errorf("after Release: Err %v, want released", l.Err())
+		}
+		available(t, s, 2) // the other holder's permit is still held
+		if err := kept.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("after the deadline", func(t *testing.T) {
+		t.Parallel()
+		c, p, _ := proxied(t, dlock.WithTTL(time.Second))
+		s := c.Semaphore("s", 3)
+		l, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drop := dropOnce(t, p, "sem_release")
+		late := p.Inject(faultproxy.Rule{Match: script("sem_release"), Fault: faultproxy.DelayReply, Delay: 1500 * time.Millisecond, Times: 1})
+		err = l.Release(ctx)
+		checkHit(t, drop)
+		checkHit(t, late)
+		if !errors.Is(err, dlock.ErrLockLost) || !strings.Contains(err.Error(), "false alarm") {
+			t.Errorf("Release whose answer came after the lease's deadline: %v, want ErrLockLost that may be a false alarm", err)
+		}
+		available(t, s, 3)
+	})
+	t.Run("keys lost", func(t *testing.T) {
+		t.Parallel()
+		c, p, direct := proxied(t)
+		s := c.Semaphore("s", 3)
+		l, err := s.Acquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, check := retryLate(t, p, "sem_release")
+		got := make(chan error, 1)
+		go func() { got <- l.Release(ctx) }()
+		<-held
+		if err := direct.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err = <-got
+		check()
+		if !errors.Is(err, dlock.ErrLockLost) || !strings.Contains(err.Error(), "false alarm") {
+			t.Errorf("Release retried after Redis lost the keys: %v, want ErrLockLost that may be a false alarm", err)
+		}
+	})
+}
+
+// TestSemaphoreKeysPerName: however many calls a Semaphore has had, Redis
+// holds only its own keys: no acquisition, release, SetPermits or Delete
+// leaves a key of its own.
+func TestSemaphoreKeysPerName(t *testing.T) {
+	t.Parallel()
+	c, rdb, _ := newClient(t)
+	ctx := context.Background()
+	s := c.Semaphore("n", 2)
+	var own []string
+	for _, suffix := range []string{"", ":fence", ":waiters", ":alive", ":holders", ":total", ":extends"} {
+		own = append(own, "dlock:sem:{n}"+suffix)
+	}
+	const rounds = 300
+	for round := range rounds {
+		err := s.SetPermits(ctx, 3)
+		a, err1 := s.Acquire(ctx, 2)
+		b, err2 := s.TryAcquire(ctx, 1)
+		_, full := s.TryAcquire(ctx, 1)
+		n, err3 := s.Available(ctx)
+		if err = errors.Join(err, err1, err2, err3); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		err = errors.Join(a.Extend(ctx, time.Minute), a.Release(ctx), b.Release(ctx))
+		ok1, err4 := s.Delete(ctx)
+		ok2, err5 := s.Delete(ctx)
+		if err = errors.Join(err, err4, err5); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if !errors.Is(full, dlock.ErrNotAcquired) || n != 0 || !ok1 || ok2 {
+			t.Fatalf("round %d: TryAcquire of a full semaphore %v, Available %d, Delete %v %v", round, full, n, ok1, ok2)
+		}
+		for _, k := range allKeys(t, rdb) {
+			if !slices.Contains(own, k) {
+				t.Fatalf("round %d (%d calls): key %q, want only the semaphore's own %q", round, 10*(round+1), k, own)
+			}
+		}
 	}
 }

@@ -103,7 +103,7 @@ type Kind struct {
 	release script
 
 	acquireKeys []string // KEYS of acquire
-	releaseKeys []string // KEYS of release but the last, the call's marker
+	releaseKeys []string // KEYS of release
 	// leaseKeys is a lease's group of KEYS in extend.lua but the last (the
 	// extends hash, extendsKey): the key that carries each holder's lease,
 	// then those that must outlive it. The first is also ttl.lua's KEYS[1],
@@ -306,29 +306,16 @@ func NewKeys(prefix string, k *Kind, name string) Keys {
 // one-to-one.
 var NameEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
-// marker is the key of the marker of a call by owner (an acquisition's owner
-// id, or a call's own id): a script that must answer a retry of the same call
-// (go-redis retries after a lost reply) as it answered the call sets it for
-// markerTTL.
-func (k Keys) marker(owner string) string { return k.Tag + ":done:" + owner }
+// remnantTTL is how long a name keeps the record of a call that removed its
+// state: a latch's opening (latch.lua), a Semaphore's Delete of its total
+// (sem_release.lua). A retry of that call (go-redis runs a request again
+// when its reply is lost) finds it and answers as the first run did; retries
+// come well within it.
+const remnantTTL = 10 * time.Second
 
-// markerTTL is how long a call's marker lives. A reply read later than
-// markerTrust after its request was first sent may come from a retry that ran
-// after the marker had gone.
-const (
-	markerTTL   = 10 * time.Second
-	MarkerTrust = markerTTL - time.Second
-)
-
-// markerTTLArg is markerTTL in milliseconds as a script argument, boxed
+// remnantTTLArg is remnantTTL in milliseconds as a script argument, boxed
 // once.
-var markerTTLArg any = markerTTL.Milliseconds()
-
-// withMarker returns ks with the marker of owner's call appended, in a new
-// slice.
-func withMarker(ks []string, k Keys, owner string) []string {
-	return append(ks[:len(ks):len(ks)], k.marker(owner))
-}
+var remnantTTLArg any = remnantTTL.Milliseconds()
 
 // Modes of the scripts, as their headers name them.
 type (
@@ -379,13 +366,19 @@ const (
 	CodeDone  = 1  // release: the lock is free; extend: extended
 	CodeHeld  = 2  // release: one hold given back, the lock still held
 	CodeStale = 2  // extend: not extended, for a later Extend of the lease ran first
-	// CodeAfter: release: the owner holds nothing, and the lock's fence is at
-	// or past the owner's: an earlier run of this release freed the lock (its
-	// reply was lost), or the lease ended otherwise (it expired, or was
-	// evicted). Before the lease's local deadline it cannot have expired.
+	// CodeAfter: release: the owner holds nothing, and the lock's keys show
+	// that it went on from the owner's hold (the fence is at or past the
+	// owner's; a Semaphore's hash is there, as it is until at least its
+	// lease would have lapsed): an earlier run of this release freed it (its
+	// reply was lost), or the lease ended otherwise (it expired). Before
+	// the lease's local deadline it cannot have expired.
 	CodeAfter = 3
 	// CodeEvicted: release: the owner's hold was taken away by ForceRelease.
 	CodeEvicted = 4
+	// CodeVanished (a Semaphore's release): the owner holds nothing, and
+	// Redis keeps none of the lock's keys: they expired, or Redis lost them
+	// (a restart, a failover), maybe after an earlier run freed it.
+	CodeVanished = 5
 )
 
 // Replies and arguments of the scripts that are numbers or strings with a
@@ -651,8 +644,8 @@ func (n *Node) Release(ctx context.Context, k Keys, owner string, fence int64, m
 	var code int64
 	var err error
 	if k.Kind == SemKind {
-		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(owner),
-			owner, k.channelArg, mode.arg(), grant, count, markerTTLArg).Int64()
+		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			owner, k.channelArg, mode.arg(), grant, count, remnantTTLArg).Int64()
 	} else if k.Kind.order != "" {
 		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 			owner, k.channelArg, mode.arg(), grant, count, fence, k.Kind.order).Int64()
@@ -680,10 +673,13 @@ func (n *Node) RaiseFence(ctx context.Context, k Keys, owner string, fence int64
 
 // Semaphore runs sem_release.lua in one of its own modes, with total as its
 // argument: the new total, or the one to use when none is stored. id is the
-// call's own, so that a retried Delete answers as it did.
+// call's own, so that a retried Delete answers as it did. The script's
+// release modes take a call marker after the semaphore's keys, which it
+// never reads; these modes are sent one too, so that every call has the
+// script's layout.
 func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, total int64) (int64, error) {
-	v, err := n.scripts[k.Kind.release].Run(ctx, n.cmd, withMarker(k.releaseKeys, k, id),
-		id, k.channelArg, string(mode), 0, total, markerTTLArg).Int64()
+	v, err := n.scripts[k.Kind.release].Run(ctx, n.cmd, k.releaseKeys,
+		id, k.channelArg, string(mode), 0, total, remnantTTLArg).Int64()
 	if err != nil {
 		return 0, errs.Op(nil, err, "semaphore %q", k.Name)
 	}
@@ -911,11 +907,11 @@ func (n *Node) TTL(ctx context.Context, k Keys, owner string) (left time.Duratio
 	return time.Duration(ms) * time.Millisecond, CodeDone, nil
 }
 
-// Latch runs latch.lua in mode, with an id of its own so that a retry of the
-// call answers as it did.
+// Latch runs latch.lua in mode. id is the call's own, the same in each run
+// of the call, by which the latch's keys tell a retry.
 func (n *Node) Latch(ctx context.Context, k Keys, id string, mode LatchMode, count int64) (int64, error) {
-	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.Tag, k.marker(id)},
-		string(mode), LatchChannel(k), count, markerTTL.Milliseconds()).Int64()
+	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.Tag, k.Tag + latchOpenedSuffix},
+		string(mode), LatchChannel(k), count, id, remnantTTLArg).Int64()
 	if err != nil {
 		return 0, errs.Op(nil, err, "latch %q", k.Name)
 	}
@@ -925,11 +921,24 @@ func (n *Node) Latch(ctx context.Context, k Keys, id string, mode LatchMode, cou
 // LatchChannel is where a latch's opening is published.
 func LatchChannel(k Keys) string { return k.Tag + LatchSuffix }
 
-const LatchSuffix = ":zero"
+const (
+	LatchSuffix = ":zero"
+	// latchOpenedSuffix names the record of a latch's last opening
+	// (latch.lua's KEYS[2]).
+	latchOpenedSuffix = ":opened"
+	// latchCountField is the field of the latch's hash that holds its count.
+	latchCountField = "count"
+)
 
 // LatchCount reads a latch's count: 0 when it has none.
 func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
-	s, err := n.rdb.Get(ctx, k.Tag).Result()
+	s, err := n.rdb.HGet(ctx, k.Tag, latchCountField).Result()
+	if wrongType(err) {
+		// A latch armed by an earlier version of latch.lua, a string holding
+		// its count, until a CountDown, TrySetCount or Delete makes it a
+		// hash.
+		s, err = n.rdb.Get(ctx, k.Tag).Result()
+	}
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -941,6 +950,13 @@ func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
 		return 0, errs.Op(nil, err, "count of latch %q: %q in Redis", k.Name, s)
 	}
 	return v, nil
+}
+
+// wrongType reports whether err is Redis's answer to a command on a key
+// that holds another type.
+func wrongType(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
 }
 
 // Inspect runs inspect.lua over keys, for the kind inspect.lua names code:
@@ -1080,8 +1096,8 @@ func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable,
 func (n *Node) Evict(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error) {
 	switch {
 	case k.Kind == SemKind:
-		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, k.marker(owner),
-			owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, markerTTLArg).Int64()
+		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, remnantTTLArg).Int64()
 	case k.Kind.order != "":
 		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 			owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), 0, fence, k.Kind.order).Int64()

@@ -77,10 +77,13 @@ if waiting > 0 then
   local t, now = server_time()
   -- The waiter whose registration lapses first; lapsed ones go on the way.
   while true do
-    local head = redis.call('ZPOPMIN', KEYS[3])
+    -- ZRANGE and ZREM rather than ZPOPMIN: the commands the other
+    -- scripts need are all an ACL has to allow.
+    local head = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
     if not head[1] then
       break
     end
+    redis.call('ZREM', KEYS[3], head[1])
     if tonumber(head[2]) > now then
       if ARGV[4] == '0' then
         tell(ARGV[2], head[1])

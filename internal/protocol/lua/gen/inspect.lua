@@ -19,7 +19,8 @@ end
 --          "fair":  lock, fence, waiters, alive (a Mutex or a FairMutex)
 --          "rw":    lock, fence, waiters, alive, readers, fences, writers
 --          "sem":   semaphore, fence, waiters, alive, holders, total
---          "latch": count
+--          "latch": count (the latch's hash; a string holding the count if an
+--          earlier version of latch.lua armed it)
 --          (the layouts are those of the acquire scripts' headers)
 -- ARGV[1]  kind: as above
 -- ARGV[2]  limit: the most holders and the most waiters listed
@@ -43,7 +44,17 @@ local t, now = server_time()
 local holders, waiters = {}, {}
 
 if kind == 'latch' then
-  return {micros(t), -1, holders, 0, waiters, tonumber(redis.call('GET', KEYS[1]) or '0'), 0}
+  -- HGET fails on a string (a latch an earlier version armed), which GET
+  -- reads: no command but those the other kinds use, so the same read-only
+  -- user reads every kind.
+  local count = redis.pcall('HGET', KEYS[1], 'count')
+  if type(count) == 'table' then
+    count = redis.pcall('GET', KEYS[1])
+  end
+  if type(count) ~= 'string' then
+    count = '0'
+  end
+  return {micros(t), -1, holders, 0, waiters, tonumber(count) or 0, 0}
 end
 
 local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')

@@ -12,6 +12,15 @@ local function now_ms()
   return now
 end
 
+-- at_least makes key expire no sooner than ms from now: a key without an
+-- expiry gets one, a key that would expire sooner is given more, and a
+-- missing key stays missing.
+local function at_least(key, ms)
+  if redis.call('PEXPIRE', key, ms, 'GT') == 0 then
+    redis.call('PEXPIRE', key, ms, 'NX') -- GT takes a key without expiry for one that never expires
+  end
+end
+
 -- tell publishes msg, or owner if msg is nil, on the channel of owner's
 -- Client: stem, ':' and the part of owner before its first ':' (the Client's
 -- id). The channel is a shard channel (SPUBLISH), in the lock's slot: on a
@@ -97,14 +106,13 @@ end
 -- queue, or set, read or remove the total; then wake the waiters that can now
 -- proceed.
 --
--- KEYS[1]  semaphore: the hash, as in sem_acquire.lua
+-- KEYS[1]  semaphore: the hash, as in sem_acquire.lua; once a Delete (mode "5")
+--          removed a total, also "deleted" -> that call's id, and the hash
+--          lives ARGV[6] ms at least from then
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|<permits wanted>"
 -- KEYS[4]  holders: sorted set of owner ids, scored by when their lease lapses
 -- KEYS[5]  total: the total set with SetPermits, with no expiry
--- KEYS[6]  marker: the marker of ARGV[1], set when its permits are given back (mode "1")
---          or the total removed (mode "5", whose ARGV[1] is the call's own
---          id), for ARGV[6] ms, so that a retry knows the call happened
 -- ARGV[1]  owner: the owner id (mode "5": the call's own id)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 -- ARGV[3]  mode: "1", give back ARGV[1]'s permits
@@ -116,16 +124,36 @@ end
 -- ARGV[5]  total: for mode "3", the new total; modes "4" and "5": the total when none
 --          is stored and the semaphore hash has none either (modes "1" and
 --          "2" find it there)
--- ARGV[6]  marker_ttl: how long (ms) the marker lives
+-- ARGV[6]  remnant_ttl: mode "5": how long (ms) at least the semaphore hash
+--          keeps the id of the Delete that removed a total
 --
 -- Every waiter that now fits, counting what the live waiters before it want,
 -- is told (its owner id is published on its Client's channel); the first that
 -- does not fit stops the telling, so nobody is overtaken. A waiter that wants
 -- more than the total is passed over: it holds nobody up.
 --
--- Returns: mode 1: 1 given back (or given back already: a retry), -1 the
--- lease had lapsed; mode 2: 0; mode 3: 1; mode 4: the permits available
--- (total - used); mode 5: 1 if a total was removed, else 0.
+-- Returns:
+--   mode 1:  1 given back
+--            3 nothing given back: ARGV[1] holds nothing, and the semaphore
+--              hash is there, which it is until at least the holder's lease
+--              would have lapsed: consistent with an earlier run of this
+--              release having given the permits back
+--           -1 nothing given back: ARGV[1]'s lease had lapsed
+--            5 nothing given back: ARGV[1] holds nothing, and neither is the
+--              semaphore hash there: the semaphore's keys expired, or Redis
+--              lost them (a restart, a failover)
+--   mode 2:  0
+--   mode 3:  1
+--   mode 4:  the permits available (total - used)
+--   mode 5:  1 a total was removed; 0 there was none
+--
+-- Run twice (go-redis runs a call again when its reply is lost): a give-back
+-- finds its holder gone and answers 3, so the client, which alone knows
+-- whether the lease can have lapsed by then, tells a retry from an expiry;
+-- nothing is given back twice. A Delete finds its id as "deleted" and answers
+-- 1, removing nothing (a total set since stays), until another Delete removes
+-- a total or ARGV[6] ms have passed. Giving up a wait, setting the total and
+-- reading it give the same outcome whenever they run again.
 local mode = ARGV[3]
 local stored = tonumber(redis.call('GET', KEYS[5])) -- type checks, before any write
 redis.call('ZCARD', KEYS[2])
@@ -143,12 +171,13 @@ if mode == '0' or mode == '1' then
   end
   redis.call('ZREM', KEYS[4], ARGV[1])
   if v and lapse and lapse > now then
-    redis.call('SET', KEYS[6], 1, 'PX', ARGV[6])
     res = 1
-  elseif not v and redis.call('EXISTS', KEYS[6]) == 1 then
-    res = 1
-  else
+  elseif v or lapse then
     res = -1
+  elseif redis.call('EXISTS', KEYS[1]) == 1 then
+    res = 3
+  else
+    res = 5
   end
 elseif mode == '2' then
   redis.call('ZREM', KEYS[2], ARGV[1])
@@ -158,12 +187,14 @@ elseif mode == '3' then
   stored = tonumber(ARGV[5])
   res = 1
 elseif mode == '5' then
-  local done = redis.call('GET', KEYS[6])
-  if done then
-    return tonumber(done)
+  if redis.call('HGET', KEYS[1], 'deleted') == ARGV[1] then
+    return 1
   end
   res = redis.call('DEL', KEYS[5])
-  redis.call('SET', KEYS[6], res, 'PX', ARGV[6])
+  if res == 1 then
+    redis.call('HSET', KEYS[1], 'deleted', ARGV[1])
+    at_least(KEYS[1], ARGV[6])
+  end
   stored = nil
 end
 local total = stored or tonumber(redis.call('HGET', KEYS[1], 'permits')) or tonumber(ARGV[5])
