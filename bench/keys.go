@@ -208,6 +208,7 @@ func keysLoad(cfg config, l keysLib, db int, names []string, load time.Duration)
 		r.DBSizeN++
 	}
 	if err := cfg.admin.Do(ctx, "latency", "reset").Err(); err != nil {
+		lk.close()
 		return r, err
 	}
 
