@@ -90,6 +90,7 @@ type output struct {
 	Results  []result          `json:"results"`
 	Cluster  *clusterOut       `json:"cluster,omitempty"`
 	Queues   []queueResult     `json:"queues,omitempty"`
+	Keys     *keysOut          `json:"keys,omitempty"`
 }
 
 func main() {
@@ -216,6 +217,23 @@ func main() {
 		}
 		res = append(res, r)
 	}
+	settle(cfg.admin)
+	section("keys")
+	// Each library's load runs 20 s: keys that an operation writes for 10 s
+	// (dlock's release markers) expire in numbers only some seconds after
+	// that, and their expiry is what stalls Redis (at 25k operations a
+	// second, this machine's expire cycle first ran long after 16 to 20 s).
+	// The quick run's 4 s shows how many keys there are, not what expiring
+	// them costs.
+	keysIdle, keysLoadFor := 3*time.Second, 20*time.Second
+	if *quick {
+		keysIdle, keysLoadFor = time.Second, 4*time.Second
+	}
+	keys, r, err := runKeys(cfg, keysIdle, keysLoadFor)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "keys:", err)
+	}
+	res = append(res, r...)
 	section("cluster")
 	r, clu, err := runCluster(cfg, stops)
 	if err != nil {
@@ -244,6 +262,7 @@ func main() {
 		Results:  res,
 		Cluster:  clu,
 		Queues:   queues,
+		Keys:     keys,
 	}
 	md := report(o, scales)
 	fmt.Print(md)

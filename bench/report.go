@@ -199,6 +199,7 @@ func report(o output, scales []scaleResult) string {
 		w("| %s | %s | %d | %.1f | %.2f | %s | %s | %s | %.1f | %d |\n", s.lib, s.variant, s.goroutinesAdded, s.heapMB, s.acquireSeconds, req, rt, per100, s.cmdsPerPeriod, s.lost)
 	}
 	w("\nredsync and redislock have no automatic renewal, so they are not in this table.\n")
+	w("%s", keysSection(o))
 	w("%s", clusterSection(o))
 	w("%s", redLockSection(o))
 	w(howToRead)
@@ -242,6 +243,63 @@ func queuesSection(o output) string {
 			q.UsecShort, q.UsecLong, q.UsecLong/max(q.UsecShort, 1))
 	}
 	return b.String()
+}
+
+// keysSection renders the keys scenario.
+func keysSection(o output) string {
+	k := o.Keys
+	if k == nil {
+		return ""
+	}
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("\n## 5b. Keys: %d goroutines, acquire + release over %s names, %.0f s per library\n\n", k.Workers, thousands(int64(k.Names)), k.LoadS)
+	w("Each goroutine takes one of the names at random, in a loop, through one client of the library on a database of its own. "+
+		"DBSIZE there is read every second and right after the load, before anything written in its last seconds could expire; "+
+		"the bound is k × names, k = %d keys an idle dlock Mutex name may keep (doc.go, \"Keys\"). Redis's latency monitor records "+
+		"every event of %d ms or more (LATENCY RESET before each library, LATENCY LATEST after): its longest expire cycle and command. "+
+		"PING: one connection of its own, a PING every millisecond, on the idle server before any load and during each load "+
+		"(the load runs in this process, so PING there includes the bench's own scheduling).\n\n", k.KeysPerName, k.ThresholdMs)
+	if k.LoadS <= 10 {
+		w("The load ran %.0f s: keys that an operation writes for 10 s could not expire during it, so the latency figures say nothing of what their expiry costs; the full run's loads do.\n\n", k.LoadS)
+	}
+	w("| library | variant | ops | ops/s | DBSIZE peak | DBSIZE at end | k × names | expire-cycle max ms | command max ms | PING p99.9 µs | PING max µs |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| idle server | | | | | | | | | %.0f | %.0f |\n", k.IdlePing.P999us, k.IdlePing.Maxus)
+	for _, r := range k.Runs {
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f |\n", r.Library, r.Variant, thousands(r.Ops), rateN(r.OpsPerS, "%.2fk"),
+			thousands(r.DBSizePeak), thousands(r.DBSizeEnd), thousands(k.Bound), latencyMs(r, r.ExpireCycleMaxMs), latencyMs(r, r.CommandMaxMs),
+			r.Ping.P999us, r.Ping.Maxus)
+	}
+	for _, r := range k.Runs {
+		if r.OtherEvents != "" {
+			w("\nOther latency events during %s/%s (longest, ms): %s.\n", r.Library, r.Variant, r.OtherEvents)
+		}
+	}
+	return b.String()
+}
+
+// latencyMs is a latency event's longest figure, "< threshold" when none
+// reached the threshold.
+func latencyMs(r keysRun, ms int64) string {
+	switch {
+	case !r.LatencyOK:
+		return "not read"
+	case ms == 0:
+		return fmt.Sprintf("< %d", keysThresholdMs)
+	}
+	return fmt.Sprint(ms)
+}
+
+// thousands is n with commas between groups of three digits.
+func thousands(n int64) string {
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // rttOf is the RTT the targets count in (DECISIONS §7): raw go-redis's

@@ -170,8 +170,33 @@ func targets(o output, scales []scaleResult) string {
 			line("scale: ≤ 1 round trip per 100 locks per renewal period", "not counted", "1", none)
 		}
 	}
+	// keys
+	const keysTarget = "No key per operation: DBSIZE peak ≤ k × names; no expire-cycle or command latency event over 5 ms"
+	if kr := keysRunOf(o, "dlock"); kr == nil || kr.Ops == 0 || kr.DBSizeN == 0 || !kr.LatencyOK {
+		line(keysTarget, none, "", none)
+	} else {
+		line(keysTarget,
+			fmt.Sprintf("DBSIZE peak %s (%s at the end) after %s ops over %s names in %.0f s; expire-cycle max %s ms, command max %s ms",
+				thousands(kr.DBSizePeak), thousands(kr.DBSizeEnd), thousands(kr.Ops), thousands(int64(o.Keys.Names)), o.Keys.LoadS,
+				latencyMs(*kr, kr.ExpireCycleMaxMs), latencyMs(*kr, kr.CommandMaxMs)),
+			fmt.Sprintf("k × names = %d × %s = %s keys; %d ms", o.Keys.KeysPerName, thousands(int64(o.Keys.Names)), thousands(o.Keys.Bound), keysEventMs),
+			verdict(kr.DBSizePeak <= o.Keys.Bound && kr.ExpireCycleMaxMs <= keysEventMs && kr.CommandMaxMs <= keysEventMs))
+	}
 	w("\n")
 	return b.String()
+}
+
+// keysRunOf is lib's run in the keys scenario, nil if it did not run.
+func keysRunOf(o output, lib string) *keysRun {
+	if o.Keys == nil {
+		return nil
+	}
+	for i := range o.Keys.Runs {
+		if o.Keys.Runs[i].Library == lib {
+			return &o.Keys.Runs[i]
+		}
+	}
+	return nil
 }
 
 // find is lib's default variant in scen.
