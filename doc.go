@@ -54,17 +54,16 @@
 // go-redis runs a request again when its reply is lost (MaxRetries, 3 by
 // default), so a script may run twice with the same arguments. Every script
 // of this package gives the same outcome when it does: an acquire that
-// succeeded answers the same hold and fence and counts nothing twice, a
-// release that freed a lock answers "released" (a marker of it is kept for
-// 10s), and a latch's CountDown counts once. A reply that comes more than 9s
-// after its request was first sent cannot rely on the marker; an Unlock that
-// then finds the lock no longer its owner's says so with an error matching
-// ErrNotHeld. A CountDownLatch and a Semaphore keep no marker: their own keys
-// tell a retry (see Keys). A Semaphore's release that finds its holder gone
-// and the semaphore's keys there succeeds if the answer comes before the
-// lease's local deadline, until which the lease cannot have lapsed; after
-// it, or when Redis lost the keys (a restart, a failover), the error matches
-// ErrLockLost and says that it may be a false alarm. The acquires and
+// succeeded answers the same hold and fence and counts nothing twice, and a
+// latch's CountDown counts once. No call writes a key of its own: a retry
+// is told from the lock's own keys (see Keys). A release run again after its
+// first run freed the lock finds it free of its owner, and the lock's fence
+// (or a Semaphore's hash) still there, at or past the owner's; the Unlock
+// succeeds if that answer comes before the lease's local deadline, until
+// which the lease cannot have lapsed. After it, or when Redis lost the keys
+// (a restart, a failover), the error matches ErrLockLost and says that it
+// may be a false alarm. An answer from the run that freed the lock is a
+// success whenever it comes. The acquires and
 // releases of goroutines that lock at once may share one pipeline (see New);
 // go-redis sends a pipeline that failed on the network again whole, which the
 // same rule covers.
@@ -119,17 +118,24 @@
 // locks), then
 // tries again, this time registering itself as a waiter in Redis. When the
 // holder of a Mutex or FairMutex releases it while waiters are registered,
-// the release grants the lock to the waiter registered longest ago (the
-// FairMutex's first in line): in the same script it makes that waiter the
+// the release grants the lock to the waiter registered longest ago, the
+// first live one in line: in the same script it makes that waiter the
 // holder, with a new fence and a short grant lease (TTL/10, between 50ms and
 // 1s), and tells only that waiter's Client, with the fence. The waiter's Lock
 // returns on the message, without another request: the hand-off costs the
 // release and one message. Its Client then lengthens the lease to the TTL at
 // once, off the next holder's path (if the lock is still held by then). One
 // message, one woken goroutine, no race among the others, and no newcomer can
-// take the lock meanwhile. Waiters are therefore served about in the order
-// they arrived; a Mutex's order is not strict, because a waiter that renews
-// its registration moves back.
+// take the lock meanwhile. Waiters are served in the order they arrived,
+// also when a holder dies (the first live waiter takes the lock at the end of
+// its lease), and nobody barges in: a newcomer, TryLock included, never
+// takes a lock while a live waiter is registered ahead of it, even a free
+// one. Each waiter is granted the lock for its own grant lease. A grantee
+// that does not take up its grant in time (its process paused past the
+// grant lease) loses it: a Mutex passes the lock to the next live waiter and
+// the paused one goes to the back when it returns; a FairMutex keeps the
+// lock for it while its registration lives. A RedLock keeps no order: each
+// member has a queue of its own.
 //
 // The waiter uses the message only if its fence is above every fence handed
 // out before the waiter's last request that found the lock held (that
@@ -286,12 +292,15 @@
 //	unanswered renewal        sent again after TTL/6 (a quarter of what is left of a grant lease), at least 50ms
 //	failed renewal, release   tried again every TTL/10, between 10ms and 1s
 //	release after a cancel    bounded by TTL, between 1s and 5s
-//	call markers              10s (see Retries)
 //	opening, Delete records   10s: of a latch's opening and of a Semaphore's Delete (see Keys)
 //	wake-up connection        pinged after 30s of silence, replaced after 5s more without an answer
 //
-// So a dead waiter holds a FairMutex's queue up for at most TTL/2, and a
-// Mutex's waiters for at most the grant lease plus one keep-alive.
+// So a dead waiter holds a FairMutex's queue up for at most TTL/2 (its
+// registration), and a Mutex's for at most the grant lease plus one
+// keep-alive (a grant that lapses passes the lock on; a dead waiter that
+// nobody granted it to holds it up for its registration, TTL/2, as in a
+// FairMutex). Each waiter is granted the lock for its own grant lease, from
+// its own TTL, whoever releases.
 //
 // # Re-entry
 //
@@ -321,21 +330,27 @@
 //
 //	dlock:{N}                 hash: owner id -> hold count; expires after the lease's TTL
 //	                          (the grant lease, until the grantee's Client lengthens it)
-//	dlock:{N}:fence           string: the last fence handed out; expires no sooner than the lock
-//	dlock:{N}:waiters         sorted set: waiting owner ids, scored by when they lapse;
-//	                          expires when the last registration would
+//	dlock:{N}:fence           string: the last fence handed out; expires no sooner than any
+//	                          lease it fenced, so that a retried release finds it
+//	dlock:{N}:waiters         sorted set: the queue, waiting owner ids scored by arrival
+//	dlock:{N}:alive           hash: waiting owner id -> when it lapses unless renewed, and its
+//	                          grant lease; queue and alive expire when the last registration would
 //	dlock:{N}:extends         hash: owner id -> how many Extends of its lease have run, so
 //	                          that a renewal or Extend sent before the latest one changes
-//	                          nothing, however late it runs; written by Lease.Extend only,
-//	                          expires no sooner than the lease and at most its TTL after
-//	                          its last renewal
-//	dlock:{N}:done:<owner>    string: the owner's release happened; expires after 10s
+//	                          nothing, however late it runs; or "evicted" for a hold
+//	                          ForceRelease took away, so that its Unlock says so; written by
+//	                          Lease.Extend and ForceRelease only, expires no sooner than the
+//	                          lease and at most its TTL after its last renewal
 //	dlock:{N}:wake:<id>       shard channel of the Client with that id, in the lock's slot
+//
+// An idle Mutex name (nobody holds or waits) keeps at most its fence, until
+// the last lease it fenced would have ended; a name in use at most the
+// lock, its fence, the queue and alive (and extends after a Lease.Extend or
+// a ForceRelease). Keys grow with names, never with calls.
 //
 // The other primitives keep their keys in namespaces of their own, so that
 // they never collide with a Mutex of the same name: "dlock:fair:{N}..." for a
-// FairMutex (":waiters" is its queue, scored by arrival, and ":alive" holds
-// when each waiter lapses), "dlock:rw:{N}..." for an RWMutex (":readers" is a
+// FairMutex (the same keys as a Mutex), "dlock:rw:{N}..." for an RWMutex (":readers" is a
 // sorted set of read holds scored by when their lease lapses, ":fences" each
 // holder's fence, ":writers" the waiting writers alone), "dlock:sem:{N}..." for a Semaphore (":holders", likewise
 // for its holders; ":total" the total set with SetPermits; the hash
@@ -352,8 +367,8 @@
 // channel "dlock:latch:{N}:zero". No call of either writes a key of its own.
 //
 // Every key expires within its TTL (or a waiter's registration time, three
-// keep-alives) after its last use, the call markers and the records of a
-// latch's opening after 10s, except the state a caller sets on purpose: a
+// keep-alives) after its last use, the records of a latch's opening and of
+// a Semaphore's Delete after 10s, except the state a caller sets on purpose: a
 // Semaphore's total set with SetPermits and an armed CountDownLatch, which
 // last until Semaphore.Delete or CountDownLatch.Delete (or the count
 // reaching zero) remove them. A name used once and abandoned, with its

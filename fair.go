@@ -26,9 +26,10 @@ import (
 // queue up for at most half the TTL. A waiter whose context ends leaves the
 // queue at once. The package documentation (Times) gives every such time.
 //
-// Fairness costs throughput under heavy contention: the lock always travels
-// to the next waiter (the release and one message), even when the releasing
-// process would like it back at once.
+// It differs from a Mutex in one case: a grantee that does not take up its
+// grant in time (its process paused past the grant lease) keeps the head of
+// the queue while its registration lives, where a Mutex passes the lock to
+// the next live waiter.
 type FairMutex struct {
 	a acquirer
 }

@@ -23,10 +23,12 @@ import (
 // unlocked. Ownership is never tied to goroutines: any goroutine holding the
 // Lease may unlock it.
 //
-// Waiters are served about in the order they arrived: a lock released while
-// others wait is granted to the one registered longest ago, and only that one
-// is woken; its Lock returns on the message (see the package documentation,
-// Waiting). A free lock with nobody waiting goes to whoever asks first.
+// Waiters are served in the order they arrived: a lock released while others
+// wait is granted to the one registered longest ago, and only that one is
+// woken; its Lock returns on the message. A lock whose holder died goes to
+// the first live waiter, and a newcomer, TryLock included, never takes it
+// ahead of a live waiter. A waiter paused past its grant goes to the back
+// (a FairMutex keeps its place; see the package documentation, Waiting).
 type Mutex struct {
 	a acquirer
 }
