@@ -8,7 +8,9 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +25,9 @@ import (
 type holder struct {
 	cmd  *exec.Cmd
 	line chan string
+	// stdin is held open (and referenced, so that no finalizer closes
+	// it): the worker holds the lock until a line or EOF comes.
+	stdin io.WriteCloser
 }
 
 func startHoldWorker(t *testing.T, lockSrv, resSrv *redistest.Server, p workerParams) *holder {
@@ -32,19 +37,21 @@ func startHoldWorker(t *testing.T, lockSrv, resSrv *redistest.Server, p workerPa
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cmd.StdinPipe(); err != nil { // held open: the worker holds until the test ends
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &holder{cmd: cmd, line: make(chan string, 1)}
+	h := &holder{cmd: cmd, line: make(chan string, 1), stdin: stdin}
 	go func() {
 		if l, err := bufio.NewReader(stdout).ReadString('\n'); err == nil {
 			h.line <- l
 		}
 	}()
 	t.Cleanup(func() {
+		_ = h.stdin.Close()
 		_ = cmd.Process.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -205,8 +212,9 @@ func TestPausedGrantee(t *testing.T) {
 			}
 			// Mutex: the next live waiter takes the lock while the grantee
 			// is stopped.
+			var nextFence string
 			select {
-			case <-next.line:
+			case nextFence = <-next.line:
 			case <-g.line:
 				t.Fatal("the stopped grantee printed")
 			case <-time.After(10 * time.Second):
@@ -214,8 +222,9 @@ func TestPausedGrantee(t *testing.T) {
 			}
 			g.signal(t, syscall.SIGCONT)
 			select {
-			case <-g.line:
-				t.Fatal("the grantee whose grant lapsed took the lock while the next waiter holds it")
+			case f := <-g.line:
+				t.Fatalf("the grantee whose grant lapsed took the lock (fence %s) while the next waiter holds it (fence %s; Redis holds %v)",
+					strings.TrimSpace(f), strings.TrimSpace(nextFence), rdb.HGetAll(ctx, lock).Val())
 			case <-time.After(time.Second):
 			}
 			next.signal(t, syscall.SIGKILL)

@@ -106,13 +106,9 @@ end
 local me = ARGV[1]
 -- The common case first: a free lock nobody waits for is taken with the
 -- least the script defines and calls.
-local n, queued
-if ARGV[3] ~= '1' then
-  n = redis.call('HLEN', KEYS[1])
-  queued = redis.call('ZCARD', KEYS[3]) -- type checks, before any write
-  if n == 0 and queued == 0 then
-    return take(KEYS[1], KEYS[2], me, ARGV[2], redis.call('TIME'))
-  end
+-- One EXISTS tells both: no lock and no queue.
+if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  return take(KEYS[1], KEYS[2], me, ARGV[2], redis.call('TIME'))
 end
 -- server_time returns the server's clock: the reply of TIME (seconds and
 -- microseconds), and the same in milliseconds.
@@ -220,6 +216,8 @@ end
 if ARGV[3] == '1' then
   return reenter(KEYS[1], me, ARGV[4])
 end
+local n = redis.call('HLEN', KEYS[1])
+redis.call('ZCARD', KEYS[3]) -- type checks, before any write
 if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
   return held_again(KEYS[1], KEYS[2], ARGV[2])
 end

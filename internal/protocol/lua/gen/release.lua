@@ -51,14 +51,14 @@
 -- the lock is not granted twice and no key is written for the call; mode
 -- "0" sets the same count; mode "2" finds nothing more to do.
 local mode = ARGV[3]
--- Every WRONGTYPE comes before the first write: the lock, then the queue.
-local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+-- Every WRONGTYPE comes before the first write: the queue, then the lock.
 local queued = redis.call('ZCARD', KEYS[3])
-if mode == '1' and held and queued == 0 then
-  -- The common case, with the least the script defines and calls.
-  redis.call('DEL', KEYS[1])
+if mode == '1' and queued == 0 and redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
+  -- The common case, with the least the script defines and calls: the
+  -- owner's field was the lock hash's only one, so the hash went with it.
   return 1
 end
+local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
 -- server_time returns the server's clock: the reply of TIME (seconds and
 -- microseconds), and the same in milliseconds.
 local function server_time()
