@@ -34,13 +34,9 @@ func Queue(ctx context.Context, rdb *redis.Client, kind, name string, n int, now
 	}
 	switch kind {
 	case "Mutex":
-		// Scored by when each registration lapses.
-		for i := range owners {
-			owners[i].Score = float64(now.Add(time.Hour).UnixMilli() + int64(i))
-		}
-		return rdb.ZAdd(ctx, "dlock:{"+name+"}:waiters", owners...).Err()
+		return alive("dlock:{"+name+"}", "|100") // each with a grant lease of 100ms
 	case "FairMutex":
-		return alive("dlock:fair:{"+name+"}", "")
+		return alive("dlock:fair:{"+name+"}", "|100")
 	case "Semaphore":
 		return alive("dlock:sem:{"+name+"}", "|1")
 	case "RWMutex readers":
