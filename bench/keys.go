@@ -20,11 +20,11 @@ import (
 )
 
 const (
-	// keysPerName is k, the keys an idle Mutex name may keep (doc.go,
-	// "# Keys"): its lock hash, its fence string and its waiters set. Keys
-	// that scale with names, never with operations, stay within k × names
-	// however many operations ran.
-	keysPerName = 3
+	// keysPerName is k, the keys a Mutex name in use may keep (doc.go,
+	// "# Keys"): its lock hash, its fence string, its queue and the queue's
+	// alive hash. Keys that scale with names, never with operations, stay
+	// within k × names however many operations ran.
+	keysPerName = 4
 	keysNames   = 1000
 	keysWorkers = 64
 	// keysDB is the database of the first library the scenario runs; each

@@ -220,9 +220,10 @@ func main() {
 	settle(cfg.admin)
 	section("keys")
 	// Each library's load runs 20 s: keys that an operation writes for 10 s
-	// (dlock's release markers) expire in numbers only some seconds after
-	// that, and their expiry is what stalls Redis (at 25k operations a
-	// second, this machine's expire cycle first ran long after 16 to 20 s).
+	// (a key per release, as dlock's release markers were) expire in numbers
+	// only some seconds after that, and their expiry is what stalls Redis (at
+	// 25k operations a second, this machine's expire cycle first ran long
+	// after 16 to 20 s).
 	// The quick run's 4 s shows how many keys there are, not what expiring
 	// them costs.
 	keysIdle, keysLoadFor := 3*time.Second, 20*time.Second

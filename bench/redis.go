@@ -90,8 +90,8 @@ func mustSnapshot(rdb *redis.Client) stats {
 }
 
 // settle waits, for at most 15 s, until at most 1,000 keys with an expiry
-// are left on the server: the keys a section leaves to expire (dlock's
-// release markers live 10 s) then expire before the next section starts
+// are left on the server: the keys a section leaves to expire (the peers'
+// locks, dlock's fences) then expire before the next section starts
 // instead of during it, where Redis's expiry cycle would stall whichever
 // library runs then.
 func settle(rdb *redis.Client) {

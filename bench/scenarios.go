@@ -48,18 +48,16 @@ type floors struct {
 func noopPair(rdb *redis.Client) func(ctx context.Context) error {
 	noop := redis.NewScript("return 1")
 	const tag = "dlock:{floor}"
-	acquireKeys := []string{tag, tag + ":fence", tag + ":waiters"}
-	releaseKeys := make([]string, 4)
-	copy(releaseKeys, acquireKeys)
+	acquireKeys := []string{tag, tag + ":fence", tag + ":waiters", tag + ":alive"}
+	releaseKeys := append(acquireKeys[:4:4], tag+":extends")
 	var seq uint64
 	return func(ctx context.Context) error {
 		seq++
 		owner := "00112233445566778899aabbccddeeff:" + strconv.FormatUint(seq, 10)
-		if err := noop.Run(ctx, rdb, acquireKeys, owner, "30000", "0", "0").Err(); err != nil {
+		if err := noop.Run(ctx, rdb, acquireKeys, owner, "30000", "0", "0", "1000").Err(); err != nil {
 			return err
 		}
-		releaseKeys[3] = tag + ":done:" + owner
-		return noop.Run(ctx, rdb, releaseKeys, owner, tag+":wake", "1", "1000", "0", "10000").Err()
+		return noop.Run(ctx, rdb, releaseKeys, owner, tag+":wake", "1", "1000", "0", "1764000000000000", "0").Err()
 	}
 }
 
