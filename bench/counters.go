@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +32,34 @@ type reqCounter struct {
 	// that carries a fence floor): a waiter registering, not the request
 	// that hands the lock on.
 	held atomic.Int64
+	// direct names the commands go-redis clients sent (a script call as
+	// "evalsha" or "eval"), not those scripts ran; nil where the client
+	// cannot tell (rueidis).
+	mu     sync.Mutex
+	direct map[string]struct{}
+}
+
+// sent records that the client sent a command called name.
+func (c *reqCounter) sent(name string) {
+	c.mu.Lock()
+	if _, ok := c.direct[name]; !ok {
+		if c.direct == nil {
+			c.direct = map[string]struct{}{}
+		}
+		c.direct[name] = struct{}{}
+	}
+	c.mu.Unlock()
+}
+
+// names is a copy of c.direct, nil if c counted nothing through go-redis or
+// through rueidis too.
+func (c *reqCounter) names() map[string]struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.direct == nil || c.noRT.Load() {
+		return nil
+	}
+	return maps.Clone(c.direct)
 }
 
 // reqCounts is a reading of a reqCounter, or a sum of differences of them.
@@ -39,20 +69,26 @@ type reqCounts struct {
 	extends, held int64
 	noRT          bool // round trips not counted
 	unknown       bool // requests not counted
+	direct        map[string]struct{}
 }
 
 func (c *reqCounter) snap() reqCounts {
-	return reqCounts{reqs: c.reqs.Load(), rts: c.rts.Load(), extends: c.extends.Load(), held: c.held.Load(), noRT: c.noRT.Load(), unknown: c.unknown.Load()}
+	return reqCounts{reqs: c.reqs.Load(), rts: c.rts.Load(), extends: c.extends.Load(), held: c.held.Load(), noRT: c.noRT.Load(), unknown: c.unknown.Load(), direct: c.names()}
 }
 
 // since is c's counts from the reading before until now.
 func (c *reqCounter) since(before reqCounts) reqCounts {
 	now := c.snap()
-	return reqCounts{reqs: now.reqs - before.reqs, rts: now.rts - before.rts, extends: now.extends - before.extends, held: now.held - before.held, noRT: now.noRT, unknown: now.unknown}
+	return reqCounts{reqs: now.reqs - before.reqs, rts: now.rts - before.rts, extends: now.extends - before.extends, held: now.held - before.held, noRT: now.noRT, unknown: now.unknown, direct: now.direct}
 }
 
 func (a reqCounts) add(b reqCounts) reqCounts {
-	return reqCounts{reqs: a.reqs + b.reqs, rts: a.rts + b.rts, extends: a.extends + b.extends, held: a.held + b.held, noRT: a.noRT || b.noRT, unknown: a.unknown || b.unknown}
+	direct := a.direct
+	if b.direct != nil {
+		direct = maps.Clone(b.direct)
+		maps.Copy(direct, a.direct)
+	}
+	return reqCounts{reqs: a.reqs + b.reqs, rts: a.rts + b.rts, extends: a.extends + b.extends, held: a.held + b.held, noRT: a.noRT || b.noRT, unknown: a.unknown || b.unknown, direct: direct}
 }
 
 // perOp returns requests and round trips per op, nil where not counted.
@@ -87,6 +123,7 @@ func (c *reqCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.reqs.Add(1)
 		c.rts.Add(1)
+		c.sent(cmd.Name())
 		err := next(ctx, cmd)
 		c.classify(cmd)
 		return err
@@ -97,6 +134,9 @@ func (c *reqCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.reqs.Add(int64(len(cmds)))
 		c.rts.Add(1)
+		for _, cmd := range cmds {
+			c.sent(cmd.Name())
+		}
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
 			c.classify(cmd)

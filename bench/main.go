@@ -71,10 +71,13 @@ type result struct {
 	RoundTripsPerOp    *float64 `json:"round_trips_per_op,omitempty"`
 	RedisCommandsPerOp *float64 `json:"redis_commands_per_op,omitempty"`
 	RedisCPUusPerOp    *float64 `json:"redis_cpu_us_per_op,omitempty"`
-	ReplicaCPUusPerOp  *float64 `json:"replica_cpu_us_per_op,omitempty"` // cluster-parallel: the replicas' CPU; RedisCPUusPerOp is the primaries'
-	MutexOK            *bool    `json:"mutex_ok,omitempty"`
-	Samples            int      `json:"samples,omitempty"`     // slices or rounds the medians are over
-	NotCounted         []string `json:"not_counted,omitempty"` // fields left out because they could not be counted
+	// RedisWorkUsPerOp is the commandstats time of the commands the client
+	// sent (a script's includes the commands it calls), per op.
+	RedisWorkUsPerOp  *float64 `json:"redis_work_us_per_op,omitempty"`
+	ReplicaCPUusPerOp *float64 `json:"replica_cpu_us_per_op,omitempty"` // cluster-parallel: the replicas' CPU; RedisCPUusPerOp is the primaries'
+	MutexOK           *bool    `json:"mutex_ok,omitempty"`
+	Samples           int      `json:"samples,omitempty"`     // slices or rounds the medians are over
+	NotCounted        []string `json:"not_counted,omitempty"` // fields left out because they could not be counted
 
 	errors      int64
 	gapP99      float64

@@ -19,13 +19,21 @@ type stats struct {
 	perCmd     map[string]int64
 	cpu        float64 // seconds, sys+user
 	scriptUsec int64   // time spent running EVAL and EVALSHA, in µs (commandstats)
+	// usec is each command's time in µs (commandstats); a script's includes
+	// that of the commands it calls, which are counted apart too.
+	usec map[string]int64
 }
 
 func (a stats) sub(b stats) stats {
-	d := stats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu, scriptUsec: a.scriptUsec - b.scriptUsec, perCmd: map[string]int64{}}
+	d := stats{calls: a.calls - b.calls, cpu: a.cpu - b.cpu, scriptUsec: a.scriptUsec - b.scriptUsec, perCmd: map[string]int64{}, usec: map[string]int64{}}
 	for k, v := range a.perCmd {
 		if v-b.perCmd[k] != 0 {
 			d.perCmd[k] = v - b.perCmd[k]
+		}
+	}
+	for k, v := range a.usec {
+		if v-b.usec[k] != 0 {
+			d.usec[k] = v - b.usec[k]
 		}
 	}
 	return d
@@ -37,7 +45,7 @@ func snapshot(ctx context.Context, rdb *redis.Client) (stats, error) {
 	if err != nil {
 		return stats{}, err
 	}
-	st := stats{perCmd: map[string]int64{}}
+	st := stats{perCmd: map[string]int64{}, usec: map[string]int64{}}
 	sc := bufio.NewScanner(strings.NewReader(txt))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -56,9 +64,12 @@ func snapshot(ctx context.Context, rdb *redis.Client) (stats, error) {
 					st.calls += n
 					st.perCmd[name] = n
 				}
-				if v, ok := strings.CutPrefix(f, "usec="); ok && (name == "evalsha" || name == "eval") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
 					n, _ := strconv.ParseInt(v, 10, 64)
-					st.scriptUsec += n
+					st.usec[name] = n
+					if name == "evalsha" || name == "eval" {
+						st.scriptUsec += n
+					}
 				}
 			}
 		}

@@ -127,17 +127,35 @@ func setCounts(r *result, rq reqCounts, d stats, ops float64) {
 	r.NotCounted = rq.notCounted()
 	r.RedisCommandsPerOp = f(float64(d.calls) / ops)
 	r.RedisCPUusPerOp = f(d.cpu * 1e6 / ops)
+	if rq.direct != nil {
+		// The commands the client sent (a script's time includes the
+		// commands it calls, which commandstats counts apart too).
+		var work int64
+		for name := range rq.direct {
+			work += d.usec[name]
+		}
+		r.RedisWorkUsPerOp = f(float64(work) / ops)
+	} else {
+		r.NotCounted = append(r.NotCounted, "redis_work_us_per_op")
+	}
 	r.pubsubPerOp = float64(pubsubCounts(d.perCmd).reqs) / ops
 }
 
 func (a *stats) addDelta(d stats) {
 	a.calls += d.calls
 	a.cpu += d.cpu
+	a.scriptUsec += d.scriptUsec
 	if a.perCmd == nil {
 		a.perCmd = map[string]int64{}
 	}
 	for k, v := range d.perCmd {
 		a.perCmd[k] += v
+	}
+	if a.usec == nil {
+		a.usec = map[string]int64{}
+	}
+	for k, v := range d.usec {
+		a.usec[k] += v
 	}
 }
 
