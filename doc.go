@@ -248,10 +248,17 @@
 //
 // A lease is renewed on every node at once and stays valid while a majority
 // renews it; when a majority refuses it, or none renews it before the local
-// deadline, it is lost (Done, ErrLockLost). Unlock releases it on every node
-// and succeeds when a majority released it. A node that does not answer costs
-// a call at most the per-node timeout, and none when a majority answers
-// sooner.
+// deadline, it is lost (Done, ErrLockLost). A renewal (or Lease.Extend) that
+// finds the lock gone on a node where it is free (the node restarted without
+// persistence, or the acquire never reached it) takes it there, for the
+// same owner, for the renewal's TTL and with the node's fence key raised to
+// at least the lease's fence; a node where another owner holds it is left
+// alone. So a hold renewed across restarts of nodes, one after the other,
+// keeps its majority. Only a lease still held is taken again: Unlock waits
+// for a retake in flight and releases after it, so a retake never brings the
+// lock back after Unlock. Unlock releases it on every node and succeeds when
+// a majority released it. A node that does not answer costs a call at most
+// the per-node timeout, and none when a majority answers sooner.
 //
 // Waiting: each node keeps its own queue of waiters, so a release cannot hand
 // the lock to one waiter directly. Each node's release tells the waiter at the
@@ -267,14 +274,15 @@
 //
 // The Redlock algorithm's gap, which fences close for the resource: a node
 // that restarts without persistence while a lock is held by exactly a
-// majority lets a second owner reach a majority at once. The first holder
-// learns at its next renewal, but meanwhile two owners hold the lock; the
-// second has the larger fence, so a resource that checks fences rejects the
-// first one's writes. The remedy is the Redlock delayed restart: keep a node
-// that lost its data out of service for one TTL after it went down (start
-// it late, or unreachable to clients), by which time every lease it carried
-// has expired or been renewed elsewhere. Redis with appendfsync always keeps
-// the data instead.
+// majority lets a second owner reach a majority before the holder's next
+// renewal takes the lock there again. The first holder learns at that
+// renewal, but meanwhile two owners hold the lock; the second has the larger
+// fence, so a resource that checks fences rejects the first one's writes.
+// The remedy is the Redlock delayed restart: keep a node that lost its data
+// out of service for one TTL after it went down (start it late, or
+// unreachable to clients), by which time every lease it carried has expired
+// or been renewed on a majority without it (taken on free nodes where it had
+// to be). Redis with appendfsync always keeps the data instead.
 //
 // Give each node's Redis client short timeouts (ReadTimeout, or
 // ContextTimeoutEnabled): a request the Client no longer waits for still

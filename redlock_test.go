@@ -521,11 +521,12 @@ func TestRedLockFenceAfterRestart(t *testing.T) {
 }
 
 // TestRedLockRestartWhileHeld: a node that restarts empty while a lock is
-// held by exactly a majority lets a second owner take a majority at once (the
-// Redlock algorithm's known gap), and the fence lets the resource reject the
-// stale holder's write. With the node kept out for one TTL after it died (the
-// delayed restart), the first holder's lease has ended before the second
-// one's begins.
+// held by exactly a majority lets a second owner take a majority at once,
+// before the holder's next renewal takes the lock again there (the Redlock
+// algorithm's known gap), and the fence lets the resource reject the stale
+// holder's write. With the node kept out for one TTL after it died (the
+// delayed restart), the holder's renewals meanwhile took the lock on the
+// free nodes, and the second owner gets it only after the first unlocked it.
 func TestRedLockRestartWhileHeld(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -567,10 +568,13 @@ func TestRedLockRestartWhileHeld(t *testing.T) {
 		_ = lb.Unlock(ctx)
 	})
 	t.Run("delayed-restart", func(t *testing.T) {
+		// While node 0 is out, a's renewals take the lock on nodes 3 and 4,
+		// which are free: when node 0 comes back empty, a holds a majority
+		// without it, and b cannot take the lock until a unlocks it.
 		srvs, rdbs := redLockNodes(t, 5)
-		const ttl = time.Second
-		a := redLockOn(t, rdbs, dlock.WithTTL(ttl))
-		b := redLockOn(t, rdbs, dlock.WithTTL(ttl))
+		const ttl = 3 * time.Second
+		a := redLockOn(t, rdbs, dlock.WithTTL(ttl), dlock.WithNodeTimeout(500*time.Millisecond))
+		b := redLockOn(t, rdbs, dlock.WithTTL(ttl), dlock.WithNodeTimeout(500*time.Millisecond))
 		plant(t, rdbs[3:], "d", ttl)
 		la, err := a.Mutex("d").Lock(ctx)
 		if err != nil {
@@ -580,28 +584,147 @@ func TestRedLockRestartWhileHeld(t *testing.T) {
 		if err := srvs[0].Kill(); err != nil {
 			t.Fatal(err)
 		}
-		ended := make(chan time.Time, 1)
-		go func() { <-la.Done(); ended <- time.Now() }()
 		time.Sleep(ttl) // the node stays out for one TTL
 		if err := srvs[0].Restart(); err != nil {
 			t.Fatal(err)
 		}
-		lb, err := b.Mutex("d").Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
+		lb, err := b.Mutex("d").TryLock(ctx)
+		switch {
+		case err == nil && la.Err() == nil:
+			t.Fatalf("a still holds fence %d while b holds fence %d: a double grant despite the delayed restart", la.Fence(), lb.Fence())
+		case err == nil:
+			t.Fatalf("a's lease ended while node 0 was out (%v): its renewals did not take the lock on the free nodes", la.Err())
+		case !errors.Is(err, dlock.ErrNotAcquired):
+			t.Fatalf("b's TryLock: %v, want ErrNotAcquired", err)
+		case la.Err() != nil:
+			t.Fatalf("a's lease ended: %v", la.Err())
 		}
-		took := time.Now()
-		select {
-		case at := <-ended:
-			if !at.Before(took) {
-				t.Errorf("a's lease ended %v after b's began", at.Sub(took))
+		for i, r := range rdbs[1:] {
+			if !r.HExists(ctx, "dlock:{d}", la.Owner()).Val() {
+				t.Errorf("node %d does not hold a's lease", i+1)
 			}
-			t.Logf("a's lease ended %v before b took the lock: %v", took.Sub(at).Round(time.Millisecond), la.Err())
-		default:
-			t.Errorf("a still holds (Err %v) while b holds fence %d: a double grant despite the delayed restart", la.Err(), lb.Fence())
+		}
+		if err := la.Unlock(ctx); err != nil {
+			t.Fatalf("a's Unlock: %v", err)
+		}
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		lb, err = b.Mutex("d").Lock(lctx)
+		if err != nil {
+			t.Fatalf("b's Lock after a's Unlock: %v", err)
+		}
+		if lb.Fence() <= la.Fence() {
+			t.Errorf("b's fence %d is not above a's %d", lb.Fence(), la.Fence())
 		}
 		_ = lb.Unlock(ctx)
 	})
+}
+
+// TestRedLockRetakeAfterRestart: a renewal takes the lock again on a member
+// that restarted empty, with a fence there at least the hold's, so that a
+// hold renewed across restarts of two of its three members, one after the
+// other, still holds on every member; Unlock then frees every one. Without
+// the retake the hold is left on one member after the second restart, and
+// its next renewal loses it.
+func TestRedLockRetakeAfterRestart(t *testing.T) {
+	t.Parallel()
+	srvs, rdbs := redLockNodes(t, 3)
+	const ttl = 1500 * time.Millisecond // renewed every 500 ms
+	c := redLockOn(t, rdbs, dlock.WithTTL(ttl), dlock.WithNodeTimeout(500*time.Millisecond))
+	ctx := context.Background()
+	l, err := c.Mutex("r").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := func(r *redis.Client) bool { return r.HExists(ctx, "dlock:{r}", l.Owner()).Val() }
+	for i := range 2 {
+		// A key of the test's own shows that the member came back empty.
+		if err := rdbs[i].Set(ctx, "before-restart", 1, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := srvs[i].Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if rdbs[i].Exists(ctx, "before-restart").Val() != 0 {
+			t.Fatalf("member %d kept its data across the restart", i)
+		}
+		if !within(10*ttl, func() bool { return holds(rdbs[i]) }) {
+			t.Fatalf("member %d, restarted empty, does not hold the lock again after the renewals since (lease: %v)", i, l.Err())
+		}
+		if f, err := rdbs[i].Get(ctx, "dlock:{r}:fence").Int64(); err != nil || f < l.Fence() {
+			t.Errorf("member %d took the lock again with its fence key at %d (%v), below the hold's %d", i, f, err, l.Fence())
+		}
+		if err := l.Err(); err != nil {
+			t.Fatalf("the lease ended after member %d restarted: %v", i, err)
+		}
+	}
+	if n := holders(t, rdbs, "r"); n < 2 {
+		t.Errorf("held on %d members after two of them restarted empty, want a majority", n)
+	}
+	for i, r := range rdbs {
+		if !holds(r) {
+			t.Errorf("member %d does not hold the lease", i)
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if !within(2*time.Second, func() bool { return holders(t, rdbs, "r") == 0 }) {
+		t.Errorf("held on %d members after Unlock", holders(t, rdbs, "r"))
+	}
+}
+
+// TestRedLockRetakeAfterUnlock: a renewal finds the lock gone on a member
+// that restarted empty and takes it again there, but the request that takes
+// it reaches the member late, while the holder unlocks. Unlock returns nil,
+// and the member is free once the late request has run: the retake does not
+// bring the lock back after Unlock.
+func TestRedLockRetakeAfterUnlock(t *testing.T) {
+	t.Parallel()
+	srvs := redistest.StartN(t, 3)
+	proxies := make([]*faultproxy.Proxy, len(srvs))
+	rdbs := make([]*redis.Client, len(srvs))
+	direct := make([]*redis.Client, len(srvs))
+	for i, s := range srvs {
+		proxies[i] = faultproxy.Start(t, s.Addr)
+		rdbs[i] = redis.NewClient(&redis.Options{Addr: proxies[i].Addr(), ReadTimeout: 3 * time.Second})
+		t.Cleanup(func() { _ = rdbs[i].Close() })
+		direct[i] = s.Client(t)
+	}
+	const ttl = 6 * time.Second // renewed every 2 s
+	c := redLockOn(t, rdbs, dlock.WithTTL(ttl), dlock.WithNodeTimeout(2*time.Second))
+	ctx := context.Background()
+	l, err := c.Mutex("u").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The retake's acquire on member 0 reaches Redis 300 ms late.
+	slow := proxies[0].Inject(faultproxy.Rule{Match: faultproxy.ScriptSHA(dlock.ScriptHash("acquire")),
+		Fault: faultproxy.DelayRequest, Delay: 300 * time.Millisecond, Times: 1})
+	if err := srvs[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-slow.Hit():
+	case <-time.After(5 * ttl):
+		t.Fatalf("no renewal took the lock again on member 0, restarted empty (lease: %v)", l.Err())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock with a retake in flight: %v", err)
+	}
+	// The retake's acquire has run on member 0 once its fence key is above
+	// the hold's: the retake raised it to the hold's first.
+	if !within(5*time.Second, func() bool {
+		f, _ := direct[0].Get(ctx, "dlock:{u}:fence").Int64()
+		return f > l.Fence()
+	}) {
+		t.Fatalf("the retake's acquire did not run on member 0")
+	}
+	if !within(2*time.Second, func() bool { return holders(t, direct, "u") == 0 }) {
+		for i, r := range direct {
+			t.Errorf("member %d after Unlock: %v", i, r.HGetAll(ctx, "dlock:{u}").Val())
+		}
+	}
 }
 
 // TestRedLockFaults: each node behind a fault proxy. A node's acquire reply

@@ -698,6 +698,20 @@ type ExtendItem struct {
 	// was, itself included: Redis ignores a request of an earlier generation
 	// than the latest Extend it ran (codeStale), whenever it arrives.
 	Gen uint32
+	// Fence is the lease's fence, and Lease, if not nil, tells whether its
+	// owner still holds it. A RedLock takes the lock again, for Owner and
+	// with a fence at least Fence, on a member where the lock is gone and
+	// free (one restarted empty), while Lease says the owner holds it. A
+	// node uses neither.
+	Fence int64
+	Lease Holder
+}
+
+// Holder tells whether a lease is still its owner's.
+type Holder interface {
+	// Held reports whether the owner holds the lease: it has not ended, and
+	// its owner has not begun to give it up. Once false, it stays false.
+	Held() bool
 }
 
 // extendsKey names the hash in which Redis keeps, for each holder of k's

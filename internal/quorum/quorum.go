@@ -40,6 +40,10 @@ type quorum struct {
 	// when it comes, is undone, since the release may have reached its member
 	// before the acquire did.
 	ended map[string]bool
+	// retaking holds, per owner and member, the retake in flight
+	// (retake), closed when it is done: one at a time per owner and member,
+	// and the release that gives the lock up waits for them.
+	retaking map[busyKey]chan struct{}
 
 	wg sync.WaitGroup // every request to a member; Close waits for them
 	// closing is closed when the Client's Close starts: an undo retried in
@@ -51,7 +55,8 @@ type quorum struct {
 // bounded by timeout; closing is closed when its Client's Close starts.
 func New(members []protocol.Backend, timeout time.Duration, closing <-chan struct{}) protocol.Backend {
 	return &quorum{members: members, need: len(members)/2 + 1, timeout: timeout,
-		busy: make(map[busyKey]int), ended: make(map[string]bool), closing: closing}
+		busy: make(map[busyKey]int), ended: make(map[string]bool), retaking: make(map[busyKey]chan struct{}),
+		closing: closing}
 }
 
 // Traits: the quorum bounds every request by the per-node timeout and
@@ -167,15 +172,15 @@ type memberReply[T any] struct {
 	err error
 }
 
-// fan is one request to every member: call is what each member is sent
-// (skip, if not nil, names members not to send it to); decide gets each
-// answer as it comes, on the caller's goroutine, and returns true once the
-// outcome is known. An answer that comes after fanOut returned goes to late,
+// fan is one request to every member: call is what each member, m, the
+// i-th, is sent (skip, if not nil, names members not to send it to); decide
+// gets each answer as it comes, on the caller's goroutine, and returns true
+// once the outcome is known. An answer that comes after fanOut returned goes to late,
 // if not nil, on a goroutine Close waits for; leftBehind, if not nil, is
 // called before fanOut returns for each member whose answer will go there.
 type fan[T any] struct {
 	skip       func(i int) bool
-	call       func(ctx context.Context, m protocol.Backend) (T, error)
+	call       func(ctx context.Context, i int, m protocol.Backend) (T, error)
 	decide     func(r memberReply[T]) bool
 	late       func(r memberReply[T])
 	leftBehind func(i int)
@@ -236,7 +241,7 @@ func (g *gathering[T]) scatter(base context.Context) int {
 		}
 		g.q.wg.Go(func() {
 			mctx, cancel := context.WithTimeout(base, g.q.timeout)
-			v, err := g.f.call(mctx, m)
+			v, err := g.f.call(mctx, i, m)
 			cancel()
 			g.answer(memberReply[T]{i: i, v: v, err: err})
 		})
@@ -426,7 +431,7 @@ func (q *quorum) Acquire(ctx context.Context, k protocol.Keys, owner string, ttl
 	defer close(a.decided)
 	replies := fanOut(ctx, q, fan[protocol.AcquireResult]{
 		skip: func(i int) bool { return q.isBusy(owner, i) },
-		call: func(ctx context.Context, m protocol.Backend) (protocol.AcquireResult, error) {
+		call: func(ctx context.Context, _ int, m protocol.Backend) (protocol.AcquireResult, error) {
 			return m.Acquire(ctx, k, owner, ttl, register, extra...)
 		},
 		decide:     a.count,
@@ -592,7 +597,7 @@ func (q *quorum) raiseFenceAll(ctx context.Context, k protocol.Keys, owner strin
 	}
 	raised := fanOut(ctx, q, fan[int64]{
 		skip: func(i int) bool { return has[i] },
-		call: func(ctx context.Context, m protocol.Backend) (int64, error) {
+		call: func(ctx context.Context, _ int, m protocol.Backend) (int64, error) {
 			return m.RaiseFence(ctx, k, owner, fence, ttl)
 		},
 		decide: func(r memberReply[int64]) bool {
@@ -620,7 +625,7 @@ func (q *quorum) Reenter(ctx context.Context, k protocol.Keys, owner string, ttl
 	var done, gone int
 	n := len(q.members)
 	replies := fanOut(ctx, q, fan[protocol.AcquireResult]{
-		call: func(ctx context.Context, m protocol.Backend) (protocol.AcquireResult, error) {
+		call: func(ctx context.Context, _ int, m protocol.Backend) (protocol.AcquireResult, error) {
 			return m.Reenter(ctx, k, owner, ttl, count, extra...)
 		},
 		decide: func(r memberReply[protocol.AcquireResult]) bool {
@@ -643,20 +648,23 @@ func (q *quorum) Reenter(ctx context.Context, k protocol.Keys, owner string, ttl
 	return protocol.AcquireResult{}, errs.Op(nil, q.short(done+gone, errsOf(replies)), "re-enter %q", k.Name)
 }
 
-// Release gives back owner's hold on every member. The result is the code a
-// majority answered (codeDone, or codeHeld for releaseOne; codeAfter if
-// part of that majority answered it); else, if the
+// Release gives back owner's hold on every member; a release that gives the
+// lock up (not releaseOne) first waits for the retakes of owner's lease in
+// flight (awaitRetakes), so that it reaches each member after them. The
+// result is the code a majority answered (codeDone, or codeHeld for
+// releaseOne; codeAfter if part of that majority answered it); else, if the
 // members that answered otherwise leave no majority that could have,
 // codeOther if one of them has another owner, codeGone if not; else an
 // error: too few answered to tell.
 func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, fence int64, mode protocol.ReleaseMode, ttl time.Duration, count int) (int64, error) {
 	if mode != protocol.ReleaseOne {
+		q.awaitRetakes(ctx, owner)
 		q.end(owner)
 	}
 	n := len(q.members)
 	var ok, after, not int
 	replies := fanOut(ctx, q, fan[int64]{
-		call: func(ctx context.Context, m protocol.Backend) (int64, error) {
+		call: func(ctx context.Context, _ int, m protocol.Backend) (int64, error) {
 			return m.Release(ctx, k, owner, fence, mode, ttl, count)
 		},
 		decide: func(r memberReply[int64]) bool {
@@ -702,7 +710,9 @@ func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, fen
 	return 0, errs.Op(nil, q.short(ok+not, errsOf(replies)), "release %q", k.Name)
 }
 
-// ExtendAll runs every call on every member, each member in one pipeline.
+// ExtendAll runs every call on every member, each member in one pipeline,
+// and takes each lease again on a member that answered that it is gone there
+// (retakeGone), counting that member's answer once that is done.
 // A lease is extended when a majority extended it; it is lost (with the code
 // of a member that refused it) when the refusals leave no majority that
 // could have; it is stale (codeStale) when the refusals and the members
@@ -731,8 +741,9 @@ func (q *quorum) ExtendAll(ctx context.Context, calls [][]protocol.ExtendItem) (
 		errs  []error
 	}
 	replies := fanOut(ctx, q, fan[answer]{
-		call: func(ctx context.Context, m protocol.Backend) (answer, error) {
+		call: func(ctx context.Context, i int, m protocol.Backend) (answer, error) {
 			codes, errs := m.ExtendAll(ctx, calls)
+			q.retakeGone(ctx, i, calls, codes, errs)
 			return answer{codes, errs}, nil
 		},
 		decide: func(r memberReply[answer]) bool {
@@ -795,7 +806,7 @@ func (q *quorum) TTL(ctx context.Context, k protocol.Keys, owner string) (time.D
 		code int64
 	}
 	replies := fanOut(ctx, q, fan[left]{
-		call: func(ctx context.Context, m protocol.Backend) (left, error) {
+		call: func(ctx context.Context, _ int, m protocol.Backend) (left, error) {
 			d, code, err := m.TTL(ctx, k, owner)
 			return left{d, code}, err
 		},
@@ -848,4 +859,153 @@ func (q *quorum) EvictionPolicy(ctx context.Context) (string, bool, error) {
 		}
 	}
 	return policy, known, nil
+}
+
+// retakeGone takes the lock again, on member i, for each lease whose renewal
+// there found it gone (codes, errs: the member's answer to calls), and puts
+// the code of each retake in codes: a lease renewed across restarts of
+// members without persistence, one after the other, keeps its majority. A
+// lease is taken again only while its owner holds it (ExtendItem.Lease), and
+// at most retakesAtOnce at once.
+func (q *quorum) retakeGone(ctx context.Context, i int, calls [][]protocol.ExtendItem, codes [][]int64, errs []error) {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, retakesAtOnce)
+	for c, items := range calls {
+		if errs[c] != nil {
+			continue
+		}
+		for j, it := range items {
+			if codes[c][j] != protocol.CodeGone || it.Lease == nil {
+				continue
+			}
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				codes[c][j] = q.retake(ctx, i, it)
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// retakesAtOnce bounds the retakes on one member in flight for one renewal
+// answer, so that they leave the rest of the member's connections free.
+const retakesAtOnce = 8
+
+// retake takes the lock of the lease it again on member i, where its renewal
+// found it gone, and returns the code to count for the renewal there:
+// codeDone if the member holds the lease now, codeOther if another owner
+// holds the lock there, else codeGone. It runs only while the owner holds
+// the lease (Lease.Held), one at a time per owner and member (a second waits
+// for the first); a release that gives the lease up waits for it
+// (awaitRetakes), and so reaches the member after it. If that release
+// stopped waiting (its ctx ended) and may have run first, what the retake
+// took is undone.
+func (q *quorum) retake(ctx context.Context, i int, it protocol.ExtendItem) int64 {
+	key := busyKey{it.Owner, i}
+	done := q.beginRetake(ctx, key, it.Lease)
+	if done == nil {
+		return protocol.CodeGone
+	}
+	sent := time.Now()
+	code, mayHold := retakeOn(ctx, q.members[i], it)
+	q.mu.Lock()
+	ended := q.ended[it.Owner]
+	delete(q.retaking, key)
+	close(done)
+	q.mu.Unlock()
+	if ended && mayHold {
+		q.undo(it.K, it.Owner, i, it.TTL, sent)
+	}
+	q.unbusy(it.Owner, i)
+	return code
+}
+
+// beginRetake records a retake of key in flight and returns the channel to
+// close when it is done, after the one in flight for key, if any, is done;
+// it returns nil, recording nothing, if ctx ends first or lease is no longer
+// held. The check and the record are one step under q.mu: a release that
+// follows the end of lease's Held finds the retake recorded, or none
+// begins.
+func (q *quorum) beginRetake(ctx context.Context, key busyKey, lease protocol.Holder) chan struct{} {
+	q.mu.Lock()
+	for q.retaking[key] != nil {
+		prev := q.retaking[key]
+		q.mu.Unlock()
+		select {
+		case <-prev:
+		case <-ctx.Done():
+			return nil
+		}
+		q.mu.Lock()
+	}
+	defer q.mu.Unlock()
+	if !lease.Held() {
+		return nil
+	}
+	done := make(chan struct{})
+	q.retaking[key] = done
+	q.busy[key]++
+	return done
+}
+
+// retakeOn takes the lock of the lease it again on member m, where its
+// renewal found it gone. The member's fence key is raised to the lease's
+// fence, which also tells whether the owner holds the lock there by now (a
+// retake before this one took it); a free lock is taken for the owner with
+// the renewal's TTL, and a fence above the lease's; then the renewal runs
+// again there, and decides as it would have had the lock been there: a
+// renewal lengthens the lease, an Extend sets it and its generation, and a
+// request older than the lease's latest Extend changes nothing. It returns
+// the code to count, and whether the owner may hold the lock there now.
+func retakeOn(ctx context.Context, m protocol.Backend, it protocol.ExtendItem) (code int64, mayHold bool) {
+	held, err := m.RaiseFence(ctx, it.K, it.Owner, it.Fence, it.TTL)
+	if err != nil {
+		return protocol.CodeGone, false
+	}
+	took := false
+	if held == 0 {
+		r, err := m.Acquire(ctx, it.K, it.Owner, it.TTL, 0)
+		switch {
+		case err != nil:
+			return protocol.CodeGone, true // the script may have run
+		case r.Fence == 0:
+			return protocol.CodeOther, false // another owner holds it there
+		}
+		took = true
+	}
+	codes, err := m.Extend(ctx, []protocol.ExtendItem{it})
+	switch {
+	case err == nil:
+		return codes[0], true
+	case took:
+		// Taken with the renewal's TTL, counted from after the renewal was
+		// sent: the lease there lasts as long as the renewal asked.
+		return protocol.CodeDone, true
+	}
+	return protocol.CodeGone, true
+}
+
+// awaitRetakes waits, until ctx ends, for the retakes of owner's lease in
+// flight (retake), so that the release that follows reaches each member
+// after them. The owner's lease is no longer held (Lease.Held): no retake of
+// it begins after.
+func (q *quorum) awaitRetakes(ctx context.Context, owner string) {
+	var pending []chan struct{}
+	q.mu.Lock()
+	if len(q.retaking) > 0 {
+		for i := range q.members {
+			if done := q.retaking[busyKey{owner, i}]; done != nil {
+				pending = append(pending, done)
+			}
+		}
+	}
+	q.mu.Unlock()
+	for _, done := range pending {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
@@ -33,6 +34,9 @@ type Term struct {
 	// Ends, once, when the lease does, with the reason; safe for concurrent
 	// use on its own.
 	Ending ending
+	// givenUp is set, before anything is sent to give the lease up, by
+	// Retire (Unlock) or Stop (Close): Held is false from then on.
+	givenUp atomic.Bool
 
 	// Everything below is guarded by renewer.mu, once Begin has put the
 	// term in the renewer's care: the renewer's goroutine, the renewal
@@ -83,6 +87,12 @@ func (t *Term) wake() time.Time {
 	}
 	return t.deadline
 }
+
+// Held reports whether t's lease is still its owner's: not ended, and not
+// being given up. A RedLock asks it before it takes the lock again for t on
+// a member that lost it (protocol.Holder): a release that follows Retire or
+// Stop then finds every such retake done, or none begun.
+func (t *Term) Held() bool { return !t.givenUp.Load() && t.Ending.Cause() == nil }
 
 // EndedErr returns nil while t is held, else an error matching ErrNotHeld and
 // the reason it ended.
@@ -219,6 +229,7 @@ func (r *Renewer) reschedule(t *Term) {
 // it is never renewed again, and no longer lost at its deadline. It returns
 // t's TTL. end ends it.
 func (r *Renewer) Retire(t *Term) time.Duration {
+	t.givenUp.Store(true)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t.renew, t.lengthen, t.retired = false, false, true
@@ -297,7 +308,7 @@ func (r *Renewer) Extend(ctx context.Context, t *Term, ttl time.Duration) error 
 	r.reschedule(t)
 	r.mu.Unlock()
 
-	codes, err := r.backend.Extend(ctx, []protocol.ExtendItem{{K: *t.K, Owner: t.Owner, TTL: ttl, Exact: true, Gen: gen}})
+	codes, err := r.backend.Extend(ctx, []protocol.ExtendItem{{K: *t.K, Owner: t.Owner, TTL: ttl, Exact: true, Gen: gen, Fence: t.Fence, Lease: t}})
 
 	r.mu.Lock()
 	close(t.busy)
@@ -347,11 +358,15 @@ func (r *Renewer) extended(t *Term) {
 }
 
 // Stop ends renewal, waits for the goroutine and every renewal call in
-// flight, and returns the terms that have not ended.
+// flight, and returns the terms that have not ended, given up (Held is
+// false): the caller releases them.
 func (r *Renewer) Stop() []*Term {
 	r.mu.Lock()
 	r.stopped = true
 	live := slices.Clone([]*Term(r.queue))
+	for _, t := range live {
+		t.givenUp.Store(true)
+	}
 	r.mu.Unlock()
 	r.cancel()
 	r.wg.Wait()
@@ -482,7 +497,7 @@ func (r *Renewer) renewCalls(calls [][]*Term) {
 		items[i] = make([]protocol.ExtendItem, len(batch))
 		busy[i] = make([]chan struct{}, len(batch))
 		for j, t := range batch {
-			items[i][j] = protocol.ExtendItem{K: *t.K, Owner: t.Owner, TTL: t.ttl, Gen: t.gen}
+			items[i][j] = protocol.ExtendItem{K: *t.K, Owner: t.Owner, TTL: t.ttl, Gen: t.gen, Fence: t.Fence, Lease: t}
 			busy[i][j] = t.busy
 			if t.deadline.After(latest) {
 				latest = t.deadline
