@@ -699,7 +699,7 @@ func TestRedLockRetakeAfterUnlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The retake's acquire on member 0 reaches Redis 300 ms late.
-	slow := proxies[0].Inject(faultproxy.Rule{Match: faultproxy.ScriptSHA(dlock.ScriptHash("acquire")),
+	slow := proxies[0].Inject(faultproxy.Rule{Match: faultproxy.ScriptSHA(dlock.ScriptHash("red_acquire")),
 		Fault: faultproxy.DelayRequest, Delay: 300 * time.Millisecond, Times: 1})
 	if err := srvs[0].Restart(); err != nil {
 		t.Fatal(err)
