@@ -42,14 +42,19 @@ type result struct {
 	P50usMin    *float64 `json:"p50_us_min,omitempty"`
 	P50usMax    *float64 `json:"p50_us_max,omitempty"`
 	P50VsRaw    *float64 `json:"p50_vs_raw,omitempty"`
-	P99us       *float64 `json:"p99_us,omitempty"`
-	GapP50us    *float64 `json:"gap_p50_us,omitempty"`
-	GapP50usMin *float64 `json:"gap_p50_us_min,omitempty"`
-	GapP50usMax *float64 `json:"gap_p50_us_max,omitempty"`
-	MaxWaitus   *float64 `json:"max_wait_us,omitempty"`
-	MeanWaitus  *float64 `json:"mean_wait_us,omitempty"`
-	ShareMin    *float64 `json:"share_min,omitempty"`
-	ShareMax    *float64 `json:"share_max,omitempty"`
+	// P50VsRedislock (dlock's default Client, uncontended): the median over
+	// slices of the ratio of its p50 to redislock's, their operations
+	// alternating one by one; PairedSamples is how many slices.
+	P50VsRedislock *float64 `json:"p50_vs_redislock,omitempty"`
+	PairedSamples  int      `json:"paired_samples,omitempty"`
+	P99us          *float64 `json:"p99_us,omitempty"`
+	GapP50us       *float64 `json:"gap_p50_us,omitempty"`
+	GapP50usMin    *float64 `json:"gap_p50_us_min,omitempty"`
+	GapP50usMax    *float64 `json:"gap_p50_us_max,omitempty"`
+	MaxWaitus      *float64 `json:"max_wait_us,omitempty"`
+	MeanWaitus     *float64 `json:"mean_wait_us,omitempty"`
+	ShareMin       *float64 `json:"share_min,omitempty"`
+	ShareMax       *float64 `json:"share_max,omitempty"`
 	// RequestsPerOp: requests the library's clients sent, counted in the
 	// client; RoundTripsPerOp: their round trips (a pipeline is one);
 	// RedisCommandsPerOp: commands Redis executed (INFO commandstats delta,

@@ -125,18 +125,19 @@ func report(o output, scales []scaleResult) string {
 	rs, _ := pick(o.Results, "uncontended")
 	w("## 1. Uncontended: 1 goroutine, acquire + release\n\n")
 	w("ops/s and p50: median over %d slices (min–max); p99 over all slices; ops/s vs raw: median of per-slice ratios; p50 vs raw: median over as many slices of the ratio of p50s with the library's operations alternating one by one with raw's.\n\n", samples(rs))
-	w("| library | variant | ops/s | p50 µs | p99 µs | p50 vs raw | p50 in RTT | requests/op (client) | round trips/op (client) | Redis commands/op (incl. in scripts) | redis CPU µs/op | allocs/op | bytes/op |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("| library | variant | ops/s | p50 µs | p99 µs | p50 vs raw | p50 in RTT | requests/op (client) | round trips/op (client) | Redis commands/op (incl. in scripts) | Redis work µs/op | redis CPU µs/op | allocs/op | bytes/op |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	rtt := rttOf(o)
 	for _, r := range rs {
 		inRTT := "–"
 		if r.P50us != nil && rtt > 0 {
 			inRTT = fmt.Sprintf("%.1f", *r.P50us/rtt)
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Library, r.Variant, rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Library, r.Variant, rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
 			numSpread(r.P50us, r.P50usMin, r.P50usMax, "%.0f"), num(r.P99us, "%.0f"), times(r.P50VsRaw), inRTT,
 			counted(r, r.RequestsPerOp, "requests_per_op"), counted(r, r.RoundTripsPerOp, "round_trips_per_op"),
-			num(r.RedisCommandsPerOp, "%.2f"), num(r.RedisCPUusPerOp, "%.1f"), num(r.AllocsPerOp, "%.0f"), num(r.BytesPerOp, "%.0f"))
+			num(r.RedisCommandsPerOp, "%.2f"), counted(r, r.RedisWorkUsPerOp, "redis_work_us_per_op"), num(r.RedisCPUusPerOp, "%.1f"), num(r.AllocsPerOp, "%.0f"), num(r.BytesPerOp, "%.0f"))
 	}
+	w("\nRedis work: the commandstats time (µs) of the commands the client sent, per op; a script's includes the commands it runs.\n")
 	w("\nallocs/op and bytes/op: the whole bench process's heap allocations while only that library ran (runtime.MemStats over its slices), background goroutines included.\n")
 	w("%s", pubsubNote(rs, "op"))
 	rs, _ = pick(o.Results, "parallel")

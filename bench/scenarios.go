@@ -263,6 +263,30 @@ func runUncontended(cfg config, vs []variant) (res []result, fl floors, err erro
 	// Paired p50: each library's operations alternate one by one with raw's,
 	// so that both see the machine in the same state (a 2-vCPU VM's latency
 	// moves between slices by more than the difference being measured).
+	// pairedSlice runs r and other alternately for a slice and returns the
+	// ratio of their p50s, 0 if either has none.
+	pairedSlice := func(r, other *seqRunner) float64 {
+		var mine, theirs []time.Duration
+		end := time.Now().Add(cfg.slice)
+		for i := 0; time.Now().Before(end); i++ {
+			first, second, a, b := r, other, &mine, &theirs
+			if i%2 == 1 {
+				first, second, a, b = other, r, &theirs, &mine
+			}
+			t0 := time.Now()
+			errA := first.step(ctx)
+			t1 := time.Now()
+			errB := second.step(ctx)
+			t2 := time.Now()
+			if errA == nil && errB == nil {
+				*a, *b = append(*a, t1.Sub(t0)), append(*b, t2.Sub(t1))
+			}
+		}
+		if p := pct(theirs, .5); p > 0 {
+			return float64(pct(mine, .5)) / float64(p)
+		}
+		return 0
+	}
 	paired := map[*seqRunner][]float64{}
 	if raw != nil {
 		for s := range slicesN {
@@ -271,25 +295,28 @@ func runUncontended(cfg config, vs []variant) (res []result, fl floors, err erro
 				if (r.v == nil && r.name != "scripts") || r == raw {
 					continue
 				}
-				var mine, theirs []time.Duration
-				end := time.Now().Add(cfg.slice)
-				for i := 0; time.Now().Before(end); i++ {
-					first, second, a, b := r, raw, &mine, &theirs
-					if i%2 == 1 {
-						first, second, a, b = raw, r, &theirs, &mine
-					}
-					t0 := time.Now()
-					errA := first.step(ctx)
-					t1 := time.Now()
-					errB := second.step(ctx)
-					t2 := time.Now()
-					if errA == nil && errB == nil {
-						*a, *b = append(*a, t1.Sub(t0)), append(*b, t2.Sub(t1))
-					}
+				if x := pairedSlice(r, raw); x > 0 {
+					paired[r] = append(paired[r], x)
 				}
-				if p := pct(theirs, .5); p > 0 {
-					paired[r] = append(paired[r], float64(pct(mine, .5))/float64(p))
-				}
+			}
+		}
+	}
+	// dlock's default Client against redislock, the peer whose release is
+	// checked by owner too (the uncontended target), paired the same way.
+	var dl, rl *seqRunner
+	for _, r := range runners {
+		switch {
+		case r.v != nil && r.v.lib == "dlock" && r.v.name == "default":
+			dl = r
+		case r.v != nil && r.v.lib == "redislock" && r.v.name == "default":
+			rl = r
+		}
+	}
+	var vsRedislock []float64
+	if dl != nil && rl != nil {
+		for range slicesN {
+			if x := pairedSlice(dl, rl); x > 0 {
+				vsRedislock = append(vsRedislock, x)
 			}
 		}
 	}
@@ -319,6 +346,9 @@ func runUncontended(cfg config, vs []variant) (res []result, fl floors, err erro
 			} else if len(paired[r]) > 0 {
 				x.P50VsRaw = f(median(paired[r]))
 			}
+		}
+		if r == dl && len(vsRedislock) > 0 {
+			x.P50VsRedislock, x.PairedSamples = f(median(vsRedislock)), len(vsRedislock)
 		}
 		setCounts(&x, r.req, r.delta, float64(r.ops))
 		if r.ops > 0 {
