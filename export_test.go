@@ -96,7 +96,9 @@ func UseMutant(name string) bool {
 		return true
 	}
 	if src, ok := mutants[name]; ok {
+		// A Mutex's, and a RedLock member's.
 		protocol.DefaultScripts[protocol.ScriptAcquire] = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptRedAcquire] = redis.NewScript(src)
 		return true
 	}
 	if src, ok := semMutants[name]; ok {

@@ -205,7 +205,7 @@ var (
 	// (red_acquire.lua, red_release.lua) keep no order and grant nothing, for each
 	// member keeps a queue of its own: a release tells the next waiter to
 	// try.
-	RedMutexKind = &Kind{Name: "Mutex", acquire: scriptRedAcquire, release: scriptRedRelease,
+	RedMutexKind = &Kind{Name: "Mutex", acquire: ScriptRedAcquire, release: scriptRedRelease,
 		acquireKeys: []string{"lock", "fence", "waiters"},
 		releaseKeys: []string{"lock", "fence", "waiters", "extends"},
 		leaseKeys:   MutexKind.leaseKeys,

@@ -51,7 +51,7 @@ var (
 		ScriptExtend:  redis.NewScript(ExtendLua),
 		scriptTTL:     redis.NewScript(TtlLua),
 
-		scriptRedAcquire: redis.NewScript(RedAcquireLua),
+		ScriptRedAcquire: redis.NewScript(RedAcquireLua),
 		scriptRedRelease: redis.NewScript(RedReleaseLua),
 
 		ScriptSemAcquire: redis.NewScript(SemAcquireLua),
@@ -76,7 +76,7 @@ const (
 	scriptRelease
 	ScriptExtend
 	scriptTTL
-	scriptRedAcquire
+	ScriptRedAcquire
 	scriptRedRelease
 	ScriptSemAcquire
 	scriptSemRelease
