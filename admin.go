@@ -242,7 +242,7 @@ func (c *Client) Locks(ctx context.Context, pattern string) iter.Seq2[LockID, er
 var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
 
 // stateSuffixes are the key suffixes that hold a lock's state; a key with
-// another (a call's marker) makes no lock appear.
+// another makes no lock appear.
 var stateSuffixes = []string{"", ":fence", ":waiters", ":alive", ":holders", ":total", ":readers", ":fences", ":writers"}
 
 // parseKey returns the lock a key under prefix belongs to, if it holds some
