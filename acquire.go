@@ -416,7 +416,9 @@ func (a *acquirer) granted(ctx context.Context, owner string, m protocol.Wake, h
 	if e.log.Enabled(ctx, slog.LevelDebug) {
 		e.log.Debug("dlock: acquired by a grant", "lock", a.k.Name, "fence", m.Fence, "waited", time.Since(start))
 	}
-	return &Lease{h: &hold{e: e, t: t, holds: 1}, handedOff: true}
+	l := newHold(e, t)
+	l.handedOff = true
+	return l
 }
 
 // attempt runs the acquire script once, sent at sent, registering owner as a
@@ -463,7 +465,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 		// caller abandons it.
 		return nil, 0, protocol.AcquireResult{}, errs.Op(ErrNotAcquired, r.NotReplicated, "acquire %q", a.k.Name)
 	}
-	t, err := e.ren.Begin(&a.k, owner, r.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: sent})
+	t, err := e.ren.Begin(&a.k, owner, r.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: sent, FenceArg: r.FenceArg})
 	if err != nil {
 		a.abandon(ctx, owner, sent)
 		return nil, 0, protocol.AcquireResult{}, err
@@ -471,7 +473,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 	if e.log.Enabled(ctx, slog.LevelDebug) { // the arguments would escape even if discarded
 		e.log.Debug("dlock: acquired", "lock", a.k.Name, "fence", r.Fence, "waited", time.Since(start))
 	}
-	return &Lease{h: &hold{e: e, t: t, holds: 1}}, 0, protocol.AcquireResult{}, nil
+	return newHold(e, t), 0, protocol.AcquireResult{}, nil
 }
 
 // abandon releases whatever owner may hold after an acquire, sent at sent,
@@ -483,7 +485,7 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time) {
 	e := a.e
 	release := func(ctx context.Context) error {
-		_, err := e.backend.Release(ctx, a.k, owner, 0, protocol.ReleaseLast, a.ttl, 0)
+		_, err := e.backend.Release(ctx, a.k, owner, protocol.NoFence, protocol.ReleaseLast, a.ttl, 0)
 		return err
 	}
 	first := func() {
@@ -714,6 +716,17 @@ func cleanupContext(ctx context.Context, ttl time.Duration) (context.Context, co
 	return context.WithTimeout(context.WithoutCancel(ctx), timing.CleanupTimeout(ttl))
 }
 
+// newHold returns the first Lease of a new hold of term t, both made in one
+// allocation.
+func newHold(e *engine, t *renew.Term) *Lease {
+	lh := &struct {
+		l Lease
+		h hold
+	}{h: hold{e: e, t: t, holds: 1}}
+	lh.l.h = &lh.h
+	return &lh.l
+}
+
 // hold is what one owner holds of a lock: the lease's term, and how many
 // times it was taken (the original acquisition and its re-entries). Every
 // Lease of the owner shares it.
@@ -753,7 +766,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 		ttl := h.e.ren.TTLOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
-		if _, err := h.e.backend.Release(cctx, *t.K, t.Owner, t.Fence, protocol.ReleaseOne, ttl, h.holds); err != nil {
+		if _, err := h.e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseOne, ttl, h.holds); err != nil {
 			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.K.Name, "err", err)
 		}
 		return nil, errs.Op(ErrNotAcquired, r.NotReplicated, "re-enter %q", t.K.Name)
@@ -798,7 +811,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		// this hold is given back whatever Redis answers, and a count that
 		// failed to reach Redis is set right by the next one that does.
 		h.holds--
-		code, err := e.backend.Release(cctx, *t.K, t.Owner, t.Fence, protocol.ReleaseOne, ttl, h.holds)
+		code, err := e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseOne, ttl, h.holds)
 		switch {
 		case err != nil:
 			return false, errs.Op(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.K.Name)
@@ -815,7 +828,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	ttl := e.ren.Retire(t)
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
-	code, err := e.backend.Release(cctx, *t.K, t.Owner, t.Fence, protocol.ReleaseLast, ttl, 0)
+	code, err := e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseLast, ttl, 0)
 	switch {
 	case err != nil:
 		e.log.Error("dlock: release failed; retrying in the background", "lock", t.K.Name, "fence", t.Fence, "err", err)
@@ -853,7 +866,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 func (h *hold) releaseLater(ttl time.Duration) {
 	t, e := h.t, h.e
 	err := timing.RetryRelease(e.closing, e.ren.DeadlineOf(t), ttl, func(ctx context.Context) error {
-		_, err := e.backend.Release(ctx, *t.K, t.Owner, t.Fence, protocol.ReleaseLast, ttl, 0)
+		_, err := e.backend.Release(ctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseLast, ttl, 0)
 		return err
 	})
 	switch {

@@ -129,7 +129,7 @@ func (c *Client) Close() error {
 		defer cancel()
 		var failed []error
 		for _, t := range live {
-			if _, rerr := e.backend.Release(ctx, *t.K, t.Owner, t.Fence, protocol.ReleaseLast, e.ren.TTLOf(t), 0); rerr != nil {
+			if _, rerr := e.backend.Release(ctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseLast, e.ren.TTLOf(t), 0); rerr != nil {
 				failed = append(failed, rerr)
 			}
 			e.ren.End(t, errs.Op(ErrClosed, nil, "lock %q ended by Close", t.K.Name), nil)

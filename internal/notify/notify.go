@@ -449,7 +449,7 @@ func (n *Notifier) Unregister(k protocol.Keys, ttl time.Duration, owner string) 
 	n.later(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := n.backend.Release(ctx, k, owner, 0, protocol.ReleaseLeave, ttl, 0); err != nil {
+		if _, err := n.backend.Release(ctx, k, owner, protocol.NoFence, protocol.ReleaseLeave, ttl, 0); err != nil {
 			n.log.Warn("dlock: removing a waiter that gave up failed", "lock", k.Name, "err", err)
 		}
 	})

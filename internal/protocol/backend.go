@@ -28,9 +28,9 @@ type Backend interface {
 	// Reenter adds a hold of owner, which then has count holds.
 	Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error)
 	// Release runs k's release script once and returns a result code.
-	// fence is owner's (0 if unknown): a retry of a release that freed the
-	// lock answers CodeAfter, read from the lock's own keys.
-	Release(ctx context.Context, k Keys, owner string, fence int64, mode ReleaseMode, ttl time.Duration, count int) (int64, error)
+	// fence is owner's (NoFence if unknown): a retry of a release that
+	// freed the lock answers CodeAfter, read from the lock's own keys.
+	Release(ctx context.Context, k Keys, owner string, fence FenceArg, mode ReleaseMode, ttl time.Duration, count int) (int64, error)
 	// Extend runs extend.lua once over items; extendAll runs it once per
 	// call, all in one round trip per server.
 	Extend(ctx context.Context, items []ExtendItem) ([]int64, error)

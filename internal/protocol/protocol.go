@@ -113,14 +113,14 @@ type Kind struct {
 	Handoff   handoff      // what a release that frees the lock does for the next waiter
 	Reentrant bool         // a Lease in the context makes an acquisition of the same lock re-enter its hold
 	// order is what release.lua does with a grantee's place in the
-	// queue (its ARGV[7]); "" for the kinds that run other scripts.
-	order string
+	// queue (its ARGV[7]); nil for the kinds that run other scripts.
+	order any
 }
 
-// The orders of release.lua's ARGV[7].
-const (
-	orderPass = "0" // a grant takes the grantee out of the queue: if it lapses, the next live waiter is served
-	orderKeep = "1" // the grantee keeps the head of the queue until it releases or its registration lapses
+// The orders of release.lua's ARGV[7], boxed once.
+var (
+	orderPass any = "0" // a grant takes the grantee out of the queue: if it lapses, the next live waiter is served
+	orderKeep any = "1" // the grantee keeps the head of the queue until it releases or its registration lapses
 )
 
 // handoff is what a release that frees a lock does for the waiter next in
@@ -164,7 +164,6 @@ var keyNames = map[string]string{
 	"lock": "", "semaphore": "", "count": "",
 	"fence": ":fence", "waiters": ":waiters", "alive": ":alive",
 	"holders": ":holders", "total": ":total", "readers": ":readers", "fences": ":fences", "writers": ":writers",
-	"extends": ":extends",
 }
 
 var (
@@ -174,12 +173,12 @@ var (
 	// FairMutex keeps it for the grantee while its registration lives.
 	MutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
-		releaseKeys: []string{"lock", "fence", "waiters", "alive", "extends"},
+		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
 		leaseKeys:   []string{"lock", "fence"},
 		Handoff:     HandoffGrant, Reentrant: true, order: orderPass}
 	FairKind = &Kind{Name: "FairMutex", Space: "fair:", acquire: ScriptAcquire, release: scriptRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
-		releaseKeys: []string{"lock", "fence", "waiters", "alive", "extends"},
+		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
 		leaseKeys:   []string{"lock", "fence"},
 		Handoff:     HandoffGrant, Reentrant: true, order: orderKeep}
 	SemKind = &Kind{Name: "Semaphore", Space: "sem:", acquire: ScriptSemAcquire, release: scriptSemRelease,
@@ -192,7 +191,7 @@ var (
 	// the write hold's is the lock hash.
 	RWReadKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
-		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence", "extends"},
+		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
 		leaseKeys:   []string{"readers", "fence", "fences"},
 		leaseIn:     leaseInZSet, Reentrant: true}
 	RWWriteKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
@@ -207,7 +206,7 @@ var (
 	// try.
 	RedMutexKind = &Kind{Name: "Mutex", acquire: ScriptRedAcquire, release: scriptRedRelease,
 		acquireKeys: []string{"lock", "fence", "waiters"},
-		releaseKeys: []string{"lock", "fence", "waiters", "extends"},
+		releaseKeys: []string{"lock", "fence", "waiters"},
 		leaseKeys:   MutexKind.leaseKeys,
 		Handoff:     handoffTell, Reentrant: true}
 )
@@ -268,14 +267,21 @@ func NewKeys(prefix string, k *Kind, name string) Keys {
 	cut := func(i int) string { return all[at[i][0]:at[i][1]] }
 	ks := Keys{Kind: k, Name: name, Tag: all[:stem], Channel: cut(len(names))}
 	ks.channelArg = ks.Channel
-	// A list that begins another one built before is a slice of it (a
-	// Mutex's three lists are one).
+	// A list that begins another one is a slice of it (a Mutex's acquire
+	// and lease lists begin its release list): the longest are built first.
+	order := [len(lists)]int{0, 1, 2}
+	for i := 1; i < len(order); i++ { // a stable insertion sort, longest first
+		for j := i; j > 0 && len(lists[order[j]]) > len(lists[order[j-1]]); j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
+	}
 	var from [len(lists)]int // the list each one is a slice of
 	listed := 0
-	for i, l := range lists {
+	for oi, i := range order {
+		l := lists[i]
 		from[i] = i
-		for j := range i {
-			if from[j] == j && len(l) <= len(lists[j]) && slices.Equal(l, lists[j][:len(l)]) {
+		for _, j := range order[:oi] {
+			if from[j] == j && slices.Equal(l, lists[j][:len(l)]) {
 				from[i] = j
 				break
 			}
@@ -286,7 +292,8 @@ func NewKeys(prefix string, k *Kind, name string) Keys {
 	}
 	arr := make([]string, 0, listed)
 	var built [len(lists)][]string
-	for i, l := range lists {
+	for _, i := range order {
+		l := lists[i]
 		if from[i] != i {
 			built[i] = built[from[i]][:len(l):len(l)]
 			continue
@@ -417,9 +424,29 @@ func (h extendHow) arg() any {
 	return string(extendLonger)
 }
 
+// FenceArg is a fence as a script argument, boxed once: as the acquire
+// script's reply holds it, kept by the lease for its release, which then
+// sends it without boxing it again.
+type FenceArg struct{ v any }
+
+// BoxFence makes f a FenceArg, boxing it (an allocation).
+func BoxFence(f int64) FenceArg { return FenceArg{f} }
+
+// NoFence is the FenceArg of an owner whose fence is unknown: 0.
+var NoFence = FenceArg{int64(0)}
+
+// arg returns f as a script argument; the zero FenceArg is 0.
+func (f FenceArg) arg() any {
+	if f.v == nil {
+		return NoFence.v
+	}
+	return f.v
+}
+
 // AcquireResult is what an acquire script answered, decoded.
 type AcquireResult struct {
 	Fence     int64         // > 0 when the lock was taken
+	FenceArg  FenceArg      // Fence as the reply boxed it
 	Reentered bool          // the owner's hold count went up
 	Gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
 	Pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
@@ -437,7 +464,7 @@ type AcquireResult struct {
 // extra are the kind's own arguments, after the four every acquire script
 // takes.
 func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
-	if k.Kind.order != "" {
+	if k.Kind.order != nil {
 		// A Mutex or a FairMutex: one more argument, the caller's grant
 		// lease, boxed once per TTL.
 		v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds(), grantArg(ttl)).Result()
@@ -464,7 +491,7 @@ func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Durat
 // arguments.
 func acquireArgs(k Keys, owner string, ttl time.Duration, mode acquireMode, n int64, extra []any) []any {
 	args := append(make([]any, 0, 5+len(extra)), owner, msArg(ttl), string(mode), n)
-	if k.Kind.order != "" {
+	if k.Kind.order != nil {
 		args = append(args, grantArg(ttl))
 	}
 	return append(args, extra...)
@@ -609,11 +636,12 @@ func grantArg(ttl time.Duration) any { return grantArgs.arg(ttl) }
 // decodeAcquire decodes an acquire script's reply: an integer, or for
 // "held" the time to wait, the fence floor and the server time (held_reply).
 func decodeAcquire(v any) (AcquireResult, error) {
+	reply := v
 	switch v := v.(type) {
 	case int64:
 		switch {
 		case v > 0:
-			return AcquireResult{Fence: v}, nil
+			return AcquireResult{Fence: v, FenceArg: FenceArg{reply}}, nil
 		case v == replyReentered:
 			return AcquireResult{Reentered: true}, nil
 		case v == replyGone:
@@ -636,7 +664,7 @@ func decodeAcquire(v any) (AcquireResult, error) {
 // Release runs k's release script once: one round trip. ttl is the lock's
 // TTL, which sets the grant lease of the waiter a freed lock goes to;
 // count, for releaseOne, the holds that remain. It returns a result code.
-func (n *Node) Release(ctx context.Context, k Keys, owner string, fence int64, mode ReleaseMode, ttl time.Duration, count int) (int64, error) {
+func (n *Node) Release(ctx context.Context, k Keys, owner string, fence FenceArg, mode ReleaseMode, ttl time.Duration, count int) (int64, error) {
 	grant := grantArg(ttl)
 	if k.Kind.Handoff == handoffTell {
 		grant = tellArg // the next waiter is told to try, not granted the lock
@@ -646,12 +674,12 @@ func (n *Node) Release(ctx context.Context, k Keys, owner string, fence int64, m
 	if k.Kind == SemKind {
 		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 			owner, k.channelArg, mode.arg(), grant, count, remnantTTLArg).Int64()
-	} else if k.Kind.order != "" {
+	} else if k.Kind.order != nil {
 		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
-			owner, k.channelArg, mode.arg(), grant, count, fence, k.Kind.order).Int64()
+			owner, k.channelArg, mode.arg(), grant, count, fence.arg(), k.Kind.order).Int64()
 	} else {
 		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
-			owner, k.channelArg, mode.arg(), grant, count, fence).Int64()
+			owner, k.channelArg, mode.arg(), grant, count, fence.arg()).Int64()
 	}
 	if err != nil {
 		n.Failed(err)
@@ -1112,7 +1140,7 @@ func (n *Node) Evict(ctx context.Context, k Keys, owner string, fence int64, ttl
 	case k.Kind == SemKind:
 		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 			owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, remnantTTLArg).Int64()
-	case k.Kind.order != "":
+	case k.Kind.order != nil:
 		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 			owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), 0, fence, k.Kind.order).Int64()
 	}

@@ -402,7 +402,7 @@ func (q *quorum) undo(k protocol.Keys, owner string, i int, ttl time.Duration, s
 	release := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, q.undoTimeout())
 		defer cancel()
-		_, err := q.members[i].Release(ctx, k, owner, 0, protocol.ReleaseLeave, ttl, 0)
+		_, err := q.members[i].Release(ctx, k, owner, protocol.NoFence, protocol.ReleaseLeave, ttl, 0)
 		return err
 	}
 	if release(context.Background()) == nil {
@@ -656,7 +656,7 @@ func (q *quorum) Reenter(ctx context.Context, k protocol.Keys, owner string, ttl
 // members that answered otherwise leave no majority that could have,
 // codeOther if one of them has another owner, codeGone if not; else an
 // error: too few answered to tell.
-func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, fence int64, mode protocol.ReleaseMode, ttl time.Duration, count int) (int64, error) {
+func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, fence protocol.FenceArg, mode protocol.ReleaseMode, ttl time.Duration, count int) (int64, error) {
 	if mode != protocol.ReleaseOne {
 		q.awaitRetakes(ctx, owner)
 		q.end(owner)

@@ -29,7 +29,10 @@ type Term struct {
 	K     *protocol.Keys
 	Owner string
 	Fence int64
-	Begun time.Time // when the acquire was sent: the latest Redis can have started the TTL
+	// fenceArg is Fence as the acquire's reply boxed it, if it did: sent
+	// back by the release without boxing it again (FenceArg).
+	fenceArg protocol.FenceArg
+	Begun    time.Time // when the acquire was sent: the latest Redis can have started the TTL
 
 	// Ends, once, when the lease does, with the reason; safe for concurrent
 	// use on its own.
@@ -104,6 +107,14 @@ func (t *Term) EndedErr(op string) error {
 	return errs.Op(errs.ErrNotHeld, cause, "%s %q", op, t.K.Name)
 }
 
+// FenceArg is t's fence as a script argument.
+func (t *Term) FenceArg() protocol.FenceArg {
+	if t.fenceArg == (protocol.FenceArg{}) {
+		return protocol.BoxFence(t.Fence)
+	}
+	return t.fenceArg
+}
+
 // LostErr describes a script's "not yours" answer.
 func (t *Term) LostErr(code int64) error {
 	switch code {
@@ -154,6 +165,8 @@ type Start struct {
 	// Grant, above 0, is the grant lease a release gave: the lease is that
 	// short until the renewer lengthens it to TTL, at once.
 	Grant time.Duration
+	// FenceArg, if set, is the fence as the acquire's reply boxed it.
+	FenceArg protocol.FenceArg
 }
 
 // Begin starts the term of a lease just acquired: it lapses at s.Sent +
@@ -162,7 +175,7 @@ type Start struct {
 // s.Grant at the latest, s.Sent being a request that reached Redis before
 // the grant was made, and counts as lost Drift(s.Grant) before that.
 func (r *Renewer) Begin(k *protocol.Keys, owner string, fence int64, s Start) (*Term, error) {
-	t := &Term{K: k, Owner: owner, Fence: fence, Begun: s.Sent,
+	t := &Term{K: k, Owner: owner, Fence: fence, fenceArg: s.FenceArg, Begun: s.Sent,
 		renew: s.Renew, ttl: s.TTL, deadline: s.Sent.Add(s.TTL - timing.Drift(s.TTL)),
 		due: s.Sent.Add(timing.RenewEvery(s.TTL)), slack: timing.RenewSlack(s.TTL)}
 	if s.Grant > 0 {

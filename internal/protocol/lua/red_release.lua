@@ -7,8 +7,6 @@
 -- KEYS[1]  lock: hash of owner id -> hold count
 -- KEYS[2]  fence: the last fence handed out
 -- KEYS[3]  waiters: sorted set of owner ids, scored by when the entry lapses
--- KEYS[4]  extends: hash of owner id -> its Extends (extend.lua), or "evicted"
---          for a hold ForceRelease took away, until its lease would have ended
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
@@ -18,8 +16,6 @@
 --          ARGV[5] (the client keeps the authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          was granted to it, grant it to the next waiter instead, or free it
---          "3": as "1", for ForceRelease: the hold is taken away, and ARGV[1]'s
---          own release will say so (4)
 -- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to;
 --          "0" grants nothing: the waiter is told to try again (a RedLock
 --          node, whose queue is one of several)
@@ -36,10 +32,9 @@
 --       or Redis lost its keys)
 --    3  mode 1: nothing done: ARGV[1] holds nothing, and the lock's fence is
 --       at or past ARGV[1]'s: an earlier run of this release freed it, or
---       ARGV[1]'s lease ended otherwise (it expired, or was evicted); the
---       caller tells which by when the answer came (before the lease's
---       deadline, its lease cannot have expired)
---    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
+--       ARGV[1]'s lease ended otherwise (it expired); the caller tells
+--       which by when the answer came (before the lease's deadline, its
+--       lease cannot have expired)
 --
 -- Run twice: a release that freed the lock finds the lock free of its owner
 -- and the fence it left (or a later one) and answers 3; it writes nothing, so
@@ -64,10 +59,7 @@ if mode == '2' then
     return 0
   end
 else
-  if mode == '3' then
-    redis.call('HLEN', KEYS[4]) -- evict writes it
-  end
-  local code = give_back(KEYS[1], KEYS[2], KEYS[4], ARGV[1], mode, ARGV[5], ARGV[6], held)
+  local code = give_back(KEYS[1], KEYS[2], nil, ARGV[1], mode, ARGV[5], ARGV[6], held)
   if code then
     return code
   end

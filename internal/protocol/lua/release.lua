@@ -7,9 +7,8 @@
 -- KEYS[2]  fence: the last fence handed out
 -- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[4]  alive: hash of waiting owner id -> "<lapse>|<grant>", as acquire.lua
---          writes it
--- KEYS[5]  extends: hash of owner id -> its Extends (extend.lua), or "evicted"
---          for a hold ForceRelease took away, until its lease would have ended
+--          writes it; and "evicted:" .. owner id -> 1 for a hold ForceRelease
+--          took away, until its lease would have ended
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'), as grant writes it
@@ -70,10 +69,7 @@ if mode == '2' then
     return 0
   end
 else
-  if mode == '3' then
-    redis.call('HLEN', KEYS[5]) -- evict writes it
-  end
-  local code = give_back(KEYS[1], KEYS[2], KEYS[5], ARGV[1], mode, ARGV[5], ARGV[6], held)
+  local code = give_back(KEYS[1], KEYS[2], KEYS[4], ARGV[1], mode, ARGV[5], ARGV[6], held)
   if code then
     return code
   end

@@ -8,8 +8,6 @@
 -- KEYS[1]  lock: hash of owner id -> hold count
 -- KEYS[2]  fence: the last fence handed out
 -- KEYS[3]  waiters: sorted set of owner ids, scored by when the entry lapses
--- KEYS[4]  extends: hash of owner id -> its Extends (extend.lua), or "evicted"
---          for a hold ForceRelease took away, until its lease would have ended
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
@@ -19,8 +17,6 @@
 --          ARGV[5] (the client keeps the authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          was granted to it, grant it to the next waiter instead, or free it
---          "3": as "1", for ForceRelease: the hold is taken away, and ARGV[1]'s
---          own release will say so (4)
 -- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to;
 --          "0" grants nothing: the waiter is told to try again (a RedLock
 --          node, whose queue is one of several)
@@ -37,10 +33,9 @@
 --       or Redis lost its keys)
 --    3  mode 1: nothing done: ARGV[1] holds nothing, and the lock's fence is
 --       at or past ARGV[1]'s: an earlier run of this release freed it, or
---       ARGV[1]'s lease ended otherwise (it expired, or was evicted); the
---       caller tells which by when the answer came (before the lease's
---       deadline, its lease cannot have expired)
---    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
+--       ARGV[1]'s lease ended otherwise (it expired); the caller tells
+--       which by when the answer came (before the lease's deadline, its
+--       lease cannot have expired)
 --
 -- Run twice: a release that freed the lock finds the lock free of its owner
 -- and the fence it left (or a later one) and answers 3; it writes nothing, so
@@ -169,27 +164,36 @@ local function after(lock, fence, myfence)
   return f >= tonumber(myfence)
 end
 
--- evict records in the hash extends that owner's hold was taken away by
--- ForceRelease, for ms (at least a millisecond), as long as its lease would
--- have lasted: owner's release then answers 4, not a retry's 3.
-local function evict(extends, owner, ms)
-  redis.call('HSET', extends, owner, 'evicted')
-  at_least(extends, math.max(tonumber(ms), 1))
+-- evict records in the hash alive (the queue's, whose entries are waiters'
+-- owner ids; this one is "evicted:" and owner's) that owner's hold was taken
+-- away by ForceRelease, for ms (at least a millisecond), as long as its
+-- lease would have lasted: owner's release then answers 4, not a retry's 3,
+-- and removes it.
+local function evict(alive, owner, ms)
+  redis.call('HSET', alive, 'evicted:' .. owner, 1)
+  at_least(alive, math.max(tonumber(ms), 1))
+end
+
+-- evicted tells whether owner's hold was taken away (evict), removing the
+-- record if so; alive may be nil (no kind with it can be evicted).
+local function evicted(alive, owner)
+  return alive ~= nil and redis.call('HDEL', alive, 'evicted:' .. owner) == 1
 end
 
 -- give_back gives back holds of owner on the lock hash lock, where held
 -- tells whether owner holds it (HEXISTS, read by the caller): mode "0" sets
 -- its hold count to count (it keeps the lock), mode "1" gives back its last
--- hold, mode "3" takes it away (ForceRelease). It returns the code to
--- return at once: 2 when owner keeps the lock; 4 when owner holds nothing,
--- its last hold was to go, and its hold was taken away (evict); 3 when owner
+-- hold, mode "3" takes it away (ForceRelease; alive is the queue's hash,
+-- nil for a kind without one). It returns the code to return at once: 2
+-- when owner keeps the lock; 4 when owner holds nothing, its last hold was
+-- to go, and its hold was taken away (evict); 3 when owner
 -- holds nothing, its last hold was to go, and the string key fence is at or
 -- past owner's fence myfence (after); 0 when another owner holds the lock or
 -- it is kept for a waiter; -1 when nobody holds it; or nil when owner's last
 -- hold goes and the caller is to free the lock.
-local function give_back(lock, fence, extends, owner, mode, count, myfence, held)
+local function give_back(lock, fence, alive, owner, mode, count, myfence, held)
   if not held then
-    if mode == '1' and redis.call('HGET', extends, owner) == 'evicted' then
+    if mode == '1' and evicted(alive, owner) then
       return 4
     end
     if mode ~= '0' and after(lock, fence, myfence) then
@@ -205,7 +209,7 @@ local function give_back(lock, fence, extends, owner, mode, count, myfence, held
     return 2
   end
   if mode == '3' then
-    evict(extends, owner, redis.call('PTTL', lock))
+    evict(alive, owner, redis.call('PTTL', lock))
   end
   return nil
 end
@@ -219,10 +223,7 @@ if mode == '2' then
     return 0
   end
 else
-  if mode == '3' then
-    redis.call('HLEN', KEYS[4]) -- evict writes it
-  end
-  local code = give_back(KEYS[1], KEYS[2], KEYS[4], ARGV[1], mode, ARGV[5], ARGV[6], held)
+  local code = give_back(KEYS[1], KEYS[2], nil, ARGV[1], mode, ARGV[5], ARGV[6], held)
   if code then
     return code
   end

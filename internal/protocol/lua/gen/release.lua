@@ -8,9 +8,8 @@
 -- KEYS[2]  fence: the last fence handed out
 -- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[4]  alive: hash of waiting owner id -> "<lapse>|<grant>", as acquire.lua
---          writes it
--- KEYS[5]  extends: hash of owner id -> its Extends (extend.lua), or "evicted"
---          for a hold ForceRelease took away, until its lease would have ended
+--          writes it; and "evicted:" .. owner id -> 1 for a hold ForceRelease
+--          took away, until its lease would have ended
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'), as grant writes it
@@ -173,27 +172,36 @@ local function after(lock, fence, myfence)
   return f >= tonumber(myfence)
 end
 
--- evict records in the hash extends that owner's hold was taken away by
--- ForceRelease, for ms (at least a millisecond), as long as its lease would
--- have lasted: owner's release then answers 4, not a retry's 3.
-local function evict(extends, owner, ms)
-  redis.call('HSET', extends, owner, 'evicted')
-  at_least(extends, math.max(tonumber(ms), 1))
+-- evict records in the hash alive (the queue's, whose entries are waiters'
+-- owner ids; this one is "evicted:" and owner's) that owner's hold was taken
+-- away by ForceRelease, for ms (at least a millisecond), as long as its
+-- lease would have lasted: owner's release then answers 4, not a retry's 3,
+-- and removes it.
+local function evict(alive, owner, ms)
+  redis.call('HSET', alive, 'evicted:' .. owner, 1)
+  at_least(alive, math.max(tonumber(ms), 1))
+end
+
+-- evicted tells whether owner's hold was taken away (evict), removing the
+-- record if so; alive may be nil (no kind with it can be evicted).
+local function evicted(alive, owner)
+  return alive ~= nil and redis.call('HDEL', alive, 'evicted:' .. owner) == 1
 end
 
 -- give_back gives back holds of owner on the lock hash lock, where held
 -- tells whether owner holds it (HEXISTS, read by the caller): mode "0" sets
 -- its hold count to count (it keeps the lock), mode "1" gives back its last
--- hold, mode "3" takes it away (ForceRelease). It returns the code to
--- return at once: 2 when owner keeps the lock; 4 when owner holds nothing,
--- its last hold was to go, and its hold was taken away (evict); 3 when owner
+-- hold, mode "3" takes it away (ForceRelease; alive is the queue's hash,
+-- nil for a kind without one). It returns the code to return at once: 2
+-- when owner keeps the lock; 4 when owner holds nothing, its last hold was
+-- to go, and its hold was taken away (evict); 3 when owner
 -- holds nothing, its last hold was to go, and the string key fence is at or
 -- past owner's fence myfence (after); 0 when another owner holds the lock or
 -- it is kept for a waiter; -1 when nobody holds it; or nil when owner's last
 -- hold goes and the caller is to free the lock.
-local function give_back(lock, fence, extends, owner, mode, count, myfence, held)
+local function give_back(lock, fence, alive, owner, mode, count, myfence, held)
   if not held then
-    if mode == '1' and redis.call('HGET', extends, owner) == 'evicted' then
+    if mode == '1' and evicted(alive, owner) then
       return 4
     end
     if mode ~= '0' and after(lock, fence, myfence) then
@@ -209,7 +217,7 @@ local function give_back(lock, fence, extends, owner, mode, count, myfence, held
     return 2
   end
   if mode == '3' then
-    evict(extends, owner, redis.call('PTTL', lock))
+    evict(alive, owner, redis.call('PTTL', lock))
   end
   return nil
 end
@@ -271,10 +279,7 @@ if mode == '2' then
     return 0
   end
 else
-  if mode == '3' then
-    redis.call('HLEN', KEYS[5]) -- evict writes it
-  end
-  local code = give_back(KEYS[1], KEYS[2], KEYS[5], ARGV[1], mode, ARGV[5], ARGV[6], held)
+  local code = give_back(KEYS[1], KEYS[2], KEYS[4], ARGV[1], mode, ARGV[5], ARGV[6], held)
   if code then
     return code
   end

@@ -113,12 +113,20 @@ local function after(lock, fence, myfence)
   return f >= tonumber(myfence)
 end
 
--- evict records in the hash extends that owner's hold was taken away by
--- ForceRelease, for ms (at least a millisecond), as long as its lease would
--- have lasted: owner's release then answers 4, not a retry's 3.
-local function evict(extends, owner, ms)
-  redis.call('HSET', extends, owner, 'evicted')
-  at_least(extends, math.max(tonumber(ms), 1))
+-- evict records in the hash alive (the queue's, whose entries are waiters'
+-- owner ids; this one is "evicted:" and owner's) that owner's hold was taken
+-- away by ForceRelease, for ms (at least a millisecond), as long as its
+-- lease would have lasted: owner's release then answers 4, not a retry's 3,
+-- and removes it.
+local function evict(alive, owner, ms)
+  redis.call('HSET', alive, 'evicted:' .. owner, 1)
+  at_least(alive, math.max(tonumber(ms), 1))
+end
+
+-- evicted tells whether owner's hold was taken away (evict), removing the
+-- record if so; alive may be nil (no kind with it can be evicted).
+local function evicted(alive, owner)
+  return alive ~= nil and redis.call('HDEL', alive, 'evicted:' .. owner) == 1
 end
 
 -- entry reads waiter w's entry in the hash h: "<lapse ms>|<rest>", where
@@ -172,13 +180,13 @@ end
 --
 -- KEYS[1]  lock: hash of the writer's owner id -> hold count
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
--- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|r" or "<lapse ms>|w"
+-- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|r" or "<lapse ms>|w";
+--          and the records of evicted holds, as in release.lua
 -- KEYS[4]  readers: sorted set of read holders' owner ids, scored by when
 --          their lease lapses (server ms)
 -- KEYS[5]  fences: hash of holder owner id -> the fence of its hold
 -- KEYS[6]  writers: the waiting writers' owner ids, scored as in the queue
 -- KEYS[7]  fence: the last fence handed out, shared by reads and writes
--- KEYS[8]  extends: as in release.lua
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's); whether it holds a read or the
 --          write is found in Redis
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
@@ -227,7 +235,6 @@ redis.call('ZCARD', KEYS[4])
 redis.call('HLEN', KEYS[5])
 redis.call('ZCARD', KEYS[6])
 redis.call('STRLEN', KEYS[7])
-redis.call('HLEN', KEYS[8])
 local t, now = server_time()
 
 local res, reader
@@ -256,7 +263,7 @@ else
       return 2
     end
     if mode == '3' then
-      evict(KEYS[8], me, redis.call('PTTL', KEYS[1]))
+      evict(KEYS[3], me, redis.call('PTTL', KEYS[1]))
     end
     redis.call('DEL', KEYS[1])
     redis.call('HDEL', KEYS[5], me)
@@ -264,7 +271,7 @@ else
   else
     local lapse = tonumber(redis.call('ZSCORE', KEYS[4], me))
     if not lapse then
-      if mode == '1' and redis.call('HGET', KEYS[8], me) == 'evicted' then
+      if mode == '1' and evicted(KEYS[3], me) then
         return 4
       end
       if mode ~= '0' and after(KEYS[1], KEYS[7], ARGV[6]) then
@@ -279,7 +286,7 @@ else
       return 2
     end
     if lapse > now and mode == '3' then
-      evict(KEYS[8], me, lapse - now)
+      evict(KEYS[3], me, lapse - now)
     end
     redis.call('ZREM', KEYS[4], me)
     redis.call('HDEL', KEYS[5], me)
