@@ -328,8 +328,9 @@
 // takes a lock from holders that keep it (a stuck process whose renewal goes
 // on): each hold is released as its holder's release would, so the next
 // waiter is granted the lock at once, and the fence moves above the evicted
-// holds'. The evicted holder learns at its next renewal; until then only a
-// fenced resource stops it. The dlock command's ls, inspect, watch and
+// holds'. The evicted holder learns at its next renewal, or its Unlock
+// says so; until then only a fenced resource stops it. The next waiter is
+// granted the lock for its own grant lease, as by any release. The dlock command's ls, inspect, watch and
 // release --force are these calls. An owner id starts with its Client's ID.
 //
 // # Keys
@@ -342,19 +343,20 @@
 //	                          lease it fenced, so that a retried release finds it
 //	dlock:{N}:waiters         sorted set: the queue, waiting owner ids scored by arrival
 //	dlock:{N}:alive           hash: waiting owner id -> when it lapses unless renewed, and its
-//	                          grant lease; queue and alive expire when the last registration would
+//	                          grant lease; queue and alive expire when the last registration
+//	                          would; also "evicted:" and an owner id for a hold ForceRelease
+//	                          took away, until its lease would have ended or its Unlock came
 //	dlock:{N}:extends         hash: owner id -> how many Extends of its lease have run, so
 //	                          that a renewal or Extend sent before the latest one changes
-//	                          nothing, however late it runs; or "evicted" for a hold
-//	                          ForceRelease took away, so that its Unlock says so; written by
-//	                          Lease.Extend and ForceRelease only, expires no sooner than the
-//	                          lease and at most its TTL after its last renewal
+//	                          nothing, however late it runs; written by Lease.Extend only,
+//	                          expires no sooner than the lease and at most its TTL after
+//	                          its last renewal
 //	dlock:{N}:wake:<id>       shard channel of the Client with that id, in the lock's slot
 //
 // An idle Mutex name (nobody holds or waits) keeps at most its fence, until
 // the last lease it fenced would have ended; a name in use at most the
-// lock, its fence, the queue and alive (and extends after a Lease.Extend or
-// a ForceRelease). Keys grow with names, never with calls.
+// lock, its fence, the queue and alive (and extends after a Lease.Extend).
+// Keys grow with names, never with calls.
 //
 // The other primitives keep their keys in namespaces of their own, so that
 // they never collide with a Mutex of the same name: "dlock:fair:{N}..." for a
