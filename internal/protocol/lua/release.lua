@@ -78,9 +78,12 @@ redis.call('DEL', KEYS[1])
 if queued == 0 then
   return 1
 end
--- A FairMutex grantee kept its place: it goes with its hold.
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
+if ARGV[7] == '1' then
+  -- A FairMutex grantee kept its place: it goes with its hold. (A Mutex's
+  -- left the queue when it was granted the lock or took it.)
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
+end
 local t, now = server_time()
 local head, _, g = live_waiters(KEYS[3], KEYS[4], now, '%d+')()
 if head then
