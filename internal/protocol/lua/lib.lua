@@ -74,17 +74,18 @@ local function next_fence(key, t, ms, exact)
     end
     return f
   end
-  local v = redis.call('GET', key)
+  local v = redis.call('SET', key, f, 'KEEPTTL', 'GET')
   if v then
     local last = tonumber(v)
     if not last then
+      redis.call('SET', key, v, 'KEEPTTL')
       error({err = 'ERR dlock: fence key ' .. key .. ' holds a non-integer'})
     end
     if last >= f then
       f = last + 1
+      redis.call('SET', key, f, 'KEEPTTL')
     end
   end
-  redis.call('SET', key, f, 'KEEPTTL')
   at_least(key, ms)
   return f
 end
