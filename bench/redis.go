@@ -83,12 +83,17 @@ func serverVersion(ctx context.Context, rdb *redis.Client) string {
 	if err != nil {
 		return "unknown"
 	}
+	version := "unknown"
 	for _, line := range strings.Split(txt, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "valkey_version:"); ok {
+			return "valkey " + v // Valkey reports a redis_version of its own too
+		}
+		if v, ok := strings.CutPrefix(line, "redis_version:"); ok {
+			version = v
 		}
 	}
-	return "unknown"
+	return version
 }
 
 func mustSnapshot(rdb *redis.Client) stats {
