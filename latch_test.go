@@ -650,7 +650,7 @@ func ExampleCountDownLatch() {
 }
 
 // replied is a go-redis hook that signals, without blocking, after each reply
-// to a GET.
+// to a read of a latch's count (HGET; GET of an earlier version's string).
 type replied chan struct{}
 
 func (r replied) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -658,7 +658,7 @@ func (r replied) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (r replied) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if cmd.Name() == "get" {
+		if n := cmd.Name(); n == "hget" || n == "get" { // the count: a hash field, or an earlier version's string
 			select {
 			case r <- struct{}{}:
 			default:
