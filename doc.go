@@ -345,7 +345,7 @@
 //	dlock:{N}:alive           hash: waiting owner id -> when it lapses unless renewed, and its
 //	                          grant lease; queue and alive expire when the last registration
 //	                          would; also "evicted:" and an owner id for a hold ForceRelease
-//	                          took away, until its lease would have ended or its Unlock came
+//	                          took away, until its lease would have ended
 //	dlock:{N}:extends         hash: owner id -> how many Extends of its lease have run, so
 //	                          that a renewal or Extend sent before the latest one changes
 //	                          nothing, however late it runs; written by Lease.Extend only,

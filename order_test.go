@@ -267,3 +267,26 @@ func TestForceReleaseGrantsWaitersLease(t *testing.T) {
 		t.Errorf("the evicted holder's Unlock: %v, want ErrLockLost", err)
 	}
 }
+
+// TestEvictedUnlockRetried: a holder ForceRelease took the lock from unlocks,
+// and the reply to its release is lost, so go-redis runs it again. Both runs
+// find the record of the eviction: Unlock still says the lease was lost.
+func TestEvictedUnlockRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, p, rdb := proxied(t)
+	l, err := c.Mutex("ev").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := clientOn(t, rdb)
+	if ev, err := admin.ForceRelease(ctx, dlock.KindMutex, "ev"); err != nil || len(ev.Evicted) != 1 {
+		t.Fatalf("ForceRelease: %+v, %v", ev, err)
+	}
+	in := dropOnce(t, p, "release")
+	err = l.Unlock(ctx)
+	checkHit(t, in)
+	if !errors.Is(err, dlock.ErrLockLost) {
+		t.Errorf("Unlock of an evicted hold, its reply lost and retried: %v, want ErrLockLost", err)
+	}
+}

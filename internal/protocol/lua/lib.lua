@@ -195,16 +195,17 @@ end
 -- owner ids; this one is "evicted:" and owner's) that owner's hold was taken
 -- away by ForceRelease, for ms (at least a millisecond), as long as its
 -- lease would have lasted: owner's release then answers 4, not a retry's 3,
--- and removes it.
+-- however often it runs.
 local function evict(alive, owner, ms)
   redis.call('HSET', alive, 'evicted:' .. owner, 1)
   at_least(alive, math.max(tonumber(ms), 1))
 end
 
--- evicted tells whether owner's hold was taken away (evict), removing the
--- record if so; alive may be nil (no kind with it can be evicted).
+-- evicted tells whether owner's hold was taken away (evict). The record is
+-- read, not removed, so that a retry of owner's release answers the same; it
+-- goes with alive's expiry. alive may be nil (no kind with it is evicted).
 local function evicted(alive, owner)
-  return alive ~= nil and redis.call('HDEL', alive, 'evicted:' .. owner) == 1
+  return alive ~= nil and redis.call('HEXISTS', alive, 'evicted:' .. owner) == 1
 end
 
 -- give_back gives back holds of owner on the lock hash lock, where held
