@@ -1,8 +1,7 @@
 -- red_release.lua: on one member of a RedLock, give back one hold of an
--- owner, or the lock itself. A lock freed while others wait goes to the
--- waiter whose registration lapses first: it is told to try (ARGV[4] "0", as
--- a RedLock asks, for its members keep separate queues), or granted the lock
--- (grant) for a short grant lease, with a new fence; only its Client is told.
+-- owner, or the lock itself. A lock freed while others wait is not granted:
+-- the waiter whose registration lapses first is told to try, and only its
+-- Client is told (a RedLock's members keep separate queues).
 --
 -- KEYS[1]  lock: hash of owner id -> hold count
 -- KEYS[2]  fence: the last fence handed out
@@ -14,11 +13,10 @@
 -- ARGV[3]  mode: "1", the owner's last hold goes: free the lock
 --          "0": one of several holds goes: set the owner's hold count to
 --          ARGV[5] (the client keeps the authoritative count)
---          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
---          was granted to it, grant it to the next waiter instead, or free it
--- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to;
---          "0" grants nothing: the waiter is told to try again (a RedLock
---          node, whose queue is one of several)
+--          "2": the waiter ARGV[1] gives up: unregister it, and if it holds
+--          the lock (its acquire's reply was lost), free it
+-- ARGV[4]  grant: "0", as every release script's ARGV[4] would grant: here
+--          the next waiter is always told to try
 -- ARGV[5]  count: for mode "0", the hold count that remains
 -- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
 --          KEYS[2] (after, in lib.lua)
@@ -50,9 +48,6 @@ if mode == '1' and held and waiting == 0 then
   return 1
 end
 -- (shared functions the rest calls)
-if waiting > 0 then
-  redis.call('STRLEN', KEYS[2]) -- a grant writes it
-end
 if mode == '2' then
   redis.call('ZREM', KEYS[3], ARGV[1])
   if not held then
@@ -66,7 +61,7 @@ else
 end
 redis.call('DEL', KEYS[1])
 if waiting > 0 then
-  local t, now = server_time()
+  local _, now = server_time()
   -- The waiter whose registration lapses first; lapsed ones go on the way.
   while true do
     -- ZRANGE and ZREM rather than ZPOPMIN: the commands the other
@@ -77,13 +72,7 @@ if waiting > 0 then
     end
     redis.call('ZREM', KEYS[3], head[1])
     if tonumber(head[2]) > now then
-      if ARGV[4] == '0' then
-        tell(ARGV[2], head[1])
-      else
-        -- The fence key keeps its expiry if that is later than the grant
-        -- lease's: the releaser's retry reads it until its lease's end.
-        grant(KEYS[1], KEYS[2], head[1], ARGV[4], t, ARGV[2], true)
-      end
+      tell(ARGV[2], head[1])
       break
     end
   end
