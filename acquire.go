@@ -200,6 +200,9 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 			}
 			continue
 		}
+		// Where the slot of the lock (and of its channel) lives, the attempt
+		// just asked: a move the server did not tell of shows now.
+		a.e.note.Check(ctx, t.g)
 		if l, err := t.sleep(ctx, pttl); l != nil || err != nil {
 			return l, err
 		}

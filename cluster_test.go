@@ -182,9 +182,9 @@ func commandCalls(t *testing.T, cl *redistest.Cluster, cmd string) map[string]in
 // holder keeps, and returns once the waiter is registered in Redis (inLine).
 // The channel gets the time the waiter got the lock; the waiter unlocks it
 // then.
-func waitInLine(t *testing.T, c *dlock.Client, rdb redis.UniversalClient, name string) <-chan time.Time {
+func waitInLine(t *testing.T, c *dlock.Client, rdb redis.UniversalClient, name string, opts ...dlock.Option) <-chan time.Time {
 	t.Helper()
-	o := inLine(t, rdb, c.Mutex(name).Lock, "dlock:{"+name+"}:waiters", 1)
+	o := inLine(t, rdb, c.Mutex(name, opts...).Lock, "dlock:{"+name+"}:waiters", 1)
 	got := make(chan time.Time, 1)
 	go func() {
 		r := <-o
@@ -258,19 +258,36 @@ func TestClusterHandOffOnShard(t *testing.T) {
 
 // TestClusterFailoverWakeUps: a waiter subscribed on a primary that fails
 // over (the server drops its shard channels) is subscribed again on the new
-// primary, and the next release wakes it at once.
+// primary, and the next release wakes it at once; also when the old
+// primary's SUNSUBSCRIBE never reaches the waiter's Client, whose next
+// attempt finds the slot moved.
 func TestClusterFailoverWakeUps(t *testing.T) {
 	t.Parallel()
+	for _, lost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sunsubscribe lost %v", lost), func(t *testing.T) {
+			t.Parallel()
+			var opts []dlock.Option
+			if lost {
+				opts = append(opts, dlock.WithLostSUnsubscribe())
+			}
+			failoverWakeUp(t, opts...)
+		})
+	}
+}
+
+func failoverWakeUp(t *testing.T, opts ...dlock.Option) {
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx := context.Background()
 	rdb := cl.Client(t)
 	holder := clientOn(t, rdb)
-	waiter := clientOn(t, cl.Client(t))
-	l, err := holder.Mutex("fo").Lock(ctx)
+	waiter := clientOn(t, cl.Client(t), opts...)
+	// A TTL whose keep-alive (TTL/6) is short: the waiter's next attempt
+	// comes within a second and a half of the failover.
+	l, err := holder.Mutex("fo", dlock.WithTTL(9*time.Second)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := waitInLine(t, waiter, rdb, "fo")
+	got := waitInLine(t, waiter, rdb, "fo", dlock.WithTTL(9*time.Second))
 	primary, err := cl.PrimaryFor(ctx, "dlock:{fo}")
 	if err != nil {
 		t.Fatal(err)
@@ -279,10 +296,10 @@ func TestClusterFailoverWakeUps(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The subscription moves with the slot: at once when the old primary's
-	// SUNSUBSCRIBE reaches the waiter's Client, else when its health check
-	// finds the connection silent (30s and 5s more without an answer). The
-	// bound covers the second: it is the outcome that counts, and with both
-	// CPUs busy the Cluster takes a while to agree on the new primary.
+	// SUNSUBSCRIBE reaches the waiter's Client, else at the waiter's next
+	// attempt after its Client's slot map shows the move. The bound is
+	// generous: it is the outcome that counts, and with both CPUs busy the
+	// Cluster takes a while to agree on the new primary.
 	channel := "dlock:{fo}:wake:"
 	if !within(40*time.Second, func() bool {
 		n, err := cl.PrimaryFor(ctx, channel)

@@ -158,6 +158,12 @@ func WithUnsubscribeHook(f func()) Option {
 	return testOption("WithUnsubscribeHook", func(c *config) { c.notify.BeforeUnsubscribe = f })
 }
 
+// WithLostSUnsubscribe makes the Client's notifier pass over the SUNSUBSCRIBE
+// a server sends when a channel's slot moves, as if it were lost.
+func WithLostSUnsubscribe() Option {
+	return testOption("WithLostSUnsubscribe", func(c *config) { c.notify.LoseDropped = true })
+}
+
 // WithoutFenceRaise makes the Client's RedLock acquisitions skip writing
 // their fence back to the nodes, as a broken RedLock would: the raise script
 // only reports whether the owner holds the lock.

@@ -35,7 +35,9 @@ var grantKinds = []struct {
 // returns once the sorted set queue holds n waiters, its own included.
 func inLine(t *testing.T, rdb redis.UniversalClient, lock func(context.Context) (*dlock.Lease, error), queue string, n int64) <-chan lockOutcome {
 	t.Helper()
-	out := waitFor(lock, 30*time.Second)
+	// Longer than any test waits for what it checks meanwhile: a waiter
+	// that gave up would spoil the check.
+	out := waitFor(lock, 60*time.Second)
 	if !within(5*time.Second, func() bool { return rdb.ZCard(context.Background(), queue).Val() == n }) {
 		t.Fatalf("waiter not registered in %s", queue)
 	}

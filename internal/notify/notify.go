@@ -90,8 +90,9 @@ type Gate struct {
 	refs    int // joins not yet left
 	waiters map[string]*Waiter
 	idle    *list.Element // in Notifier.idle while refs == 0
-	// again, if not nil, is closed when Redis confirms the subscription
-	// made again after the server dropped the channel.
+	// again, if not nil, marks a subscription being made again because the
+	// channel's slot moved (the server dropped the channel, or Check found
+	// it served elsewhere); it is closed when Redis confirms it.
 	again chan struct{}
 
 	// Ordered by ready, which is closed once (under Notifier.mu) when Redis
@@ -154,6 +155,9 @@ type Config struct {
 	// BeforeUnsubscribe, if not nil, runs before unsubscribe decides which
 	// channels to let go; tests use it to make a join race the decision.
 	BeforeUnsubscribe func()
+	// LoseDropped, in tests, passes over the SUNSUBSCRIBE a server sends
+	// when a channel's slot moves, as if it never arrived.
+	LoseDropped bool
 }
 
 var DefaultConfig = Config{
@@ -569,7 +573,9 @@ func (n *Notifier) dispatch(sh *shard, msg any) {
 		case "ssubscribe", "subscribe":
 			n.confirmed(sh, m.Channel)
 		case "sunsubscribe":
-			n.dropped(sh, m.Channel)
+			if !n.cfg.LoseDropped {
+				n.dropped(sh, m.Channel)
+			}
 		}
 	}
 }
@@ -643,8 +649,10 @@ func (n *Notifier) confirmed(sh *shard, channel string) {
 func (n *Notifier) dropped(sh *shard, channel string) {
 	n.mu.Lock()
 	g := n.gates[channel]
-	moved := g != nil && slices.Contains(g.shs, sh)
+	// Once: the server's SUNSUBSCRIBE and a waiter's Check may both see it.
+	moved := g != nil && slices.Contains(g.shs, sh) && g.again == nil
 	if moved {
+		g.again = make(chan struct{}) // resubscribe makes its own
 		for _, w := range g.waiters {
 			w.signal(protocol.Wake{})
 		}
@@ -653,7 +661,7 @@ func (n *Notifier) dropped(sh *shard, channel string) {
 	if !moved {
 		return
 	}
-	n.log.Warn("dlock: wake-up channel dropped by its server; subscribing again", "node", sh.addr, "channel", channel)
+	n.log.Warn("dlock: wake-up channel's slot moved; subscribing again where it lives now", "node", sh.addr, "channel", channel)
 	n.wg.Go(func() {
 		// go-redis keeps the channel for sh's connection: forget it there,
 		// so that a reconnection does not ask the wrong node for it. (The
@@ -672,6 +680,29 @@ func (n *Notifier) dropped(sh *shard, channel string) {
 			}
 		}
 	})
+}
+
+// Check makes sure that g's channel is subscribed where its slot lives now,
+// as far as the Cluster's slot map (held locally) tells: a waiter calls it
+// after each attempt, so that a subscription whose slot moved is taken up on
+// the new server even if the old one's SUNSUBSCRIBE never arrived (it went
+// down, or the message was lost with its connection). It does nothing
+// elsewhere than on a Cluster, and while a subscription is under way.
+func (n *Notifier) Check(ctx context.Context, g *Gate) {
+	addr, err := n.backend.ShardOf(ctx, g.channel)
+	if err != nil || addr == "" {
+		return
+	}
+	n.mu.Lock()
+	var sh *shard
+	if len(g.shs) == 1 && g.again == nil && g.isReady() && g.subErr == nil && n.gates[g.channel] == g {
+		sh = g.shs[0]
+	}
+	n.mu.Unlock()
+	if sh == nil || sh.addr == addr {
+		return
+	}
+	n.dropped(sh, g.channel)
 }
 
 // resubscribe subscribes g's channel again, which the server of shard old
