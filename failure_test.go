@@ -94,6 +94,24 @@ func TestRedisErrors(t *testing.T) {
 		if n := rdb.Exists(ctx, "dlock:{fence}").Val(); n != 0 {
 			t.Error("a failed acquire left the lock key set")
 		}
+		// A waiter's registration, the lock held, meets a foreign queue key.
+		l, err := c.Mutex("q").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb.Set(ctx, "dlock:{q}:waiters", "not a queue", 0)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := c.Mutex("q").Lock(wctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("Lock over a foreign queue key: %v", err)
+		}
+		if n := rdb.Exists(ctx, "dlock:{q}:alive").Val(); n != 0 {
+			t.Error("a failed registration left an entry in the alive hash")
+		}
+		rdb.Del(ctx, "dlock:{q}:waiters")
+		if err := l.Unlock(ctx); err != nil {
+			t.Errorf("Unlock: %v", err)
+		}
 	})
 }
 

@@ -46,17 +46,28 @@ end
 if ARGV[3] == '1' then
   return reenter(KEYS[1], me, ARGV[4])
 end
-local n = redis.call('HLEN', KEYS[1])
-redis.call('ZCARD', KEYS[3]) -- type checks, before any write
-if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
+-- Every WRONGTYPE comes before a write that matters: the lock's (HEXISTS),
+-- the fence's (GET in fence_floor, or SET ... GET in next_fence), the
+-- queue's and alive's (ZADD, HSET; or the walk's ZRANGE and HGET). A queue
+-- entry written before alive's WRONGTYPE has no entry there: the next walk
+-- drops it.
+if redis.call('HEXISTS', KEYS[1], me) == 1 then
   return held_again(KEYS[1], KEYS[2], ARGV[2])
 end
-local free = n == 0
-redis.call('HLEN', KEYS[4]) -- a type check, before any write
+local pttl = redis.call('PTTL', KEYS[1])
 local t, now = server_time()
--- The first live waiter; lapsed ones ahead of it are dropped.
+if pttl ~= -2 then
+  -- Held by another owner: the caller is queued; its release walks the
+  -- queue (dropping lapsed waiters), not this call.
+  local floor = fence_floor(KEYS[2], t)
+  if ARGV[4] ~= '0' then
+    queue(KEYS[3], KEYS[4], me, t, now, ARGV[4], ARGV[5])
+  end
+  return {-pttl - 3, floor, micros(t)}
+end
+-- Free: the first live waiter takes it; lapsed ones ahead of it are dropped.
 local head, lapse = live_waiters(KEYS[3], KEYS[4], now, '%d+', me)()
-if free and (not head or head == me) then
+if not head or head == me then
   local fence = next_fence(KEYS[2], t, ARGV[2], true)
   if head then
     redis.call('ZREM', KEYS[3], me)
@@ -66,13 +77,8 @@ if free and (not head or head == me) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return fence
 end
+local floor = fence_floor(KEYS[2], t)
 if ARGV[4] ~= '0' then
-  redis.call('ZADD', KEYS[3], 'NX', micros(t), me)
-  redis.call('HSET', KEYS[4], me, string.format('%.0f', now + tonumber(ARGV[4])) .. '|' .. ARGV[5])
-  at_least(KEYS[3], ARGV[4])
-  at_least(KEYS[4], ARGV[4])
+  queue(KEYS[3], KEYS[4], me, t, now, ARGV[4], ARGV[5])
 end
-if not free then
-  return held_reply(redis.call('PTTL', KEYS[1]), KEYS[2], t)
-end
-return held_reply(lapse - now, KEYS[2], t)
+return {-(lapse - now) - 3, floor, micros(t)}

@@ -85,8 +85,11 @@ local function next_fence(key, t, ms, exact)
       f = last + 1
       redis.call('SET', key, f, 'KEEPTTL')
     end
+    -- The key had an expiry (dlock writes none without): lengthen it only.
+    redis.call('PEXPIRE', key, ms, 'GT')
+    return f
   end
-  at_least(key, ms)
+  redis.call('PEXPIRE', key, ms)
   return f
 end
 
@@ -286,6 +289,18 @@ local function live_waiters(queue, alive, now, rest, keep)
       redis.call('HDEL', alive, w)
     end
   end
+end
+
+-- queue registers owner as a waiter in the sorted set queue (by arrival: t,
+-- from TIME, in microseconds; a registered owner keeps its place) and in the
+-- hash alive ("<lapse>|<grant>": it lapses register ms after now, the server
+-- time in ms, unless renewed; grant is its grant lease). Both keys expire
+-- when the last registration would lapse.
+local function queue(q, alive, owner, t, now, register, grant)
+  redis.call('ZADD', q, 'NX', micros(t), owner)
+  redis.call('HSET', alive, owner, string.format('%.0f', now + tonumber(register)) .. '|' .. grant)
+  at_least(q, register)
+  at_least(alive, register)
 end
 
 -- sem_used sweeps the holders whose lease lapsed from a semaphore (its hash

@@ -58,9 +58,10 @@ if mode == '1' and queued == 0 and redis.call('HDEL', KEYS[1], ARGV[1]) == 1 the
 end
 local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
 -- (shared functions the rest calls)
-redis.call('HLEN', KEYS[4])
-if queued > 0 then
-  redis.call('STRLEN', KEYS[2]) -- a grant writes it
+if mode ~= '1' or ARGV[7] == '1' then
+  -- A type check, before the writes to alive below: a Mutex's release
+  -- reads alive first in the walk, or not at all.
+  redis.call('HLEN', KEYS[4])
 end
 if mode == '2' then
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -74,8 +75,8 @@ else
     return code
   end
 end
-redis.call('DEL', KEYS[1])
 if queued == 0 then
+  redis.call('DEL', KEYS[1])
   return 1
 end
 if ARGV[7] == '1' then
@@ -87,12 +88,17 @@ end
 local t, now = server_time()
 local head, _, g = live_waiters(KEYS[3], KEYS[4], now, '%d+')()
 if head then
+  -- The grant's fence first: its SET ... GET is the fence key's type check,
+  -- and the first write that matters. The fence key keeps its expiry if that
+  -- is later than the grant lease's: the releaser's retry reads it until its
+  -- lease's end. The hold that goes was the lock hash's only one.
+  grant(KEYS[1], KEYS[2], head, g or ARGV[4], t, ARGV[2], true)
+  redis.call('HDEL', KEYS[1], ARGV[1])
   if ARGV[7] ~= '1' then
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[4], head)
   end
-  -- The fence key keeps its expiry if that is later than the grant lease's:
-  -- the releaser's retry reads it until its lease's end.
-  grant(KEYS[1], KEYS[2], head, g or ARGV[4], t, ARGV[2], true)
+  return 1
 end
+redis.call('DEL', KEYS[1])
 return 1

@@ -4,15 +4,6 @@ local function micros(t)
   return t[1] * 1000000 + t[2]
 end
 
--- at_least makes key expire no sooner than ms from now: a key without an
--- expiry gets one, a key that would expire sooner is given more, and a
--- missing key stays missing.
-local function at_least(key, ms)
-  if redis.call('PEXPIRE', key, ms, 'GT') == 0 then
-    redis.call('PEXPIRE', key, ms, 'NX') -- GT takes a key without expiry for one that never expires
-  end
-end
-
 -- next_fence hands out a fence: above the last one (the string key), and at
 -- least the server time in microseconds (t, from TIME), so that fences keep
 -- rising when the key is gone (it expired, or Redis restarted without it).
@@ -51,8 +42,11 @@ local function next_fence(key, t, ms, exact)
       f = last + 1
       redis.call('SET', key, f, 'KEEPTTL')
     end
+    -- The key had an expiry (dlock writes none without): lengthen it only.
+    redis.call('PEXPIRE', key, ms, 'GT')
+    return f
   end
-  at_least(key, ms)
+  redis.call('PEXPIRE', key, ms)
   return f
 end
 
@@ -118,6 +112,15 @@ local function server_time()
   return t, t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
+-- at_least makes key expire no sooner than ms from now: a key without an
+-- expiry gets one, a key that would expire sooner is given more, and a
+-- missing key stays missing.
+local function at_least(key, ms)
+  if redis.call('PEXPIRE', key, ms, 'GT') == 0 then
+    redis.call('PEXPIRE', key, ms, 'NX') -- GT takes a key without expiry for one that never expires
+  end
+end
+
 -- fence_floor returns a number that every fence handed out on the string
 -- key fence from now on exceeds, and no fence handed out before now does
 -- (unless fences ran ahead of the clock and the key has gone since): the last
@@ -132,14 +135,6 @@ local function fence_floor(key, t)
     return last
   end
   return f
-end
-
--- held_reply is an acquire script's answer "not acquired": the wait (ms,
--- -1 if unknown), the fence floor of the string key fence (fence_floor) and
--- the server time t (from TIME) in microseconds, by which the waiter dates a
--- grant it is told of later (grant).
-local function held_reply(wait, fence, t)
-  return {-wait - 3, fence_floor(fence, t), micros(t)}
 end
 
 -- held_again answers a take by an owner that holds the lock hash lock
@@ -214,20 +209,43 @@ local function live_waiters(queue, alive, now, rest, keep)
   end
 end
 
+-- queue registers owner as a waiter in the sorted set queue (by arrival: t,
+-- from TIME, in microseconds; a registered owner keeps its place) and in the
+-- hash alive ("<lapse>|<grant>": it lapses register ms after now, the server
+-- time in ms, unless renewed; grant is its grant lease). Both keys expire
+-- when the last registration would lapse.
+local function queue(q, alive, owner, t, now, register, grant)
+  redis.call('ZADD', q, 'NX', micros(t), owner)
+  redis.call('HSET', alive, owner, string.format('%.0f', now + tonumber(register)) .. '|' .. grant)
+  at_least(q, register)
+  at_least(alive, register)
+end
+
 if ARGV[3] == '1' then
   return reenter(KEYS[1], me, ARGV[4])
 end
-local n = redis.call('HLEN', KEYS[1])
-redis.call('ZCARD', KEYS[3]) -- type checks, before any write
-if n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1 then
+-- Every WRONGTYPE comes before a write that matters: the lock's (HEXISTS),
+-- the fence's (GET in fence_floor, or SET ... GET in next_fence), the
+-- queue's and alive's (ZADD, HSET; or the walk's ZRANGE and HGET). A queue
+-- entry written before alive's WRONGTYPE has no entry there: the next walk
+-- drops it.
+if redis.call('HEXISTS', KEYS[1], me) == 1 then
   return held_again(KEYS[1], KEYS[2], ARGV[2])
 end
-local free = n == 0
-redis.call('HLEN', KEYS[4]) -- a type check, before any write
+local pttl = redis.call('PTTL', KEYS[1])
 local t, now = server_time()
--- The first live waiter; lapsed ones ahead of it are dropped.
+if pttl ~= -2 then
+  -- Held by another owner: the caller is queued; its release walks the
+  -- queue (dropping lapsed waiters), not this call.
+  local floor = fence_floor(KEYS[2], t)
+  if ARGV[4] ~= '0' then
+    queue(KEYS[3], KEYS[4], me, t, now, ARGV[4], ARGV[5])
+  end
+  return {-pttl - 3, floor, micros(t)}
+end
+-- Free: the first live waiter takes it; lapsed ones ahead of it are dropped.
 local head, lapse = live_waiters(KEYS[3], KEYS[4], now, '%d+', me)()
-if free and (not head or head == me) then
+if not head or head == me then
   local fence = next_fence(KEYS[2], t, ARGV[2], true)
   if head then
     redis.call('ZREM', KEYS[3], me)
@@ -237,14 +255,9 @@ if free and (not head or head == me) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return fence
 end
+local floor = fence_floor(KEYS[2], t)
 if ARGV[4] ~= '0' then
-  redis.call('ZADD', KEYS[3], 'NX', micros(t), me)
-  redis.call('HSET', KEYS[4], me, string.format('%.0f', now + tonumber(ARGV[4])) .. '|' .. ARGV[5])
-  at_least(KEYS[3], ARGV[4])
-  at_least(KEYS[4], ARGV[4])
+  queue(KEYS[3], KEYS[4], me, t, now, ARGV[4], ARGV[5])
 end
-if not free then
-  return held_reply(redis.call('PTTL', KEYS[1]), KEYS[2], t)
-end
-return held_reply(lapse - now, KEYS[2], t)
+return {-(lapse - now) - 3, floor, micros(t)}
 

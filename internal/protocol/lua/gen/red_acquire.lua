@@ -4,15 +4,6 @@ local function micros(t)
   return t[1] * 1000000 + t[2]
 end
 
--- at_least makes key expire no sooner than ms from now: a key without an
--- expiry gets one, a key that would expire sooner is given more, and a
--- missing key stays missing.
-local function at_least(key, ms)
-  if redis.call('PEXPIRE', key, ms, 'GT') == 0 then
-    redis.call('PEXPIRE', key, ms, 'NX') -- GT takes a key without expiry for one that never expires
-  end
-end
-
 -- next_fence hands out a fence: above the last one (the string key), and at
 -- least the server time in microseconds (t, from TIME), so that fences keep
 -- rising when the key is gone (it expired, or Redis restarted without it).
@@ -51,8 +42,11 @@ local function next_fence(key, t, ms, exact)
       f = last + 1
       redis.call('SET', key, f, 'KEEPTTL')
     end
+    -- The key had an expiry (dlock writes none without): lengthen it only.
+    redis.call('PEXPIRE', key, ms, 'GT')
+    return f
   end
-  at_least(key, ms)
+  redis.call('PEXPIRE', key, ms)
   return f
 end
 
@@ -121,6 +115,15 @@ end
 local function server_time()
   local t = redis.call('TIME')
   return t, t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- at_least makes key expire no sooner than ms from now: a key without an
+-- expiry gets one, a key that would expire sooner is given more, and a
+-- missing key stays missing.
+local function at_least(key, ms)
+  if redis.call('PEXPIRE', key, ms, 'GT') == 0 then
+    redis.call('PEXPIRE', key, ms, 'NX') -- GT takes a key without expiry for one that never expires
+  end
 end
 
 -- fence_floor returns a number that every fence handed out on the string

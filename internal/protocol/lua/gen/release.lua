@@ -117,8 +117,11 @@ local function next_fence(key, t, ms, exact)
       f = last + 1
       redis.call('SET', key, f, 'KEEPTTL')
     end
+    -- The key had an expiry (dlock writes none without): lengthen it only.
+    redis.call('PEXPIRE', key, ms, 'GT')
+    return f
   end
-  at_least(key, ms)
+  redis.call('PEXPIRE', key, ms)
   return f
 end
 
@@ -270,9 +273,10 @@ local function live_waiters(queue, alive, now, rest, keep)
   end
 end
 
-redis.call('HLEN', KEYS[4])
-if queued > 0 then
-  redis.call('STRLEN', KEYS[2]) -- a grant writes it
+if mode ~= '1' or ARGV[7] == '1' then
+  -- A type check, before the writes to alive below: a Mutex's release
+  -- reads alive first in the walk, or not at all.
+  redis.call('HLEN', KEYS[4])
 end
 if mode == '2' then
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -286,8 +290,8 @@ else
     return code
   end
 end
-redis.call('DEL', KEYS[1])
 if queued == 0 then
+  redis.call('DEL', KEYS[1])
   return 1
 end
 if ARGV[7] == '1' then
@@ -299,13 +303,18 @@ end
 local t, now = server_time()
 local head, _, g = live_waiters(KEYS[3], KEYS[4], now, '%d+')()
 if head then
+  -- The grant's fence first: its SET ... GET is the fence key's type check,
+  -- and the first write that matters. The fence key keeps its expiry if that
+  -- is later than the grant lease's: the releaser's retry reads it until its
+  -- lease's end. The hold that goes was the lock hash's only one.
+  grant(KEYS[1], KEYS[2], head, g or ARGV[4], t, ARGV[2], true)
+  redis.call('HDEL', KEYS[1], ARGV[1])
   if ARGV[7] ~= '1' then
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[4], head)
   end
-  -- The fence key keeps its expiry if that is later than the grant lease's:
-  -- the releaser's retry reads it until its lease's end.
-  grant(KEYS[1], KEYS[2], head, g or ARGV[4], t, ARGV[2], true)
+  return 1
 end
+redis.call('DEL', KEYS[1])
 return 1
 

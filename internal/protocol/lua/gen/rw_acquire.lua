@@ -71,8 +71,11 @@ local function next_fence(key, t, ms, exact)
       f = last + 1
       redis.call('SET', key, f, 'KEEPTTL')
     end
+    -- The key had an expiry (dlock writes none without): lengthen it only.
+    redis.call('PEXPIRE', key, ms, 'GT')
+    return f
   end
-  at_least(key, ms)
+  redis.call('PEXPIRE', key, ms)
   return f
 end
 
