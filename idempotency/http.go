@@ -48,9 +48,16 @@ func MaxBody(n int64) MiddlewareOption { return func(m *middleware) { m.maxBody 
 // true. A duplicate that comes while the first runs waits for it, or, with a
 // Store made WithoutWaiting, gets 409 with Retry-After: 1. The same key with
 // another method, path or body gets 422; an empty or oversized key 400; a
-// body over MaxBody 413. Responses with a 5xx status are not stored: the key
-// is free for a retry. The handler runs with a context that is cancelled if
+// body over MaxBody 413. The handler runs with a context that is cancelled if
 // the key's lock is lost.
+//
+// A response is stored if it is an answer (a 2xx, 3xx or 4xx status), and
+// not if it asks the client to try again: a 5xx, 408 Request Timeout, 409
+// Conflict, 425 Too Early, 429 Too Many Requests, or any response with a
+// Retry-After header. The key is then free for the retry, which runs the
+// handler again. A handler under lockhttp.Handler answers 409 with
+// Retry-After while the request's lock is held (say, by a process that died
+// mid-request, until the lock's lease ends): that answer is not stored.
 func (s *Store) Middleware(next http.Handler, opts ...MiddlewareOption) http.Handler {
 	m := &middleware{s: s, next: next, maxBody: DefaultMaxBody, retryAfter: 1}
 	for _, o := range opts {
@@ -100,7 +107,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		m.next.ServeHTTP(rec, req)
 		b, err := json.Marshal(recorded{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()})
-		return b, rec.status < 500, err
+		return b, final(rec.status, rec.header), err
 	})
 	switch {
 	case errors.Is(err, ErrMismatch):
@@ -129,6 +136,19 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(rec.Status)
 	_, _ = w.Write(rec.Body)
+}
+
+// final reports whether a response with status and header is an answer to
+// store, rather than one that asks the client to try again.
+func final(status int, header http.Header) bool {
+	switch {
+	case status < 200 || status >= 500:
+		return false
+	case status == http.StatusRequestTimeout, status == http.StatusConflict,
+		status == http.StatusTooEarly, status == http.StatusTooManyRequests:
+		return false
+	}
+	return len(header.Values("Retry-After")) == 0
 }
 
 // recorder is the ResponseWriter a guarded handler writes to.

@@ -152,7 +152,8 @@ type stored struct {
 // path and body): a key seen with another fingerprint gives ErrMismatch. If
 // fn fails, nothing is stored and its error is returned: the key is free for
 // another try. keep, if true, stores fn's response; false returns it
-// without storing (an HTTP 5xx, worth retrying).
+// without storing (a response that asks to be retried, such as an HTTP 503
+// or 409).
 func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx context.Context) (response []byte, keep bool, err error)) (Result, error) {
 	switch {
 	case s == nil || s.locks == nil:
