@@ -8,8 +8,11 @@
 //
 // The run is guarded by a dlock Mutex named after the key: a handler that
 // crashes mid-request holds the key only until the lock's lease runs out
-// (its TTL, 30s unless WithLeaseTTL says otherwise); a duplicate then runs
-// it. A stored response lives WithKeep (24 hours by default).
+// (WithLeaseTTL; by default the dlock Client's TTL, 30s unless the Client
+// says otherwise); a duplicate then runs it. A handler under
+// lockhttp.Handler also holds the request's lock, which a dead process keeps
+// until its own lease ends (lockhttp.DefaultTTL, 10s): give both the same
+// TTL. A stored response lives WithKeep (24 hours by default).
 //
 // What it cannot do: a handler stopped past its lease (a GC pause, a stopped
 // VM) and a duplicate that took over may both run; the first response stored
@@ -78,7 +81,8 @@ func WithKeep(d time.Duration) Option {
 
 // WithLeaseTTL sets the TTL of the lock that guards a run: how long a key
 // stays taken after the process running it died. Default: the dlock
-// Client's TTL.
+// Client's TTL. For a handler under lockhttp.Handler, set it to the TTL of
+// the request's lock (lockhttp.DefaultTTL, 10s, unless set there).
 func WithLeaseTTL(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < dlock.MinTTL {

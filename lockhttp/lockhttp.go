@@ -3,6 +3,11 @@
 // locking out of the business code. The handler runs with a context that is
 // cancelled if the lock is lost and that carries the lease (FromContext),
 // for its fence and for re-entry.
+//
+// A process that dies mid-request holds the request's lock until its lease
+// runs out: DefaultTTL (10s), whatever the Client's TTL, unless LockOptions
+// gives dlock.WithTTL. Under an idempotency.Middleware, whose key is held the
+// same way by its own lock, give both the same TTL (idempotency.WithLeaseTTL).
 package lockhttp
 
 import (
@@ -14,6 +19,10 @@ import (
 
 	"github.com/dlock-go/dlock"
 )
+
+// DefaultTTL is the TTL of a request's lock unless LockOptions gives
+// dlock.WithTTL: how long a process that died mid-request keeps the lock.
+const DefaultTTL = 10 * time.Second
 
 // Option configures Handler.
 type Option func(*handler)
@@ -42,7 +51,8 @@ func NoWait() Option { return Wait(0) }
 // held. Default: 409 Conflict, with Retry-After: 1.
 func BusyStatus(code int) Option { return func(h *handler) { h.busyCode = code } }
 
-// LockOptions sets the options of the locks (WithTTL, ...).
+// LockOptions sets the options of the locks (WithTTL, ...). Default: a TTL
+// of DefaultTTL (10s), not the Client's.
 func LockOptions(opts ...dlock.Option) Option {
 	return func(h *handler) { h.opts = append(h.opts, opts...) }
 }
@@ -52,7 +62,7 @@ func LockOptions(opts ...dlock.Option) Option {
 // names "", answers 400 with its error; a lock that stays held, BusyStatus;
 // a failure to reach Redis, 503.
 func Handler(c *dlock.Client, name func(*http.Request) (string, error), next http.Handler, opts ...Option) http.Handler {
-	h := &handler{c: c, name: name, next: next, busyCode: http.StatusConflict}
+	h := &handler{c: c, name: name, next: next, busyCode: http.StatusConflict, opts: []dlock.Option{dlock.WithTTL(DefaultTTL)}}
 	for _, o := range opts {
 		o(h)
 	}

@@ -179,3 +179,41 @@ func TestLostLock(t *testing.T) {
 		t.Error("the handler's context was not cancelled when its lease ran out")
 	}
 }
+
+// TestTTL: a request's lock has a TTL of DefaultTTL (10s), whatever the
+// Client's default, unless LockOptions sets one.
+func TestTTL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ttl := make(chan time.Duration, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l, _ := lockhttp.FromContext(r.Context())
+		d, err := l.TTL(r.Context())
+		if err != nil {
+			t.Error(err)
+		}
+		ttl <- d
+	})
+	slow, err := dlock.New(srv.Client(t), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slow.Close() })
+	for _, tc := range []struct {
+		what string
+		c    *dlock.Client
+		opts []lockhttp.Option
+		want time.Duration
+	}{
+		{"a Client with the default TTL", client(t, srv), nil, 10 * time.Second},
+		{"a Client with a TTL of 1m", slow, nil, 10 * time.Second},
+		{"LockOptions(WithTTL(3s))", slow, []lockhttp.Option{lockhttp.LockOptions(dlock.WithTTL(3 * time.Second))}, 3 * time.Second},
+	} {
+		ts := httptest.NewServer(lockhttp.Handler(tc.c, byOrder, h, tc.opts...))
+		get(t, ts.URL+"/?order=1")
+		ts.Close()
+		if d := <-ttl; d > tc.want || d < tc.want/2 {
+			t.Errorf("%s: the request's lock has %v left, want a TTL of %v", tc.what, d, tc.want)
+		}
+	}
+}
