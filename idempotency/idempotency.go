@@ -2,9 +2,9 @@
 // processes: the first request with a key runs; a duplicate that comes while
 // it runs waits for it (or is refused, if so configured) and then gets the
 // stored response replayed; a duplicate that comes later gets it at once. A
-// key sent again with a different payload is refused. It is the guard the
-// seeds' flash sale puts in front of "submit order", where one impatient user
-// clicks three times.
+// key sent again with a different payload is refused. It belongs in front of
+// a request that must not take effect twice, such as "submit order", which a
+// user may click three times and a client may send again after a timeout.
 //
 // The run is guarded by a dlock Mutex named after the key: a handler that
 // crashes mid-request holds the key only until the lock's lease runs out

@@ -1,7 +1,8 @@
 // Package lockhttp runs net/http handlers under a dlock lock named from the
-// request: the Go counterpart of the seeds' lock annotation, which takes
-// locking out of the business code. The handler runs with a context that is
-// cancelled if the lock is lost and that carries the lease (FromContext),
+// request, so that the handler's own code does no locking: requests that
+// name the same lock (say, the refunds of one order) run one at a time
+// across every process of a service. The handler runs with a context that
+// is cancelled if the lock is lost and that carries the lease (FromContext),
 // for its fence and for re-entry.
 //
 // A process that dies mid-request holds the request's lock until its lease
