@@ -23,24 +23,11 @@ const (
 	DefaultMaxBody = 1 << 20
 )
 
-// MiddlewareOption configures Middleware.
-type MiddlewareOption func(*middleware)
-
 type middleware struct {
-	s          *Store
+	s          *Store // with the Middleware's own Options
 	next       http.Handler
-	requireKey bool
-	maxBody    int64
 	retryAfter int // seconds, for 409
 }
-
-// RequireKey makes a request without an Idempotency-Key header fail with 400.
-// Default: it is passed to the handler as it is, unguarded.
-func RequireKey() MiddlewareOption { return func(m *middleware) { m.requireKey = true } }
-
-// MaxBody sets the largest request body read to fingerprint it. Default:
-// DefaultMaxBody (1 MiB).
-func MaxBody(n int64) MiddlewareOption { return func(m *middleware) { m.maxBody = n } }
 
 // Middleware guards next with s, keyed by the Idempotency-Key header: the
 // first request with a key runs next; a duplicate gets the response it wrote
@@ -58,12 +45,21 @@ func MaxBody(n int64) MiddlewareOption { return func(m *middleware) { m.maxBody 
 // handler again. A handler under lockhttp.Handler answers 409 with
 // Retry-After while the request's lock is held (say, by a process that died
 // mid-request, until the lock's lease ends): that answer is not stored.
-func (s *Store) Middleware(next http.Handler, opts ...MiddlewareOption) http.Handler {
-	m := &middleware{s: s, next: next, maxBody: DefaultMaxBody, retryAfter: 1}
-	for _, o := range opts {
-		o(m)
+//
+// opts apply to this Middleware, over those given to New.
+func (s *Store) Middleware(next http.Handler, opts ...Option) http.Handler {
+	cfg, err := s.cfg.with("Middleware", opts)
+	if err != nil {
+		return failing(err)
 	}
-	return m
+	return &middleware{s: &Store{locks: s.locks, rdb: s.rdb, cfg: cfg}, next: next, retryAfter: 1}
+}
+
+// failing returns a handler that answers every request with 500 and err.
+func failing(err error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	})
 }
 
 // recorded is a response as stored.
@@ -76,7 +72,7 @@ type recorded struct {
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get(Header)
 	if key == "" {
-		if m.requireKey {
+		if m.s.cfg.requireKey {
 			http.Error(w, "missing "+Header+" header", http.StatusBadRequest)
 			return
 		}
@@ -87,12 +83,12 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, Header+" longer than "+strconv.Itoa(MaxKeyLen)+" bytes", http.StatusBadRequest)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, m.maxBody+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, m.s.cfg.maxBody+1))
 	if err != nil {
 		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if int64(len(body)) > m.maxBody {
+	if int64(len(body)) > m.s.cfg.maxBody {
 		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
 		return
 	}

@@ -57,24 +57,46 @@ var (
 
 // Store runs requests once per key. It is safe for concurrent use.
 type Store struct {
-	locks  *dlock.Client
-	rdb    redis.UniversalClient
-	prefix string
-	keep   time.Duration
-	ttl    time.Duration // of the lock that guards a run; 0: the Client's
-	wait   bool
+	locks *dlock.Client
+	rdb   redis.UniversalClient
+	cfg   config
 }
 
-// Option configures a Store.
-type Option func(*Store) error
+// Option configures a Store (given to New, for every Do and Middleware of
+// it) or one Middleware (given to Store.Middleware, over the Store's, for
+// that Middleware alone).
+type Option func(*config) error
+
+// config is everything an Option can set.
+type config struct {
+	prefix     string
+	keep       time.Duration
+	ttl        time.Duration // of the lock that guards a run; 0: the Client's
+	wait       bool
+	requireKey bool  // Middleware only
+	maxBody    int64 // Middleware only
+}
+
+// with returns a copy of c with opts applied; op names the call for errors.
+func (c config) with(op string, opts []Option) (config, error) {
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("idempotency: %s: nil Option", op)
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
 
 // WithKeep sets how long a stored response lives. Default: DefaultKeep (24h).
 func WithKeep(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) error {
 		if d < time.Millisecond {
 			return fmt.Errorf("idempotency: WithKeep(%v): want at least 1ms", d)
 		}
-		s.keep = d
+		c.keep = d
 		return nil
 	}
 }
@@ -84,20 +106,21 @@ func WithKeep(d time.Duration) Option {
 // Client's TTL. For a handler under lockhttp.Handler, set it to the TTL of
 // the request's lock (lockhttp.DefaultTTL, 10s, unless set there).
 func WithLeaseTTL(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) error {
 		if d < dlock.MinTTL {
 			return fmt.Errorf("idempotency: WithLeaseTTL(%v): want at least %v", d, dlock.MinTTL)
 		}
-		s.ttl = d
+		c.ttl = d
 		return nil
 	}
 }
 
 // WithoutWaiting makes a duplicate that comes while its key runs fail at once
-// with ErrInProgress, instead of waiting for the stored response.
+// with ErrInProgress (Middleware: 409 with Retry-After: 1), instead of
+// waiting for the stored response.
 func WithoutWaiting() Option {
-	return func(s *Store) error {
-		s.wait = false
+	return func(c *config) error {
+		c.wait = false
 		return nil
 	}
 }
@@ -105,11 +128,34 @@ func WithoutWaiting() Option {
 // WithPrefix sets the text that starts the key of every stored response.
 // Default: DefaultPrefix ("dlock:idem:").
 func WithPrefix(prefix string) Option {
-	return func(s *Store) error {
+	return func(c *config) error {
 		if strings.ContainsAny(prefix, "{}") {
 			return fmt.Errorf("idempotency: WithPrefix(%q): a prefix must not contain '{' or '}'", prefix)
 		}
-		s.prefix = prefix
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// RequireKey makes Middleware answer a request without an Idempotency-Key
+// header with 400. Default: such a request is passed to the handler as it
+// is, unguarded. Do ignores it.
+func RequireKey() Option {
+	return func(c *config) error {
+		c.requireKey = true
+		return nil
+	}
+}
+
+// MaxBody sets the largest request body Middleware reads to fingerprint it;
+// a larger one is answered with 413. Default: DefaultMaxBody (1 MiB). Do
+// ignores it.
+func MaxBody(n int64) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("idempotency: MaxBody(%d): want 0 or more", n)
+		}
+		c.maxBody = n
 		return nil
 	}
 }
@@ -123,16 +169,11 @@ func New(locks *dlock.Client, rdb redis.UniversalClient, opts ...Option) (*Store
 	case rdb == nil:
 		return nil, errors.New("idempotency: New: nil Redis client")
 	}
-	s := &Store{locks: locks, rdb: rdb, prefix: DefaultPrefix, keep: DefaultKeep, wait: true}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("idempotency: New: nil Option")
-		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+	cfg, err := config{prefix: DefaultPrefix, keep: DefaultKeep, wait: true, maxBody: DefaultMaxBody}.with("New", opts)
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	return &Store{locks: locks, rdb: rdb, cfg: cfg}, nil
 }
 
 // Result is what Do returns.
@@ -169,10 +210,10 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 	case key == "" || len(key) > MaxKeyLen:
 		return Result{}, fmt.Errorf("%w: %d bytes, want 1 to %d", ErrBadKey, len(key), MaxKeyLen)
 	}
-	fpKey, respKey := s.prefix+"{"+key+"}:fp", s.prefix+"{"+key+"}:resp"
+	fpKey, respKey := s.cfg.prefix+"{"+key+"}:fp", s.cfg.prefix+"{"+key+"}:resp"
 	// The first request to use the key claims it for its fingerprint, so
 	// that another payload is refused even while the first one runs.
-	claimed, err := s.rdb.SetNX(ctx, fpKey, fingerprint, s.keep).Result()
+	claimed, err := s.rdb.SetNX(ctx, fpKey, fingerprint, s.cfg.keep).Result()
 	if err != nil {
 		return Result{}, fmt.Errorf("idempotency: claim key %q: %w", key, err)
 	}
@@ -180,7 +221,7 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 		fp, err := s.rdb.Get(ctx, fpKey).Result()
 		switch {
 		case errors.Is(err, redis.Nil): // expired just now: claim it again
-			if err := s.rdb.SetNX(ctx, fpKey, fingerprint, s.keep).Err(); err != nil {
+			if err := s.rdb.SetNX(ctx, fpKey, fingerprint, s.cfg.keep).Err(); err != nil {
 				return Result{}, fmt.Errorf("idempotency: claim key %q: %w", key, err)
 			}
 		case err != nil:
@@ -193,12 +234,12 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 		}
 	}
 	var opts []dlock.Option
-	if s.ttl > 0 {
-		opts = append(opts, dlock.WithTTL(s.ttl))
+	if s.cfg.ttl > 0 {
+		opts = append(opts, dlock.WithTTL(s.cfg.ttl))
 	}
 	m := s.locks.Mutex("idem:"+key, opts...)
 	var l *dlock.Lease
-	if s.wait {
+	if s.cfg.wait {
 		l, err = m.Lock(ctx)
 	} else {
 		l, err = m.TryLock(ctx)
@@ -234,7 +275,7 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 	// The first response stored stands (a run that lost its lock may finish
 	// after another run took over). The one found may be this run's own: a
 	// retry of the store whose reply was lost finds it.
-	first, err := s.rdb.SetNX(ctx, respKey, b, s.keep).Result()
+	first, err := s.rdb.SetNX(ctx, respKey, b, s.cfg.keep).Result()
 	if err != nil {
 		return Result{}, fmt.Errorf("idempotency: store the response of %q: %w", key, err)
 	}
@@ -247,7 +288,7 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 			return replayed(key, prev)
 		}
 	}
-	s.rdb.PExpire(ctx, fpKey, s.keep) // the claim lives as long as the response
+	s.rdb.PExpire(ctx, fpKey, s.cfg.keep) // the claim lives as long as the response
 	return r, nil
 }
 
