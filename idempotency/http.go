@@ -46,8 +46,16 @@ type middleware struct {
 // Retry-After while the request's lock is held (say, by a process that died
 // mid-request, until the lock's lease ends): that answer is not stored.
 //
-// opts apply to this Middleware, over those given to New.
+// opts apply to this Middleware, over those given to New. A Middleware of a
+// nil or zero Store, of a nil handler, or given a bad Option answers every
+// request with 500 and the error, and sends nothing to Redis.
 func (s *Store) Middleware(next http.Handler, opts ...Option) http.Handler {
+	switch {
+	case s == nil || s.locks == nil:
+		return failing(errors.New("idempotency: Middleware of a nil or zero Store; get one from New"))
+	case isNil(next):
+		return failing(errors.New("idempotency: Middleware: nil handler"))
+	}
 	cfg, err := s.cfg.with("Middleware", opts)
 	if err != nil {
 		return failing(err)

@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -166,7 +167,7 @@ func New(locks *dlock.Client, rdb redis.UniversalClient, opts ...Option) (*Store
 	switch {
 	case locks == nil:
 		return nil, errors.New("idempotency: New: nil dlock Client")
-	case rdb == nil:
+	case isNil(rdb):
 		return nil, errors.New("idempotency: New: nil Redis client")
 	}
 	cfg, err := config{prefix: DefaultPrefix, keep: DefaultKeep, wait: true, maxBody: DefaultMaxBody}.with("New", opts)
@@ -209,6 +210,8 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 		return Result{}, errors.New("idempotency: Do: nil function")
 	case key == "" || len(key) > MaxKeyLen:
 		return Result{}, fmt.Errorf("%w: %d bytes, want 1 to %d", ErrBadKey, len(key), MaxKeyLen)
+	case fingerprint == "":
+		return Result{}, errors.New("idempotency: Do: empty fingerprint")
 	}
 	fpKey, respKey := s.cfg.prefix+"{"+key+"}:fp", s.cfg.prefix+"{"+key+"}:resp"
 	// The first request to use the key claims it for its fingerprint, so
@@ -303,6 +306,19 @@ func (s *Store) replay(ctx context.Context, key, respKey string) (Result, bool, 
 	}
 	r, err := replayed(key, b)
 	return r, err == nil, err
+}
+
+// isNil reports whether v is nil, or an interface holding a nil pointer,
+// func, map, slice or channel.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // replayed decodes b, the response stored for key.

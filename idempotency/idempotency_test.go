@@ -520,39 +520,104 @@ func TestKeysAndBodies(t *testing.T) {
 	}
 }
 
+// TestBadInput: bad arguments get an error, and Middleware a handler that
+// answers every request with 500 and the error; nothing panics, and nothing
+// is written to Redis.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	c, _ := dlock.New(rdb)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = c.Close() })
-	if _, err := idempotency.New(nil, rdb); err == nil {
-		t.Error("New without a dlock Client succeeded")
-	}
-	if _, err := idempotency.New(c, nil); err == nil {
-		t.Error("New without Redis succeeded")
-	}
-	for _, o := range []idempotency.Option{idempotency.WithKeep(0), idempotency.WithLeaseTTL(time.Millisecond), idempotency.WithPrefix("{"), nil} {
-		if _, err := idempotency.New(c, rdb, o); err == nil {
-			t.Error("a bad option was accepted")
+	var nilRedis *redis.Client
+	for _, tc := range []struct {
+		what  string
+		locks *dlock.Client
+		rdb   redis.UniversalClient
+		opts  []idempotency.Option
+	}{
+		{"a nil dlock Client", nil, rdb, nil},
+		{"a nil Redis client", c, nil, nil},
+		{"a typed-nil Redis client", c, nilRedis, nil},
+		{"a nil Option", c, rdb, []idempotency.Option{nil}},
+		{"WithKeep(0)", c, rdb, []idempotency.Option{idempotency.WithKeep(0)}},
+		{"WithKeep(-1s)", c, rdb, []idempotency.Option{idempotency.WithKeep(-time.Second)}},
+		{"WithLeaseTTL(1ms)", c, rdb, []idempotency.Option{idempotency.WithLeaseTTL(time.Millisecond)}},
+		{"WithLeaseTTL(-1s)", c, rdb, []idempotency.Option{idempotency.WithLeaseTTL(-time.Second)}},
+		{"WithPrefix(\"{\")", c, rdb, []idempotency.Option{idempotency.WithPrefix("{")}},
+	} {
+		if s, err := idempotency.New(tc.locks, tc.rdb, tc.opts...); err == nil || s != nil {
+			t.Errorf("New with %s: %v, %v; want an error", tc.what, s, err)
 		}
 	}
-	s, _ := idempotency.New(c, rdb)
+
+	s, err := idempotency.New(c, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
-	ok := func(context.Context) ([]byte, bool, error) { return nil, true, nil }
-	if _, err := s.Do(ctx, "", "fp", ok); err == nil {
-		t.Error("an empty key was accepted")
+	ran := false
+	ok := func(context.Context) ([]byte, bool, error) { ran = true; return nil, true, nil }
+	var nilStore *idempotency.Store
+	for _, tc := range []struct {
+		what string
+		do   func() (idempotency.Result, error)
+	}{
+		{"an empty key", func() (idempotency.Result, error) { return s.Do(ctx, "", "fp", ok) }},
+		{"an oversized key", func() (idempotency.Result, error) {
+			return s.Do(ctx, strings.Repeat("k", idempotency.MaxKeyLen+1), "fp", ok)
+		}},
+		{"an empty fingerprint", func() (idempotency.Result, error) { return s.Do(ctx, "k", "", ok) }},
+		{"a nil function", func() (idempotency.Result, error) { return s.Do(ctx, "k", "fp", nil) }},
+		//nolint:staticcheck // a nil context is the bad input under test
+		{"a nil context", func() (idempotency.Result, error) { return s.Do(nil, "k", "fp", ok) }},
+		{"a nil Store", func() (idempotency.Result, error) { return nilStore.Do(ctx, "k", "fp", ok) }},
+		{"a zero Store", func() (idempotency.Result, error) { return new(idempotency.Store).Do(ctx, "k", "fp", ok) }},
+	} {
+		if _, err := tc.do(); err == nil {
+			t.Errorf("Do with %s succeeded", tc.what)
+		}
 	}
-	if _, err := s.Do(ctx, "k", "fp", nil); err == nil {
-		t.Error("a nil function was accepted")
+	if ran {
+		t.Error("a Do with bad input ran its function")
 	}
-	//nolint:staticcheck // a nil context is the bad input under test
-	if _, err := s.Do(nil, "k", "fp", ok); err == nil {
-		t.Error("a nil context was accepted")
+
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true })
+	for _, tc := range []struct {
+		what string
+		mw   func() http.Handler
+	}{
+		{"a nil Store", func() http.Handler { return nilStore.Middleware(h) }},
+		{"a zero Store", func() http.Handler { return new(idempotency.Store).Middleware(h) }},
+		{"a nil handler", func() http.Handler { return s.Middleware(nil) }},
+		{"a nil HandlerFunc", func() http.Handler { return s.Middleware(http.HandlerFunc(nil)) }},
+		{"a nil *ServeMux", func() http.Handler { return s.Middleware((*http.ServeMux)(nil)) }},
+		{"a nil option", func() http.Handler { return s.Middleware(h, nil) }},
+		{"MaxBody(-1)", func() http.Handler { return s.Middleware(h, idempotency.MaxBody(-1)) }},
+	} {
+		w := httptest.NewRecorder()
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("Middleware with %s panicked: %v", tc.what, p)
+				}
+			}()
+			req := httptest.NewRequest(http.MethodPost, "/order", strings.NewReader("x"))
+			req.Header.Set(idempotency.Header, "mw")
+			tc.mw().ServeHTTP(w, req)
+		}()
+		if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "idempotency") {
+			t.Errorf("Middleware with %s answers %d %q; want 500 with the error", tc.what, w.Code, w.Body.String())
+		}
 	}
-	var zero *idempotency.Store
-	if _, err := zero.Do(ctx, "k", "fp", ok); err == nil {
-		t.Error("Do of a nil Store succeeded")
+	if ran {
+		t.Error("a Middleware with bad input ran its handler")
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("bad input wrote %d keys: %v", n, rdb.Keys(ctx, "*").Val())
 	}
 }
 
