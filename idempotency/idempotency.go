@@ -21,7 +21,6 @@
 package idempotency
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -200,6 +199,9 @@ type stored struct {
 // another try. keep, if true, stores fn's response; false returns it
 // without storing (a response that asks to be retried, such as an HTTP 503
 // or 409).
+//
+// A first run of a key makes four round trips to Redis: the lock's acquire
+// and release, and two of Do's own, one before fn and one after.
 func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx context.Context) (response []byte, keep bool, err error)) (Result, error) {
 	switch {
 	case s == nil || s.locks == nil:
@@ -213,49 +215,34 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 	case fingerprint == "":
 		return Result{}, errors.New("idempotency: Do: empty fingerprint")
 	}
-	fpKey, respKey := s.cfg.prefix+"{"+key+"}:fp", s.cfg.prefix+"{"+key+"}:resp"
-	// The first request to use the key claims it for its fingerprint, so
-	// that another payload is refused even while the first one runs.
-	claimed, err := s.rdb.SetNX(ctx, fpKey, fingerprint, s.cfg.keep).Result()
-	if err != nil {
-		return Result{}, fmt.Errorf("idempotency: claim key %q: %w", key, err)
-	}
-	if !claimed {
-		fp, err := s.rdb.Get(ctx, fpKey).Result()
-		switch {
-		case errors.Is(err, redis.Nil): // expired just now: claim it again
-			if err := s.rdb.SetNX(ctx, fpKey, fingerprint, s.cfg.keep).Err(); err != nil {
-				return Result{}, fmt.Errorf("idempotency: claim key %q: %w", key, err)
-			}
-		case err != nil:
-			return Result{}, fmt.Errorf("idempotency: read key %q: %w", key, err)
-		case fp != fingerprint:
-			return Result{}, ErrMismatch
-		}
-		if r, ok, err := s.replay(ctx, key, respKey); ok || err != nil {
-			return r, err
-		}
-	}
+	k := keys{fp: s.cfg.prefix + "{" + key + "}:fp", resp: s.cfg.prefix + "{" + key + "}:resp"}
 	var opts []dlock.Option
 	if s.cfg.ttl > 0 {
 		opts = append(opts, dlock.WithTTL(s.cfg.ttl))
 	}
 	m := s.locks.Mutex("idem:"+key, opts...)
-	var l *dlock.Lease
-	if s.cfg.wait {
-		l, err = m.Lock(ctx)
-	} else {
-		l, err = m.TryLock(ctx)
-		if errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
+	// A first run finds the key free: it takes the lock, then claims the key
+	// and looks for a stored response in one round trip, and stores its own
+	// in one more. A request that finds the lock taken claims and looks
+	// first, so that another payload is refused, and a stored response
+	// replayed, while a run holds the lock; then it waits (or is refused).
+	l, err := m.TryLock(ctx)
+	if errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
+		if r, ok, err := s.check(ctx, key, k, fingerprint); ok || err != nil {
+			return r, err
+		}
+		if !s.cfg.wait {
 			return Result{}, ErrInProgress
 		}
+		l, err = m.Lock(ctx)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("idempotency: take key %q: %w", key, err)
 	}
 	defer l.Unlock(context.WithoutCancel(ctx))
-	// The run that held the lock before may have finished.
-	if r, ok, err := s.replay(ctx, key, respKey); ok || err != nil {
+	// Also after a wait: the run that held the lock may have stored its
+	// response.
+	if r, ok, err := s.check(ctx, key, k, fingerprint); ok || err != nil {
 		return r, err
 	}
 	lctx, cancel := l.Context(ctx)
@@ -277,34 +264,53 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 	}
 	// The first response stored stands (a run that lost its lock may finish
 	// after another run took over). The one found may be this run's own: a
-	// retry of the store whose reply was lost finds it.
-	first, err := s.rdb.SetNX(ctx, respKey, b, s.cfg.keep).Result()
-	if err != nil {
+	// retry of the store whose reply was lost finds it. The claim lives as
+	// long as the response.
+	pipe := s.rdb.Pipeline()
+	set := pipe.SetArgs(ctx, k.resp, b, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.keep})
+	pipe.PExpire(ctx, k.fp, s.cfg.keep)
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	prev, err := set.Result()
+	switch {
+	case errors.Is(err, redis.Nil): // stored
+	case err != nil:
 		return Result{}, fmt.Errorf("idempotency: store the response of %q: %w", key, err)
+	case prev != string(b):
+		return replayed(key, fingerprint, []byte(prev))
 	}
-	if !first {
-		prev, err := s.rdb.Get(ctx, respKey).Bytes()
-		switch {
-		case err != nil && !errors.Is(err, redis.Nil):
-			return Result{}, fmt.Errorf("idempotency: read the response of %q: %w", key, err)
-		case err == nil && !bytes.Equal(prev, b):
-			return replayed(key, prev)
-		}
-	}
-	s.rdb.PExpire(ctx, fpKey, s.cfg.keep) // the claim lives as long as the response
 	return r, nil
 }
 
-// replay returns the response stored for key, if there is one.
-func (s *Store) replay(ctx context.Context, key, respKey string) (Result, bool, error) {
-	b, err := s.rdb.Get(ctx, respKey).Bytes()
+// keys are the Redis keys of an idempotency key: its claim, which holds the
+// fingerprint of the first request that used it, and its stored response.
+// They share a hash slot.
+type keys struct{ fp, resp string }
+
+// check claims key for fingerprint unless another request claimed it
+// first (then it returns ErrMismatch, unless that request had the same
+// fingerprint) and returns the response stored for key, if there is one
+// (ok): one round trip.
+func (s *Store) check(ctx context.Context, key string, k keys, fingerprint string) (r Result, ok bool, err error) {
+	pipe := s.rdb.Pipeline()
+	claim := pipe.SetArgs(ctx, k.fp, fingerprint, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.keep})
+	get := pipe.Get(ctx, k.resp)
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	fp, err := claim.Result()
+	switch {
+	case errors.Is(err, redis.Nil): // claimed now
+	case err != nil:
+		return Result{}, false, fmt.Errorf("idempotency: claim key %q: %w", key, err)
+	case fp != fingerprint:
+		return Result{}, false, ErrMismatch
+	}
+	b, err := get.Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return Result{}, false, nil
 	case err != nil:
 		return Result{}, false, fmt.Errorf("idempotency: read the response of %q: %w", key, err)
 	}
-	r, err := replayed(key, b)
+	r, err = replayed(key, fingerprint, b)
 	return r, err == nil, err
 }
 
@@ -321,11 +327,15 @@ func isNil(v any) bool {
 	return false
 }
 
-// replayed decodes b, the response stored for key.
-func replayed(key string, b []byte) (Result, error) {
+// replayed decodes b, the response stored for key, for a request with
+// fingerprint.
+func replayed(key, fingerprint string, b []byte) (Result, error) {
 	var st stored
 	if err := json.Unmarshal(b, &st); err != nil {
 		return Result{}, fmt.Errorf("idempotency: the stored response of %q: %w", key, err)
+	}
+	if st.Fingerprint != fingerprint {
+		return Result{}, ErrMismatch
 	}
 	return Result{Response: st.Response, Replayed: true}, nil
 }
