@@ -164,8 +164,8 @@ func MaxBody(n int64) Option {
 // rdb (the Redis locks is on, or another).
 func New(locks *dlock.Client, rdb redis.UniversalClient, opts ...Option) (*Store, error) {
 	switch {
-	case locks == nil:
-		return nil, errors.New("idempotency: New: nil dlock Client")
+	case locks.ID() == "": // nil or zero
+		return nil, errors.New("idempotency: New: nil or zero dlock Client; get one from dlock.New")
 	case isNil(rdb):
 		return nil, errors.New("idempotency: New: nil Redis client")
 	}

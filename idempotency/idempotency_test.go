@@ -540,6 +540,7 @@ func TestBadInput(t *testing.T) {
 		opts  []idempotency.Option
 	}{
 		{"a nil dlock Client", nil, rdb, nil},
+		{"a zero dlock Client", new(dlock.Client), rdb, nil},
 		{"a nil Redis client", c, nil, nil},
 		{"a typed-nil Redis client", c, nilRedis, nil},
 		{"a nil Option", c, rdb, []idempotency.Option{nil}},
