@@ -191,7 +191,8 @@ type stored struct {
 
 // Do runs fn once for key: if a response for key is stored, it returns it
 // (Replayed); if a request with key is running, it waits for it (ctx bounds
-// the wait) and returns its response; otherwise it runs fn, with a context
+// the wait; WithoutWaiting: it returns ErrInProgress) and returns its
+// response; otherwise it runs fn, with a context
 // that is cancelled if the guarding lock is lost, and stores what fn
 // returns. fingerprint identifies the request (say, a hash of its method,
 // path and body): a key seen with another fingerprint gives ErrMismatch. If
