@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/idempotency"
@@ -31,8 +30,17 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The handler holds a request with the key "k" until release is closed.
 	var runs atomic.Int64
-	h := orderHandler(&runs, 300*time.Millisecond)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		if r.Header.Get(idempotency.Header) == "k" {
+			started <- struct{}{}
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
 	waiting := httptest.NewServer(s.Middleware(h))
 	t.Cleanup(waiting.Close)
 	refusing := httptest.NewServer(s.Middleware(h, idempotency.WithoutWaiting(), idempotency.MaxBody(4)))
@@ -50,20 +58,23 @@ func TestOptions(t *testing.T) {
 		t.Errorf("the same body to a Middleware without MaxBody: %d, want 201", r.status)
 	}
 
-	first := make(chan reply, 1)
+	first, duplicate := make(chan reply, 1), make(chan reply, 1)
 	go func() { first <- post(t, waiting.URL, "k", "a") }()
-	for deadline := time.Now().Add(5 * time.Second); runs.Load() < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first request did not start")
-		}
-	}
+	<-started
 	if r := post(t, refusing.URL, "k", "a"); r.status != http.StatusConflict {
 		t.Errorf("a duplicate to the Middleware given WithoutWaiting: %d, want 409", r.status)
 	}
-	if r := post(t, waiting.URL, "k", "a"); r.status != http.StatusCreated || !r.replayed {
+	go func() { duplicate <- post(t, waiting.URL, "k", "a") }()
+	close(release)
+	if r := <-first; r.status != http.StatusCreated || r.replayed {
+		t.Errorf("the first request: %+v, want 201", r)
+	}
+	if r := <-duplicate; r.status != http.StatusCreated || !r.replayed {
 		t.Errorf("a duplicate to the Middleware that waits: %+v, want the first response replayed", r)
 	}
-	<-first
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the handler ran %d times, want 2 (\"big\" and \"k\")", n)
+	}
 
 	for _, o := range []idempotency.Option{idempotency.MaxBody(-1), idempotency.WithKeep(0), nil} {
 		if _, err := idempotency.New(c, rdb, o); err == nil {
