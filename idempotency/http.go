@@ -23,40 +23,51 @@ const (
 	DefaultMaxBody = 1 << 20
 )
 
-// MiddlewareOption configures Middleware.
-type MiddlewareOption func(*middleware)
-
 type middleware struct {
-	s          *Store
+	s          *Store // with the Middleware's own Options
 	next       http.Handler
-	requireKey bool
-	maxBody    int64
 	retryAfter int // seconds, for 409
 }
-
-// RequireKey makes a request without an Idempotency-Key header fail with 400.
-// Default: it is passed to the handler as it is, unguarded.
-func RequireKey() MiddlewareOption { return func(m *middleware) { m.requireKey = true } }
-
-// MaxBody sets the largest request body read to fingerprint it. Default:
-// DefaultMaxBody (1 MiB).
-func MaxBody(n int64) MiddlewareOption { return func(m *middleware) { m.maxBody = n } }
 
 // Middleware guards next with s, keyed by the Idempotency-Key header: the
 // first request with a key runs next; a duplicate gets the response it wrote
 // (status, headers, body) replayed, with the header Idempotent-Replayed:
-// true. A duplicate that comes while the first runs waits for it, or, with a
-// Store made WithoutWaiting, gets 409 with Retry-After: 1. The same key with
+// true. A duplicate that comes while the first runs waits for it, or, with
+// WithoutWaiting, gets 409 with Retry-After: 1. The same key with
 // another method, path or body gets 422; an empty or oversized key 400; a
-// body over MaxBody 413. Responses with a 5xx status are not stored: the key
-// is free for a retry. The handler runs with a context that is cancelled if
+// body over MaxBody 413. The handler runs with a context that is cancelled if
 // the key's lock is lost.
-func (s *Store) Middleware(next http.Handler, opts ...MiddlewareOption) http.Handler {
-	m := &middleware{s: s, next: next, maxBody: DefaultMaxBody, retryAfter: 1}
-	for _, o := range opts {
-		o(m)
+//
+// A response is stored if it is an answer (a 2xx, 3xx or 4xx status), and
+// not if it asks the client to try again: a 5xx, 408 Request Timeout, 409
+// Conflict, 425 Too Early, 429 Too Many Requests, or any response with a
+// Retry-After header. The key is then free for the retry, which runs the
+// handler again. A handler under lockhttp.Handler answers 409 with
+// Retry-After while the request's lock is held (say, by a process that died
+// mid-request, until the lock's lease ends): that answer is not stored.
+//
+// opts apply to this Middleware, over those given to New. A Middleware of a
+// nil or zero Store, of a nil handler, or given a bad Option answers every
+// request with 500 and the error, and sends nothing to Redis.
+func (s *Store) Middleware(next http.Handler, opts ...Option) http.Handler {
+	switch {
+	case s == nil || s.locks == nil:
+		return failing(errors.New("idempotency: Middleware of a nil or zero Store; get one from New"))
+	case isNil(next):
+		return failing(errors.New("idempotency: Middleware: nil handler"))
 	}
-	return m
+	cfg, err := s.cfg.with("Middleware", opts)
+	if err != nil {
+		return failing(err)
+	}
+	return &middleware{s: &Store{locks: s.locks, rdb: s.rdb, cfg: cfg}, next: next, retryAfter: 1}
+}
+
+// failing returns a handler that answers every request with 500 and err.
+func failing(err error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	})
 }
 
 // recorded is a response as stored.
@@ -69,7 +80,7 @@ type recorded struct {
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get(Header)
 	if key == "" {
-		if m.requireKey {
+		if m.s.cfg.requireKey {
 			http.Error(w, "missing "+Header+" header", http.StatusBadRequest)
 			return
 		}
@@ -80,12 +91,16 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, Header+" longer than "+strconv.Itoa(MaxKeyLen)+" bytes", http.StatusBadRequest)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, m.maxBody+1))
+	var body []byte
+	var err error
+	if r.Body != nil { // a server's request always has one; a test's may not
+		body, err = io.ReadAll(io.LimitReader(r.Body, m.s.cfg.maxBody+1))
+	}
 	if err != nil {
 		http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if int64(len(body)) > m.maxBody {
+	if int64(len(body)) > m.s.cfg.maxBody {
 		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
 		return
 	}
@@ -100,7 +115,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		m.next.ServeHTTP(rec, req)
 		b, err := json.Marshal(recorded{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()})
-		return b, rec.status < 500, err
+		return b, final(rec.status, rec.header), err
 	})
 	switch {
 	case errors.Is(err, ErrMismatch):
@@ -113,7 +128,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err != nil && r.Context().Err() != nil:
 		return // the client has gone
 	case err != nil:
-		http.Error(w, "idempotency: "+err.Error(), http.StatusServiceUnavailable)
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	var rec recorded
@@ -129,6 +144,19 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(rec.Status)
 	_, _ = w.Write(rec.Body)
+}
+
+// final reports whether a response with status and header is an answer to
+// store, rather than one that asks the client to try again.
+func final(status int, header http.Header) bool {
+	switch {
+	case status < 200 || status >= 500:
+		return false
+	case status == http.StatusRequestTimeout, status == http.StatusConflict,
+		status == http.StatusTooEarly, status == http.StatusTooManyRequests:
+		return false
+	}
+	return len(header.Values("Retry-After")) == 0
 }
 
 // recorder is the ResponseWriter a guarded handler writes to.

@@ -2,14 +2,17 @@
 // processes: the first request with a key runs; a duplicate that comes while
 // it runs waits for it (or is refused, if so configured) and then gets the
 // stored response replayed; a duplicate that comes later gets it at once. A
-// key sent again with a different payload is refused. It is the guard the
-// seeds' flash sale puts in front of "submit order", where one impatient user
-// clicks three times.
+// key sent again with a different payload is refused. It belongs in front of
+// a request that must not take effect twice, such as "submit order", which a
+// user may click three times and a client may send again after a timeout.
 //
 // The run is guarded by a dlock Mutex named after the key: a handler that
 // crashes mid-request holds the key only until the lock's lease runs out
-// (its TTL, 30s unless WithLeaseTTL says otherwise); a duplicate then runs
-// it. A stored response lives WithKeep (24 hours by default).
+// (WithLeaseTTL; by default the dlock Client's TTL, 30s unless the Client
+// says otherwise); a duplicate then runs it. A handler under
+// lockhttp.Handler also holds the request's lock, which a dead process keeps
+// until its own lease ends (lockhttp.DefaultTTL, 10s): give both the same
+// TTL. A stored response lives WithKeep (24 hours by default).
 //
 // What it cannot do: a handler stopped past its lease (a GC pause, a stopped
 // VM) and a duplicate that took over may both run; the first response stored
@@ -18,11 +21,11 @@
 package idempotency
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -54,46 +57,70 @@ var (
 
 // Store runs requests once per key. It is safe for concurrent use.
 type Store struct {
-	locks  *dlock.Client
-	rdb    redis.UniversalClient
-	prefix string
-	keep   time.Duration
-	ttl    time.Duration // of the lock that guards a run; 0: the Client's
-	wait   bool
+	locks *dlock.Client
+	rdb   redis.UniversalClient
+	cfg   config
 }
 
-// Option configures a Store.
-type Option func(*Store) error
+// Option configures a Store (given to New, for every Do and Middleware of
+// it) or one Middleware (given to Store.Middleware, over the Store's, for
+// that Middleware alone).
+type Option func(*config) error
+
+// config is everything an Option can set.
+type config struct {
+	prefix     string
+	keep       time.Duration
+	ttl        time.Duration // of the lock that guards a run; 0: the Client's
+	wait       bool
+	requireKey bool  // Middleware only
+	maxBody    int64 // Middleware only
+}
+
+// with returns a copy of c with opts applied; op names the call for errors.
+func (c config) with(op string, opts []Option) (config, error) {
+	for _, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("idempotency: %s: nil Option", op)
+		}
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
 
 // WithKeep sets how long a stored response lives. Default: DefaultKeep (24h).
 func WithKeep(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) error {
 		if d < time.Millisecond {
 			return fmt.Errorf("idempotency: WithKeep(%v): want at least 1ms", d)
 		}
-		s.keep = d
+		c.keep = d
 		return nil
 	}
 }
 
 // WithLeaseTTL sets the TTL of the lock that guards a run: how long a key
 // stays taken after the process running it died. Default: the dlock
-// Client's TTL.
+// Client's TTL. For a handler under lockhttp.Handler, set it to the TTL of
+// the request's lock (lockhttp.DefaultTTL, 10s, unless set there).
 func WithLeaseTTL(d time.Duration) Option {
-	return func(s *Store) error {
+	return func(c *config) error {
 		if d < dlock.MinTTL {
 			return fmt.Errorf("idempotency: WithLeaseTTL(%v): want at least %v", d, dlock.MinTTL)
 		}
-		s.ttl = d
+		c.ttl = d
 		return nil
 	}
 }
 
 // WithoutWaiting makes a duplicate that comes while its key runs fail at once
-// with ErrInProgress, instead of waiting for the stored response.
+// with ErrInProgress (Middleware: 409 with Retry-After: 1), instead of
+// waiting for the stored response.
 func WithoutWaiting() Option {
-	return func(s *Store) error {
-		s.wait = false
+	return func(c *config) error {
+		c.wait = false
 		return nil
 	}
 }
@@ -101,11 +128,34 @@ func WithoutWaiting() Option {
 // WithPrefix sets the text that starts the key of every stored response.
 // Default: DefaultPrefix ("dlock:idem:").
 func WithPrefix(prefix string) Option {
-	return func(s *Store) error {
+	return func(c *config) error {
 		if strings.ContainsAny(prefix, "{}") {
 			return fmt.Errorf("idempotency: WithPrefix(%q): a prefix must not contain '{' or '}'", prefix)
 		}
-		s.prefix = prefix
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// RequireKey makes Middleware answer a request without an Idempotency-Key
+// header with 400. Default: such a request is passed to the handler as it
+// is, unguarded. Do ignores it.
+func RequireKey() Option {
+	return func(c *config) error {
+		c.requireKey = true
+		return nil
+	}
+}
+
+// MaxBody sets the largest request body Middleware reads to fingerprint it;
+// a larger one is answered with 413. Default: DefaultMaxBody (1 MiB). Do
+// ignores it.
+func MaxBody(n int64) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("idempotency: MaxBody(%d): want 0 or more", n)
+		}
+		c.maxBody = n
 		return nil
 	}
 }
@@ -114,21 +164,16 @@ func WithPrefix(prefix string) Option {
 // rdb (the Redis locks is on, or another).
 func New(locks *dlock.Client, rdb redis.UniversalClient, opts ...Option) (*Store, error) {
 	switch {
-	case locks == nil:
-		return nil, errors.New("idempotency: New: nil dlock Client")
-	case rdb == nil:
+	case locks.ID() == "": // nil or zero
+		return nil, errors.New("idempotency: New: nil or zero dlock Client; get one from dlock.New")
+	case isNil(rdb):
 		return nil, errors.New("idempotency: New: nil Redis client")
 	}
-	s := &Store{locks: locks, rdb: rdb, prefix: DefaultPrefix, keep: DefaultKeep, wait: true}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errors.New("idempotency: New: nil Option")
-		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+	cfg, err := config{prefix: DefaultPrefix, keep: DefaultKeep, wait: true, maxBody: DefaultMaxBody}.with("New", opts)
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	return &Store{locks: locks, rdb: rdb, cfg: cfg}, nil
 }
 
 // Result is what Do returns.
@@ -146,13 +191,18 @@ type stored struct {
 
 // Do runs fn once for key: if a response for key is stored, it returns it
 // (Replayed); if a request with key is running, it waits for it (ctx bounds
-// the wait) and returns its response; otherwise it runs fn, with a context
+// the wait; WithoutWaiting: it returns ErrInProgress) and returns its
+// response; otherwise it runs fn, with a context
 // that is cancelled if the guarding lock is lost, and stores what fn
 // returns. fingerprint identifies the request (say, a hash of its method,
 // path and body): a key seen with another fingerprint gives ErrMismatch. If
 // fn fails, nothing is stored and its error is returned: the key is free for
 // another try. keep, if true, stores fn's response; false returns it
-// without storing (an HTTP 5xx, worth retrying).
+// without storing (a response that asks to be retried, such as an HTTP 503
+// or 409).
+//
+// A first run of a key makes four round trips to Redis: the lock's acquire
+// and release, and two of Do's own, one before fn and one after.
 func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx context.Context) (response []byte, keep bool, err error)) (Result, error) {
 	switch {
 	case s == nil || s.locks == nil:
@@ -163,50 +213,37 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 		return Result{}, errors.New("idempotency: Do: nil function")
 	case key == "" || len(key) > MaxKeyLen:
 		return Result{}, fmt.Errorf("%w: %d bytes, want 1 to %d", ErrBadKey, len(key), MaxKeyLen)
+	case fingerprint == "":
+		return Result{}, errors.New("idempotency: Do: empty fingerprint")
 	}
-	fpKey, respKey := s.prefix+"{"+key+"}:fp", s.prefix+"{"+key+"}:resp"
-	// The first request to use the key claims it for its fingerprint, so
-	// that another payload is refused even while the first one runs.
-	claimed, err := s.rdb.SetNX(ctx, fpKey, fingerprint, s.keep).Result()
-	if err != nil {
-		return Result{}, fmt.Errorf("idempotency: claim key %q: %w", key, err)
-	}
-	if !claimed {
-		fp, err := s.rdb.Get(ctx, fpKey).Result()
-		switch {
-		case errors.Is(err, redis.Nil): // expired just now: claim it again
-			if err := s.rdb.SetNX(ctx, fpKey, fingerprint, s.keep).Err(); err != nil {
-				return Result{}, fmt.Errorf("idempotency: claim key %q: %w", key, err)
-			}
-		case err != nil:
-			return Result{}, fmt.Errorf("idempotency: read key %q: %w", key, err)
-		case fp != fingerprint:
-			return Result{}, ErrMismatch
-		}
-		if r, ok, err := s.replay(ctx, key, respKey); ok || err != nil {
-			return r, err
-		}
-	}
+	k := keys{fp: s.cfg.prefix + "{" + key + "}:fp", resp: s.cfg.prefix + "{" + key + "}:resp"}
 	var opts []dlock.Option
-	if s.ttl > 0 {
-		opts = append(opts, dlock.WithTTL(s.ttl))
+	if s.cfg.ttl > 0 {
+		opts = append(opts, dlock.WithTTL(s.cfg.ttl))
 	}
 	m := s.locks.Mutex("idem:"+key, opts...)
-	var l *dlock.Lease
-	if s.wait {
-		l, err = m.Lock(ctx)
-	} else {
-		l, err = m.TryLock(ctx)
-		if errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
+	// A first run finds the key free: it takes the lock, then claims the key
+	// and looks for a stored response in one round trip, and stores its own
+	// in one more. A request that finds the lock taken claims and looks
+	// first, so that another payload is refused, and a stored response
+	// replayed, while a run holds the lock; then it waits (or is refused).
+	l, err := m.TryLock(ctx)
+	if errors.Is(err, dlock.ErrNotAcquired) && ctx.Err() == nil {
+		if r, ok, err := s.check(ctx, key, k, fingerprint); ok || err != nil {
+			return r, err
+		}
+		if !s.cfg.wait {
 			return Result{}, ErrInProgress
 		}
+		l, err = m.Lock(ctx)
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("idempotency: take key %q: %w", key, err)
 	}
 	defer l.Unlock(context.WithoutCancel(ctx))
-	// The run that held the lock before may have finished.
-	if r, ok, err := s.replay(ctx, key, respKey); ok || err != nil {
+	// Also after a wait: the run that held the lock may have stored its
+	// response.
+	if r, ok, err := s.check(ctx, key, k, fingerprint); ok || err != nil {
 		return r, err
 	}
 	lctx, cancel := l.Context(ctx)
@@ -228,42 +265,78 @@ func (s *Store) Do(ctx context.Context, key, fingerprint string, fn func(ctx con
 	}
 	// The first response stored stands (a run that lost its lock may finish
 	// after another run took over). The one found may be this run's own: a
-	// retry of the store whose reply was lost finds it.
-	first, err := s.rdb.SetNX(ctx, respKey, b, s.keep).Result()
-	if err != nil {
+	// retry of the store whose reply was lost finds it. The claim lives as
+	// long as the response.
+	pipe := s.rdb.Pipeline()
+	set := pipe.SetArgs(ctx, k.resp, b, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.keep})
+	pipe.PExpire(ctx, k.fp, s.cfg.keep)
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	prev, err := set.Result()
+	switch {
+	case errors.Is(err, redis.Nil): // stored
+	case err != nil:
 		return Result{}, fmt.Errorf("idempotency: store the response of %q: %w", key, err)
+	case prev != string(b):
+		return replayed(key, fingerprint, []byte(prev))
 	}
-	if !first {
-		prev, err := s.rdb.Get(ctx, respKey).Bytes()
-		switch {
-		case err != nil && !errors.Is(err, redis.Nil):
-			return Result{}, fmt.Errorf("idempotency: read the response of %q: %w", key, err)
-		case err == nil && !bytes.Equal(prev, b):
-			return replayed(key, prev)
-		}
-	}
-	s.rdb.PExpire(ctx, fpKey, s.keep) // the claim lives as long as the response
 	return r, nil
 }
 
-// replay returns the response stored for key, if there is one.
-func (s *Store) replay(ctx context.Context, key, respKey string) (Result, bool, error) {
-	b, err := s.rdb.Get(ctx, respKey).Bytes()
+// keys are the Redis keys of an idempotency key: its claim, which holds the
+// fingerprint of the first request that used it, and its stored response.
+// They share a hash slot.
+type keys struct{ fp, resp string }
+
+// check claims key for fingerprint unless another request claimed it
+// first (then it returns ErrMismatch, unless that request had the same
+// fingerprint) and returns the response stored for key, if there is one
+// (ok): one round trip.
+func (s *Store) check(ctx context.Context, key string, k keys, fingerprint string) (r Result, ok bool, err error) {
+	pipe := s.rdb.Pipeline()
+	claim := pipe.SetArgs(ctx, k.fp, fingerprint, redis.SetArgs{Mode: "NX", Get: true, TTL: s.cfg.keep})
+	get := pipe.Get(ctx, k.resp)
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	fp, err := claim.Result()
+	switch {
+	case errors.Is(err, redis.Nil): // claimed now
+	case err != nil:
+		return Result{}, false, fmt.Errorf("idempotency: claim key %q: %w", key, err)
+	case fp != fingerprint:
+		return Result{}, false, ErrMismatch
+	}
+	b, err := get.Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return Result{}, false, nil
 	case err != nil:
 		return Result{}, false, fmt.Errorf("idempotency: read the response of %q: %w", key, err)
 	}
-	r, err := replayed(key, b)
+	r, err = replayed(key, fingerprint, b)
 	return r, err == nil, err
 }
 
-// replayed decodes b, the response stored for key.
-func replayed(key string, b []byte) (Result, error) {
+// isNil reports whether v is nil, or an interface holding a nil pointer,
+// func, map, slice or channel.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// replayed decodes b, the response stored for key, for a request with
+// fingerprint.
+func replayed(key, fingerprint string, b []byte) (Result, error) {
 	var st stored
 	if err := json.Unmarshal(b, &st); err != nil {
 		return Result{}, fmt.Errorf("idempotency: the stored response of %q: %w", key, err)
+	}
+	if st.Fingerprint != fingerprint {
+		return Result{}, ErrMismatch
 	}
 	return Result{Response: st.Response, Replayed: true}, nil
 }

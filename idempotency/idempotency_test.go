@@ -21,13 +21,26 @@ import (
 	"github.com/dlock-go/dlock/idempotency"
 	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/lockhttp"
 	"github.com/redis/go-redis/v9"
 )
 
 // Environment of a worker process.
 const (
 	envWorker = "IDEM_TEST_WORKER" // the Redis address; TestMain runs the worker when set
-	envMode   = "IDEM_TEST_MODE"   // "hang": its handler never returns; else it counts its runs in Redis
+	// envMode says what the worker serves: its handler never returns
+	// ("hang"), or it counts its runs in Redis (anything else). With the
+	// prefix "lockhttp-" the handler runs under lockhttp.Handler, which
+	// refuses a request whose lock is held (NoWait), with a lock TTL of
+	// workerLockTTL.
+	envMode = "IDEM_TEST_MODE"
+)
+
+// TTLs of a worker process: of the lock that guards a key (its lease), and
+// of the lock lockhttp takes per request (in the "lockhttp-" modes).
+const (
+	workerKeyTTL  = time.Second
+	workerLockTTL = 4 * time.Second
 )
 
 func TestMain(m *testing.M) {
@@ -37,16 +50,16 @@ func TestMain(m *testing.M) {
 	redistest.Main(m, 1)
 }
 
-// worker serves a guarded handler, with a lease TTL of 1s, prints its
-// address, and serves until it is killed. The handler never returns (mode
-// "hang"), or is countingHandler.
+// worker serves a guarded handler, with a key TTL of workerKeyTTL, prints
+// its address, and serves until it is killed. The handler is described by
+// envMode.
 func worker(addr string) int {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	c, err := dlock.New(rdb)
 	if err != nil {
 		return 2
 	}
-	s, err := idempotency.New(c, rdb, idempotency.WithLeaseTTL(time.Second))
+	s, err := idempotency.New(c, rdb, idempotency.WithLeaseTTL(workerKeyTTL))
 	if err != nil {
 		return 2
 	}
@@ -55,16 +68,23 @@ func worker(addr string) int {
 		return 2
 	}
 	fmt.Println(ln.Addr().String())
-	h := s.Middleware(countingHandler(rdb))
-	if os.Getenv(envMode) == "hang" {
-		h = s.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mode := os.Getenv(envMode)
+	h := countingHandler(rdb)
+	if strings.HasSuffix(mode, "hang") {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			rdb.Incr(r.Context(), "started")
 			select {} // a handler that hangs until the process dies
-		}))
+		})
 	}
-	_ = http.Serve(ln, h)
+	if strings.HasPrefix(mode, "lockhttp-") {
+		h = lockhttp.Handler(c, byPath, h, lockhttp.NoWait(), lockhttp.LockOptions(dlock.WithTTL(workerLockTTL)))
+	}
+	_ = http.Serve(ln, s.Middleware(h))
 	return 1
 }
+
+// byPath names a request's lock after its path.
+func byPath(r *http.Request) (string, error) { return "path:" + r.URL.Path, nil }
 
 // server serves h guarded by a Store of its own dlock Client, as one process
 // of a service would, and returns its URL.
@@ -299,6 +319,143 @@ func TestCrashedHandler(t *testing.T) {
 	t.Logf("the duplicate ran %v after the process running the key was killed", took.Round(time.Millisecond))
 }
 
+// TestCrashUnderLockhttp: the two packages as a service composes them,
+// Middleware around lockhttp.Handler, in a process killed with SIGKILL
+// mid-request. The key's lease (workerKeyTTL) ends before the request's lock
+// (workerLockTTL): a retry with the key, sent to another process, then
+// reaches lockhttp, which answers 409 with Retry-After while the lock is
+// held. That answer is not stored: once the lock's lease has ended, the same
+// key runs the handler, and its response is the one replayed.
+func TestCrashUnderLockhttp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	locks, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = locks.Close() })
+	dying, url0 := startWorker(t, srv.Addr, "lockhttp-hang")
+	_, url1 := startWorker(t, srv.Addr, "lockhttp-serve")
+	go func() { // never answered: the process dies
+		req, _ := http.NewRequest(http.MethodPost, url0+"/order", strings.NewReader("a"))
+		req.Header.Set(idempotency.Header, "k")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); rdb.Get(ctx, "started").Val() != "1"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker's handler did not start")
+		}
+	}
+	if err := dying.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	held := func() bool {
+		st, err := locks.Inspect(ctx, dlock.KindMutex, "path:/order")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Holders) > 0
+	}
+
+	// The retry waits for the key's lease, then finds the request's lock
+	// still held by the dead process.
+	r := post(t, url1, "k", "a")
+	if !held() {
+		t.Fatal("the request's lock was free when the retry was answered; the test needs the key's lease to end first")
+	}
+	if r.status != http.StatusConflict || r.header.Get("Retry-After") == "" || r.replayed {
+		t.Errorf("retry while the lock is held: %d, Retry-After %q, replayed %v; want lockhttp's 409 with Retry-After", r.status, r.header.Get("Retry-After"), r.replayed)
+	}
+	for deadline := time.Now().Add(3 * workerLockTTL); held(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the dead process's lock was never freed")
+		}
+	}
+	if r := post(t, url1, "k", "a"); r.status != http.StatusCreated || r.replayed || r.body != "order 1" {
+		t.Errorf("retry after the lock's lease ended: %d %q, replayed %v; want the handler run (201 \"order 1\")", r.status, r.body, r.replayed)
+	}
+	if r := post(t, url1, "k", "a"); r.status != http.StatusCreated || !r.replayed || r.body != "order 1" {
+		t.Errorf("the next retry: %d %q, replayed %v; want 201 \"order 1\" replayed", r.status, r.body, r.replayed)
+	}
+	if n, _ := rdb.Get(ctx, "runs").Int64(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
+	}
+}
+
+// TestWhatIsStored: a response is stored, and replayed to every later
+// request with its key, when it is an answer; it is not when it asks the
+// client to try again (5xx, 408, 409, 425, 429, or any Retry-After): the
+// next request with the key runs the handler.
+func TestWhatIsStored(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var runs atomic.Int64
+	// The handler answers the status in its path, with Retry-After if
+	// asked.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		var code int
+		fmt.Sscan(strings.TrimPrefix(r.URL.Path, "/"), &code)
+		if r.URL.Query().Has("retry-after") {
+			w.Header().Set("Retry-After", "1")
+		}
+		w.WriteHeader(code)
+		fmt.Fprint(w, "answer")
+	})
+	url := server(t, srv.Client(t), h)
+	for _, tc := range []struct {
+		path   string
+		stored bool
+	}{
+		{"/200", true},
+		{"/201", true},
+		{"/204", true},
+		{"/303", true}, // the outcome of a POST that made something
+		{"/400", true},
+		{"/404", true},
+		{"/422", true},
+		{"/408", false},
+		{"/409", false},
+		{"/425", false},
+		{"/429", false},
+		{"/202?retry-after", false},
+		{"/403?retry-after", false},
+		{"/500", false},
+		{"/503", false},
+	} {
+		before := runs.Load()
+		replies := make([]*http.Response, 2)
+		for i := range replies {
+			req, _ := http.NewRequest(http.MethodPost, url+tc.path, nil)
+			req.Header.Set(idempotency.Header, "key"+tc.path)
+			resp, err := noRedirects.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			replies[i] = resp
+		}
+		ran := runs.Load() - before
+		replayed := replies[1].Header.Get(idempotency.ReplayedHeader) == "true"
+		if replies[1].StatusCode != replies[0].StatusCode {
+			t.Errorf("%s: statuses %d then %d", tc.path, replies[0].StatusCode, replies[1].StatusCode)
+		}
+		switch {
+		case tc.stored && (ran != 1 || !replayed):
+			t.Errorf("%s: the handler ran %d times for 2 requests, the second replayed: %v; want it stored and replayed", tc.path, ran, replayed)
+		case !tc.stored && (ran != 2 || replayed):
+			t.Errorf("%s: the handler ran %d times for 2 requests, the second replayed: %v; want it not stored, run again", tc.path, ran, replayed)
+		}
+	}
+}
+
+// noRedirects is an HTTP client that returns a redirect as it is.
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
 // TestKeysAndBodies: without a key the request passes through (or gets 400
 // with RequireKey); an oversized key 400; an oversized body 413; a 5xx
 // response is not stored; a stored response expires.
@@ -363,39 +520,105 @@ func TestKeysAndBodies(t *testing.T) {
 	}
 }
 
+// TestBadInput: bad arguments get an error, and Middleware a handler that
+// answers every request with 500 and the error; nothing panics, and nothing
+// is written to Redis.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	c, _ := dlock.New(rdb)
+	c, err := dlock.New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = c.Close() })
-	if _, err := idempotency.New(nil, rdb); err == nil {
-		t.Error("New without a dlock Client succeeded")
-	}
-	if _, err := idempotency.New(c, nil); err == nil {
-		t.Error("New without Redis succeeded")
-	}
-	for _, o := range []idempotency.Option{idempotency.WithKeep(0), idempotency.WithLeaseTTL(time.Millisecond), idempotency.WithPrefix("{"), nil} {
-		if _, err := idempotency.New(c, rdb, o); err == nil {
-			t.Error("a bad option was accepted")
+	var nilRedis *redis.Client
+	for _, tc := range []struct {
+		what  string
+		locks *dlock.Client
+		rdb   redis.UniversalClient
+		opts  []idempotency.Option
+	}{
+		{"a nil dlock Client", nil, rdb, nil},
+		{"a zero dlock Client", new(dlock.Client), rdb, nil},
+		{"a nil Redis client", c, nil, nil},
+		{"a typed-nil Redis client", c, nilRedis, nil},
+		{"a nil Option", c, rdb, []idempotency.Option{nil}},
+		{"WithKeep(0)", c, rdb, []idempotency.Option{idempotency.WithKeep(0)}},
+		{"WithKeep(-1s)", c, rdb, []idempotency.Option{idempotency.WithKeep(-time.Second)}},
+		{"WithLeaseTTL(1ms)", c, rdb, []idempotency.Option{idempotency.WithLeaseTTL(time.Millisecond)}},
+		{"WithLeaseTTL(-1s)", c, rdb, []idempotency.Option{idempotency.WithLeaseTTL(-time.Second)}},
+		{"WithPrefix(\"{\")", c, rdb, []idempotency.Option{idempotency.WithPrefix("{")}},
+	} {
+		if s, err := idempotency.New(tc.locks, tc.rdb, tc.opts...); err == nil || s != nil {
+			t.Errorf("New with %s: %v, %v; want an error", tc.what, s, err)
 		}
 	}
-	s, _ := idempotency.New(c, rdb)
+
+	s, err := idempotency.New(c, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
-	ok := func(context.Context) ([]byte, bool, error) { return nil, true, nil }
-	if _, err := s.Do(ctx, "", "fp", ok); err == nil {
-		t.Error("an empty key was accepted")
+	ran := false
+	ok := func(context.Context) ([]byte, bool, error) { ran = true; return nil, true, nil }
+	var nilStore *idempotency.Store
+	for _, tc := range []struct {
+		what string
+		do   func() (idempotency.Result, error)
+	}{
+		{"an empty key", func() (idempotency.Result, error) { return s.Do(ctx, "", "fp", ok) }},
+		{"an oversized key", func() (idempotency.Result, error) {
+			return s.Do(ctx, strings.Repeat("k", idempotency.MaxKeyLen+1), "fp", ok)
+		}},
+		{"an empty fingerprint", func() (idempotency.Result, error) { return s.Do(ctx, "k", "", ok) }},
+		{"a nil function", func() (idempotency.Result, error) { return s.Do(ctx, "k", "fp", nil) }},
+		//nolint:staticcheck // a nil context is the bad input under test
+		{"a nil context", func() (idempotency.Result, error) { return s.Do(nil, "k", "fp", ok) }},
+		{"a nil Store", func() (idempotency.Result, error) { return nilStore.Do(ctx, "k", "fp", ok) }},
+		{"a zero Store", func() (idempotency.Result, error) { return new(idempotency.Store).Do(ctx, "k", "fp", ok) }},
+	} {
+		if _, err := tc.do(); err == nil {
+			t.Errorf("Do with %s succeeded", tc.what)
+		}
 	}
-	if _, err := s.Do(ctx, "k", "fp", nil); err == nil {
-		t.Error("a nil function was accepted")
+	if ran {
+		t.Error("a Do with bad input ran its function")
 	}
-	//nolint:staticcheck // a nil context is the bad input under test
-	if _, err := s.Do(nil, "k", "fp", ok); err == nil {
-		t.Error("a nil context was accepted")
+
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true })
+	for _, tc := range []struct {
+		what string
+		mw   func() http.Handler
+	}{
+		{"a nil Store", func() http.Handler { return nilStore.Middleware(h) }},
+		{"a zero Store", func() http.Handler { return new(idempotency.Store).Middleware(h) }},
+		{"a nil handler", func() http.Handler { return s.Middleware(nil) }},
+		{"a nil HandlerFunc", func() http.Handler { return s.Middleware(http.HandlerFunc(nil)) }},
+		{"a nil *ServeMux", func() http.Handler { return s.Middleware((*http.ServeMux)(nil)) }},
+		{"a nil option", func() http.Handler { return s.Middleware(h, nil) }},
+		{"MaxBody(-1)", func() http.Handler { return s.Middleware(h, idempotency.MaxBody(-1)) }},
+	} {
+		w := httptest.NewRecorder()
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("Middleware with %s panicked: %v", tc.what, p)
+				}
+			}()
+			req := httptest.NewRequest(http.MethodPost, "/order", strings.NewReader("x"))
+			req.Header.Set(idempotency.Header, "mw")
+			tc.mw().ServeHTTP(w, req)
+		}()
+		if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "idempotency") {
+			t.Errorf("Middleware with %s answers %d %q; want 500 with the error", tc.what, w.Code, w.Body.String())
+		}
 	}
-	var zero *idempotency.Store
-	if _, err := zero.Do(ctx, "k", "fp", ok); err == nil {
-		t.Error("Do of a nil Store succeeded")
+	if ran {
+		t.Error("a Middleware with bad input ran its handler")
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("bad input wrote %d keys: %v", n, rdb.Keys(ctx, "*").Val())
 	}
 }
 

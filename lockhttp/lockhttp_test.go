@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,5 +178,87 @@ func TestLostLock(t *testing.T) {
 	get(t, ts.URL+"/?order=9")
 	if err := <-cause; err == nil {
 		t.Error("the handler's context was not cancelled when its lease ran out")
+	}
+}
+
+// TestTTL: a request's lock has a TTL of DefaultTTL (10s), whatever the
+// Client's default, unless LockOptions sets one.
+func TestTTL(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ttl := make(chan time.Duration, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l, _ := lockhttp.FromContext(r.Context())
+		d, err := l.TTL(r.Context())
+		if err != nil {
+			t.Error(err)
+		}
+		ttl <- d
+	})
+	slow, err := dlock.New(srv.Client(t), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slow.Close() })
+	for _, tc := range []struct {
+		what string
+		c    *dlock.Client
+		opts []lockhttp.Option
+		want time.Duration
+	}{
+		{"a Client with the default TTL", client(t, srv), nil, 10 * time.Second},
+		{"a Client with a TTL of 1m", slow, nil, 10 * time.Second},
+		{"LockOptions(WithTTL(3s))", slow, []lockhttp.Option{lockhttp.LockOptions(dlock.WithTTL(3 * time.Second))}, 3 * time.Second},
+	} {
+		ts := httptest.NewServer(lockhttp.Handler(tc.c, byOrder, h, tc.opts...))
+		get(t, ts.URL+"/?order=1")
+		ts.Close()
+		if d := <-ttl; d > tc.want || d < tc.want/2 {
+			t.Errorf("%s: the request's lock has %v left, want a TTL of %v", tc.what, d, tc.want)
+		}
+	}
+}
+
+// TestBadInput: a Handler made with bad arguments answers every request with
+// 500 and the error, without panicking, running its handler, or writing to
+// Redis.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ran := false
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true })
+	for _, tc := range []struct {
+		what string
+		h    func() http.Handler
+	}{
+		{"a nil Client", func() http.Handler { return lockhttp.Handler(nil, byOrder, ok) }},
+		{"a zero Client", func() http.Handler { return lockhttp.Handler(new(dlock.Client), byOrder, ok) }},
+		{"a nil name func", func() http.Handler { return lockhttp.Handler(c, nil, ok) }},
+		{"a nil handler", func() http.Handler { return lockhttp.Handler(c, byOrder, nil) }},
+		{"a nil HandlerFunc", func() http.Handler { return lockhttp.Handler(c, byOrder, http.HandlerFunc(nil)) }},
+		{"a nil Option", func() http.Handler { return lockhttp.Handler(c, byOrder, ok, nil) }},
+		{"Wait(-1s)", func() http.Handler { return lockhttp.Handler(c, byOrder, ok, lockhttp.Wait(-time.Second)) }},
+		{"BusyStatus(0)", func() http.Handler { return lockhttp.Handler(c, byOrder, ok, lockhttp.BusyStatus(0)) }},
+		{"BusyStatus(200)", func() http.Handler { return lockhttp.Handler(c, byOrder, ok, lockhttp.BusyStatus(http.StatusOK)) }},
+	} {
+		w := httptest.NewRecorder()
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("Handler with %s panicked: %v", tc.what, p)
+				}
+			}()
+			tc.h().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?order=1", nil))
+		}()
+		if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "lockhttp") {
+			t.Errorf("Handler with %s answers %d %q; want 500 with the error", tc.what, w.Code, w.Body.String())
+		}
+	}
+	if ran {
+		t.Error("a Handler made with bad input ran its handler")
+	}
+	if n := srv.Client(t).DBSize(t.Context()).Val(); n != 0 {
+		t.Errorf("bad input wrote %d keys: %v", n, srv.Client(t).Keys(t.Context(), "*").Val())
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/stock"
@@ -145,6 +146,10 @@ func (c *Consumer) pause(ctx context.Context, err error) bool {
 
 // handle writes each entry and acknowledges it once it is done with.
 func (c *Consumer) handle(ctx context.Context, stream string, msgs []redis.XMessage, claimed bool, out *Outcome) {
+	var delivered map[string]int64
+	if claimed {
+		delivered = c.deliveries(ctx, stream, msgs)
+	}
 	for _, m := range msgs {
 		if ctx.Err() != nil {
 			return
@@ -152,7 +157,7 @@ func (c *Consumer) handle(ctx context.Context, stream string, msgs []redis.XMess
 		if c.Each != nil {
 			c.Each()
 		}
-		if claimed && c.deliveries(ctx, stream, m.ID) > c.MaxDeliveries {
+		if delivered[m.ID] > c.MaxDeliveries {
 			if err := c.deadLetter(ctx, stream, m); err == nil {
 				out.Dead++
 			}
@@ -247,13 +252,66 @@ func (c *Consumer) write(ctx context.Context, m redis.XMessage) (result, error) 
 	return written, nil
 }
 
-// deliveries returns how many times entry id was delivered.
-func (c *Consumer) deliveries(ctx context.Context, stream, id string) int64 {
-	p, err := c.RDB.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: stock.OrdersGroup, Start: id, End: id, Count: 1}).Result()
-	if err != nil || len(p) == 0 {
-		return 0
+// deliveries returns how many times each of msgs, just claimed by this
+// consumer, was delivered: one XPENDING for the batch, over the range of
+// its ids and this consumer's entries, unless entries of this consumer that
+// it did not just claim lie in that range too (then one more per such
+// batch of them). An entry missing from the map (Redis failed to answer)
+// counts as delivered 0 times: it is written, and counted again at its next
+// delivery.
+func (c *Consumer) deliveries(ctx context.Context, stream string, msgs []redis.XMessage) map[string]int64 {
+	if len(msgs) == 0 {
+		return nil
 	}
-	return p[0].RetryCount
+	n := make(map[string]int64, len(msgs))
+	first, last := msgs[0].ID, msgs[0].ID
+	for _, m := range msgs {
+		n[m.ID] = -1 // not yet known
+		if idLess(m.ID, first) {
+			first = m.ID
+		}
+		if idLess(last, m.ID) {
+			last = m.ID
+		}
+	}
+	for left := len(msgs); left > 0; {
+		p, err := c.RDB.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: stream, Group: stock.OrdersGroup, Consumer: c.Name,
+			Start: first, End: last, Count: int64(left),
+		}).Result()
+		if err != nil || len(p) == 0 {
+			break
+		}
+		for _, e := range p {
+			if d, ok := n[e.ID]; ok && d < 0 {
+				n[e.ID] = e.RetryCount
+				left--
+			}
+		}
+		first = "(" + p[len(p)-1].ID // exclusive: after the last one seen
+	}
+	for id, d := range n {
+		if d < 0 {
+			delete(n, id)
+		}
+	}
+	return n
+}
+
+// idLess reports whether stream entry id a comes before b.
+func idLess(a, b string) bool {
+	ams, aseq, _ := strings.Cut(a, "-")
+	bms, bseq, _ := strings.Cut(b, "-")
+	if len(ams) != len(bms) {
+		return len(ams) < len(bms)
+	}
+	if ams != bms {
+		return ams < bms
+	}
+	if len(aseq) != len(bseq) {
+		return len(aseq) < len(bseq)
+	}
+	return aseq < bseq
 }
 
 // deadLetter moves entry m to the dead-letter stream and acknowledges it.

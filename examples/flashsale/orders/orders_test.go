@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -282,5 +283,90 @@ func TestAckLost(t *testing.T) {
 	}
 	if rows != 5 || users != 5 || left != 5 || out.Already != 5 || out.Refused != 5 || out.Written != 0 {
 		t.Errorf("%d orders of %d users, Redis stock %d, outcome %+v; want 5 orders, 5 given back once, 5 found already written and 5 refused on their acknowledged delivery", rows, users, left, out)
+	}
+}
+
+// commandCounter is a go-redis hook that counts the commands called name
+// that a client sends, alone or in a pipeline.
+type commandCounter struct {
+	name string
+	n    atomic.Int64
+}
+
+func (cc *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (cc *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == cc.name {
+			cc.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (cc *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == cc.name {
+				cc.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestDeliveriesOncePerBatch: a consumer that claims a batch of 10 entries
+// of a consumer that died asks how often they were delivered (XPENDING) once
+// for the batch, not once per entry; it writes all 10.
+func TestDeliveriesOncePerBatch(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	_, db := database(t)
+	ctx := context.Background()
+	sales, err := salesOn(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := orders.CreateSale(ctx, db, sales, "s", 10, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if r, err := sales.Buy(ctx, "s", "user-"+strconv.Itoa(i), 1); err != nil || r.Outcome != stock.Ordered {
+			t.Fatalf("Buy: %+v, %v", r, err)
+		}
+	}
+	stream := sales.Stream("s")
+	// A consumer reads every entry and dies before it writes any.
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: stock.OrdersGroup, Consumer: "dead", Streams: []string{stream, ">"}, Count: 100}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const minIdle = 100 * time.Millisecond
+	if !withinT(5*time.Second, func() bool {
+		p, _ := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: stock.OrdersGroup, Idle: minIdle, Start: "-", End: "+", Count: 100}).Result()
+		return len(p) == 10
+	}) {
+		t.Fatal("the dead consumer's entries never became idle")
+	}
+	counted := srv.Client(t)
+	xpending := &commandCounter{name: "xpending"}
+	counted.AddHook(xpending)
+	c := &orders.Consumer{RDB: counted, DB: db, Sales: sales, Sale: "s", Name: "only", MinIdle: minIdle, Block: 50 * time.Millisecond}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	done := make(chan orders.Outcome, 1)
+	go func() { out, _ := c.Run(cctx); done <- out }()
+	if !withinT(10*time.Second, func() bool {
+		p, _ := rdb.XPending(ctx, stream, stock.OrdersGroup).Result()
+		return p != nil && p.Count == 0
+	}) {
+		t.Fatalf("entries still pending: %v", rdb.XPending(ctx, stream, stock.OrdersGroup).Val())
+	}
+	cancel()
+	out := <-done
+	if out.Written != 10 {
+		t.Errorf("outcome %+v, want 10 written", out)
+	}
+	if n := xpending.n.Load(); n != 1 {
+		t.Errorf("the consumer sent XPENDING %d times for one claimed batch of 10, want once", n)
 	}
 }
