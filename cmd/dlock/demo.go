@@ -60,7 +60,7 @@ const (
 	progressInterval = 100 * time.Millisecond
 )
 
-// The strategies, in the order the seeds tell the story.
+// The strategies, from no lock at all to dlock's.
 const (
 	strategyNoLock = "nolock" // read, check, wait, write: no lock at all
 	strategyLocal  = "local"  // the same under a sync.Mutex of each process

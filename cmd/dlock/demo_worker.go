@@ -384,7 +384,7 @@ func (w *worker) buyLocalMutex(ctx context.Context, buyer string) (outcome, erro
 	return w.buyUnlocked(ctx, buyer)
 }
 
-// buyDlock is the seeds' answer. A lock per buyer, taken with TryLock, turns
+// buyDlock is dlock's answer. A lock per buyer, taken with TryLock, turns
 // away a second click of the same buyer while the first is being served, and
 // makes "check for an order, then order" one step for that buyer across all
 // processes. Inside it, the voucher's lock does the same for "read the stock,
