@@ -49,15 +49,19 @@ type Semaphore struct {
 	permits int64
 }
 
+// maxPermits is the most permits a Semaphore may have: Redis's scripts count
+// exactly up to 2^53.
+const maxPermits = 1 << 53
+
 // Semaphore returns the semaphore called name, with permits permits if Redis
 // holds no total for it yet. Any byte string is a valid name; the empty one is
-// not, and neither is permits below 1 or an invalid option: those errors are
-// returned by every call. A Semaphore's keys do not collide with those of a
-// Mutex of the same name.
+// not, and neither is permits below 1 (or above 2^53) or an invalid option:
+// those errors are returned by every call. A Semaphore's keys do not collide
+// with those of a Mutex of the same name.
 func (c *Client) Semaphore(name string, permits int64, opts ...Option) *Semaphore {
 	s := &Semaphore{a: c.acquirer(protocol.SemKind, name, opts), permits: permits}
-	if s.a.err == nil && permits < 1 {
-		s.a.err = errs.Op(nil, nil, "Semaphore %q: %d permits: want at least 1", name, permits)
+	if s.a.err == nil && (permits < 1 || permits > maxPermits) {
+		s.a.err = errs.Op(nil, nil, "Semaphore %q: %d permits: want at least 1 and at most 2^53", name, permits)
 	}
 	return s
 }
@@ -92,11 +96,26 @@ func (s *Semaphore) acquire(ctx context.Context, op string, wait bool, n int64) 
 	return l, err
 }
 
-// SetPermits stores the total number of permits in Redis, where it lasts
-// until Delete, and wakes the waiters that can proceed under the new total.
+// SetPermits sets the semaphore's total to permits for every process that
+// uses its name, at once: Redis keeps it until Delete removes it, and it
+// counts instead of the permits each process gave Client.Semaphore. The
+// waiters that fit under the new total are woken. Lowering the total below
+// the permits in use takes none back: the holders keep theirs, and nobody
+// gets any until fewer than the new total are in use. permits below 1 (or
+// above 2^53) is an error, and nothing is written.
+//
+// A SetPermits that go-redis runs again after a lost reply changes nothing
+// more: a total another call set or removed meanwhile stays. (Redis keeps
+// the ids of the latest calls for this, in the semaphore's hash, for at least
+// 10s after the latest.) On a RedLock Client it returns an error matching
+// errors.ErrUnsupported.
 func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
-	if permits < 1 {
-		return errs.Op(nil, nil, "set %d permits of %q: want at least 1", permits, s.Name())
+	a := s.acquirer()
+	if a.err != nil {
+		return a.err
+	}
+	if permits < 1 || permits > maxPermits {
+		return errs.Op(nil, nil, "set %d permits of %q: want at least 1 and at most 2^53", permits, a.k.Name)
 	}
 	_, err := s.call(ctx, "set permits of", protocol.SemSetTotal, permits)
 	return err
@@ -113,8 +132,9 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 // was one; the permits given to Client.Semaphore are the total again. Holders
 // and waiters are not affected. Everything else the semaphore keeps in Redis
 // expires by itself once nobody holds it or waits for it (and at least 10s
-// after a Delete that removed a total, which it keeps the call's id for), so
-// after Delete a semaphore no longer in use leaves nothing behind.
+// after a Delete that removed a total, or a SetPermits, which it keeps the
+// call's id for), so after Delete a semaphore no longer in use leaves nothing
+// behind.
 func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 	v, err := s.call(ctx, "delete", protocol.SemDeleteTotal, s.defaultTotal())
 	return v == 1, err
