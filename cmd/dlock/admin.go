@@ -30,13 +30,26 @@ type conn struct {
 	timeout time.Duration
 }
 
+// prefixEnv names the environment variable that sets --prefix when the
+// flag is not given, so that people on call set it once for every command.
+const prefixEnv = "DLOCK_PREFIX"
+
+// defaultPrefix is --prefix when not given: DLOCK_PREFIX if set and not
+// empty, else the library's default.
+func defaultPrefix() string {
+	if p := os.Getenv(prefixEnv); p != "" {
+		return p
+	}
+	return dlock.DefaultPrefix
+}
+
 // flags adds conn's flags to fs.
 func (c *conn) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.redis, "redis", defaultRedisURL,
 		"a Redis `URL` (redis://, rediss://, unix://), or comma-separated host:port addresses: Sentinels with --master, Cluster nodes with --cluster")
 	fs.StringVar(&c.master, "master", "", "the Sentinel master `name`: --redis lists the Sentinels")
 	fs.BoolVar(&c.cluster, "cluster", false, "--redis lists nodes of a Redis Cluster")
-	fs.StringVar(&c.prefix, "prefix", dlock.DefaultPrefix, "the `prefix` of the Clients' keys (their WithPrefix)")
+	fs.StringVar(&c.prefix, "prefix", defaultPrefix(), "the `prefix` of the Clients' keys (their WithPrefix); "+prefixEnv+" sets it for every command")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long each request to Redis may take")
 }
 
@@ -152,8 +165,9 @@ func find(ctx context.Context, c *dlock.Client, kind dlock.Kind, name string) ([
 	return out, nil
 }
 
-// runLs lists the locks whose names match a pattern.
-func runLs(ctx context.Context, args []string, stdout io.Writer) error {
+// runLs lists the locks whose names match a pattern; if none does, it says
+// on stderr where it looked.
+func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dlock ls", flag.ContinueOnError)
 	var cn conn
 	cn.flags(fs)
@@ -177,6 +191,11 @@ func runLs(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		fmt.Fprintf(stderr, "dlock ls: nothing under the prefix %q matches %q (the prefix is --prefix, else $%s, else %q: it must be the Clients' WithPrefix)\n",
+			cn.prefix, pattern, prefixEnv, dlock.DefaultPrefix)
+		return nil
 	}
 	slices.SortFunc(ids, func(a, b dlock.LockID) int {
 		return cmpOr(strings.Compare(a.Name, b.Name), strings.Compare(string(a.Kind), string(b.Kind)))
@@ -317,7 +336,7 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if len(states) == 0 {
-		return fmt.Errorf("dlock inspect: Redis holds nothing of a lock named %q under the prefix %q", rest[0], cn.prefix)
+		return fmt.Errorf("dlock inspect: Redis holds nothing of a lock named %q under the prefix %q (the prefix is --prefix, else $%s)", rest[0], cn.prefix, prefixEnv)
 	}
 	for i, s := range states {
 		if *asJSON {
@@ -434,7 +453,7 @@ func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	}
 	switch {
 	case len(held) == 0:
-		fmt.Fprintf(stdout, "nobody holds %q: nothing to release\n", name)
+		fmt.Fprintf(stdout, "nobody holds %q under the prefix %q: nothing to release\n", name, cn.prefix)
 		return nil
 	case len(held) > 1:
 		return usagef("dlock release: %q is held as %s and %s: say which with --kind", name, held[0].Kind, held[1].Kind)

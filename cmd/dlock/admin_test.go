@@ -42,9 +42,17 @@ func newLockClient(t *testing.T, rdb redis.UniversalClient, opts ...dlock.Option
 // printed.
 func runCmd(t *testing.T, stdin string, args ...string) (string, error) {
 	t.Helper()
-	var out bytes.Buffer
-	err := run(t.Context(), args, strings.NewReader(stdin), &out, io.Discard)
-	return out.String(), err
+	out, _, err := runCmdErr(t, stdin, args...)
+	return out, err
+}
+
+// runCmdErr runs the dlock command args with stdin, and returns what it
+// printed on stdout and on stderr.
+func runCmdErr(t *testing.T, stdin string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(t.Context(), args, strings.NewReader(stdin), &out, &errOut)
+	return out.String(), errOut.String(), err
 }
 
 // owner returns the owner id of the one holder of kind's lock name.
@@ -433,4 +441,43 @@ func TestConnect(t *testing.T) {
 			t.Errorf("inspect of an unreachable Redis: %v", err)
 		}
 	})
+}
+
+// TestPrefixFromEnv: DLOCK_PREFIX sets --prefix for every command, which a
+// --prefix given overrides; a command that finds nothing says under which
+// prefix it looked.
+func TestPrefixFromEnv(t *testing.T) {
+	ctx := context.Background()
+	c, _, flags := admin(t, dlock.WithPrefix("app:"))
+	l, err := c.Mutex("job").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	t.Setenv("DLOCK_PREFIX", "")
+	out, errOut, err := runCmdErr(t, "", append([]string{"ls"}, flags...)...)
+	if err != nil || strings.Contains(out, "job") || !strings.Contains(errOut, `nothing under the prefix "dlock:" matches "*"`) {
+		t.Errorf("ls without the Clients' prefix: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+	}
+	if _, err := runCmd(t, "", append([]string{"inspect"}, append(flags, "job")...)...); err == nil || !strings.Contains(err.Error(), `under the prefix "dlock:"`) {
+		t.Errorf("inspect without the Clients' prefix: %v", err)
+	}
+
+	t.Setenv("DLOCK_PREFIX", "app:")
+	out, err = runCmd(t, "", append([]string{"ls"}, flags...)...)
+	if err != nil || !strings.Contains(out, "job") {
+		t.Errorf("ls with DLOCK_PREFIX=app:: %v\n%s", err, out)
+	}
+	out, err = runCmd(t, "", append([]string{"inspect"}, append(flags, "job")...)...)
+	if err != nil || !strings.Contains(out, itoa(l.Fence())) {
+		t.Errorf("inspect with DLOCK_PREFIX=app:: %v\n%s", err, out)
+	}
+	out, err = runCmd(t, "", append([]string{"ls", "--prefix", "other:"}, flags...)...)
+	if err != nil || strings.Contains(out, "job") {
+		t.Errorf("ls --prefix other: with DLOCK_PREFIX=app:: %v\n%s", err, out)
+	}
+	out, err = runCmd(t, "", "ls", "-h")
+	if err != nil || !strings.Contains(out, "DLOCK_PREFIX") {
+		t.Errorf("ls -h does not name DLOCK_PREFIX: %v\n%s", err, out)
+	}
 }

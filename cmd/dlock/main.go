@@ -18,7 +18,9 @@
 //
 // ls, inspect and watch only read. Every command but demo reaches Redis at
 // --redis (a URL, or Sentinel or Cluster addresses with --master or
-// --cluster) and logs in as REDIS_USERNAME with REDIS_PASSWORD if set.
+// --cluster), logs in as REDIS_USERNAME with REDIS_PASSWORD if set, and
+// looks at the keys under --prefix, which DLOCK_PREFIX sets for every
+// command (default "dlock:", the library's).
 //
 // Run "dlock <command> -h" for the flags of a command.
 package main
@@ -62,7 +64,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
 	case "ls":
-		return helpOK(runLs(ctx, rest, stdout))
+		return helpOK(runLs(ctx, rest, stdout, stderr))
 	case "inspect":
 		return helpOK(runInspect(ctx, rest, stdout))
 	case "watch":
@@ -87,8 +89,9 @@ Commands:
   release  take a stuck lock from its holders (--force)
 
 ls, inspect, watch and release reach Redis at --redis (a URL; or Sentinel
-addresses with --master, Cluster addresses with --cluster) and log in as
-REDIS_USERNAME with REDIS_PASSWORD if they are set.
+addresses with --master, Cluster addresses with --cluster), log in as
+REDIS_USERNAME with REDIS_PASSWORD if they are set, and look at the keys
+under --prefix, which DLOCK_PREFIX sets for every command (default "dlock:").
 
 Run 'dlock <command> -h' for the flags of a command.
 `)

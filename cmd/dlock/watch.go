@@ -49,7 +49,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if len(states) == 1 {
 			kind = states[0].Kind
 		} else {
-			fmt.Fprintf(stderr, "dlock watch: Redis holds nothing of %q yet; watching it as a Mutex (--kind to choose)\n", name)
+			fmt.Fprintf(stderr, "dlock watch: Redis holds nothing of %q under the prefix %q yet; watching it as a Mutex (--kind to choose; the prefix is --prefix, else $%s)\n", name, cn.prefix, prefixEnv)
 		}
 	}
 	w := watcher{out: stdout, tty: !*plain && isTerminal(stdout), every: *every}
