@@ -139,6 +139,19 @@ func parseFlags(fs *flag.FlagSet, args []string, synopsis string, stdout io.Writ
 	return fs.Args(), nil
 }
 
+// oneName returns the one NAME of a command about one lock, rest its
+// positional arguments after the flags: a usage error if there is not
+// exactly one, or it is empty (no lock has the empty name).
+func oneName(cmd string, rest []string) (string, error) {
+	switch {
+	case len(rest) != 1:
+		return "", usagef("%s: want one NAME, got %q", cmd, rest)
+	case rest[0] == "":
+		return "", usagef("%s: empty NAME: no lock has the empty name", cmd)
+	}
+	return rest[0], nil
+}
+
 // kindFlag adds --kind to fs.
 func kindFlag(fs *flag.FlagSet) *string {
 	return fs.String("kind", "", "the lock's `kind`: Mutex, FairMutex, RWMutex, Semaphore or CountDownLatch (default: every kind that has the name)")
@@ -323,20 +336,24 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	kindS := kindFlag(fs)
 	asJSON := fs.Bool("json", false, "print the lock as one JSON object (one per line if the name has several kinds)")
 	rest, err := parseFlags(fs, args, "dlock inspect [flags] NAME\n\nPrints everything Redis holds about the lock NAME: its holders (owner, holds, fence, since when, TTL left), its waiters in the order they will be served, the last fence; a Semaphore's permits, a CountDownLatch's count.", stdout)
-	if err != nil || len(rest) != 1 {
-		return firstErr(err, usagef("dlock inspect: want one NAME, got %q", rest))
+	if err != nil {
+		return err
+	}
+	name, err := oneName("dlock inspect", rest)
+	if err != nil {
+		return err
 	}
 	kind, c, closeC, err := cn.openKind("dlock inspect", *kindS)
 	if err != nil {
 		return err
 	}
 	defer closeC()
-	states, err := find(ctx, c, kind, rest[0])
+	states, err := find(ctx, c, kind, name)
 	if err != nil {
 		return err
 	}
 	if len(states) == 0 {
-		return fmt.Errorf("dlock inspect: Redis holds nothing of a lock named %q under the prefix %q (the prefix is --prefix, else $%s)", rest[0], cn.prefix, prefixEnv)
+		return fmt.Errorf("dlock inspect: Redis holds nothing of a lock named %q under the prefix %q (the prefix is --prefix, else $%s)", name, cn.prefix, prefixEnv)
 	}
 	for i, s := range states {
 		if *asJSON {
@@ -428,9 +445,13 @@ func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	force := fs.Bool("force", false, "required: the lock is taken from holders that may still be running")
 	yes := fs.Bool("y", false, "do not ask for confirmation")
 	owner := fs.String("owner", "", "evict only this owner `id` (as ls and inspect print it), not every holder")
-	rest, err := parseFlags(fs, args, "dlock release --force [flags] NAME\n\nTakes the lock NAME from its holders: each hold is released as its holder's release would, so the next waiter gets the lock at once, and the fence moves on, so that a fenced resource that sees the new fence rejects the evicted holders' writes. An evicted holder learns at its next renewal (its Lease's Done closes). Asks for confirmation unless -y.", stdout)
-	if err != nil || len(rest) != 1 {
-		return firstErr(err, usagef("dlock release: want one NAME, got %q", rest))
+	rest, err := parseFlags(fs, args, "dlock release --force [flags] NAME\n\nTakes the lock NAME from its holders: each hold is released as its holder's release would, so the next waiter gets the lock at once, and the fence moves on, so that a fenced resource that sees the new fence rejects the evicted holders' writes. An evicted holder learns at its next renewal (its Lease's Done closes). Asks for confirmation unless -y; any answer but y exits with status 1, having released nothing.", stdout)
+	if err != nil {
+		return err
+	}
+	name, err := oneName("dlock release", rest)
+	if err != nil {
+		return err
 	}
 	if !*force {
 		return usagef("dlock release: --force is required: it takes the lock from holders that may still be running")
@@ -440,7 +461,6 @@ func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 		return err
 	}
 	defer closeC()
-	name := rest[0]
 	states, err := find(ctx, c, kind, name)
 	if err != nil {
 		return err
@@ -476,8 +496,7 @@ func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 			return fmt.Errorf("dlock release: read the answer: %w", err)
 		}
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-			fmt.Fprintln(stdout, "not released")
-			return nil
+			return fmt.Errorf("dlock release: not released: the answer was %q, not y", strings.TrimSpace(line))
 		}
 	}
 	ev, err := c.ForceRelease(ctx, s.Kind, name, owners...)

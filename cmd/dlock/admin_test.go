@@ -188,8 +188,8 @@ func (s *fencedStore) write(fence int64) bool {
 	return true
 }
 
-// TestReleaseCommand: without --force nothing happens; asked, "n" keeps the
-// lock; "y" takes it from the stuck holder and hands it to the waiter, whose
+// TestReleaseCommand: without --force nothing happens; asked, "n" (or no
+// answer) keeps the lock and exits with status 1; "y" takes it from the stuck holder and hands it to the waiter, whose
 // fenced writes then make the resource reject the evicted holder's; the
 // evicted holder's Done closes at its next renewal.
 func TestReleaseCommand(t *testing.T) {
@@ -218,15 +218,17 @@ func TestReleaseCommand(t *testing.T) {
 	if _, err := runCmd(t, "", append([]string{"release"}, append(flags, "stuck")...)...); !errors.As(err, &ue) {
 		t.Errorf("release without --force: %v, want a usage error", err)
 	}
-	out, err := runCmd(t, "n\n", append([]string{"release", "--force"}, append(flags, "stuck")...)...)
-	if err != nil || !strings.Contains(out, "[y/N]") || !strings.Contains(out, "not released") {
-		t.Errorf("release answered n: %v\n%s", err, out)
-	}
-	if err := stuck.Err(); err != nil {
-		t.Fatalf("the holder after 'n': %v", err)
+	for _, answer := range []string{"n\n", "", "maybe\n"} {
+		out, err := runCmd(t, answer, append([]string{"release", "--force"}, append(flags, "stuck")...)...)
+		if err == nil || !strings.Contains(out, "[y/N]") || !strings.Contains(err.Error(), "not released") || exitCode(err, io.Discard) != 1 {
+			t.Errorf("release answered %q: %v (exit status %d), want status 1 saying it was not released\n%s", answer, err, exitCode(err, io.Discard), out)
+		}
+		if err := stuck.Err(); err != nil {
+			t.Fatalf("the holder after the answer %q: %v", answer, err)
+		}
 	}
 	stuckOwner := owner(t, c, dlock.KindMutex, "stuck")
-	out, err = runCmd(t, "y\n", append([]string{"release", "--force"}, append(flags, "stuck")...)...)
+	out, err := runCmd(t, "y\n", append([]string{"release", "--force"}, append(flags, "stuck")...)...)
 	if err != nil || !strings.Contains(out, "evicted "+stuckOwner) {
 		t.Fatalf("release answered y: %v\n%s", err, out)
 	}
@@ -479,5 +481,23 @@ func TestPrefixFromEnv(t *testing.T) {
 	out, err = runCmd(t, "", "ls", "-h")
 	if err != nil || !strings.Contains(out, "DLOCK_PREFIX") {
 		t.Errorf("ls -h does not name DLOCK_PREFIX: %v\n%s", err, out)
+	}
+}
+
+// TestEmptyName: a command about one lock given the empty name says so, as a
+// usage error, before it reaches Redis.
+func TestEmptyName(t *testing.T) {
+	t.Parallel()
+	_, _, flags := admin(t)
+	for _, args := range [][]string{{"inspect", ""}, {"watch", ""}, {"release", "--force", "-y", ""}} {
+		args = append(append([]string{args[0]}, flags...), args[1:]...)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		var out bytes.Buffer
+		err := run(ctx, args, strings.NewReader(""), &out, io.Discard)
+		cancel()
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "empty NAME") {
+			t.Errorf("%q: %v, want a usage error saying the name is empty\n%s", args, err, out.String())
+		}
 	}
 }
