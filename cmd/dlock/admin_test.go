@@ -489,7 +489,7 @@ func TestPrefixFromEnv(t *testing.T) {
 func TestEmptyName(t *testing.T) {
 	t.Parallel()
 	_, _, flags := admin(t)
-	for _, args := range [][]string{{"inspect", ""}, {"watch", ""}, {"release", "--force", "-y", ""}} {
+	for _, args := range [][]string{{"inspect", ""}, {"watch", ""}, {"release", "--force", "-y", ""}, {"permits", ""}, {"permits", "", "3"}} {
 		args = append(append([]string{args[0]}, flags...), args[1:]...)
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		var out bytes.Buffer
@@ -499,5 +499,76 @@ func TestEmptyName(t *testing.T) {
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "empty NAME") {
 			t.Errorf("%q: %v, want a usage error saying the name is empty\n%s", args, err, out.String())
 		}
+	}
+}
+
+// TestPermitsCommand: dlock permits NAME prints a Semaphore's total and use;
+// dlock permits NAME N sets the total for every process at once, waking a
+// waiter that now fits; bad input is a usage error and writes nothing.
+func TestPermitsCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, rdb, flags := admin(t)
+	held, err := c.Semaphore("pool", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	other := newLockClient(t, rdb)
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := other.Semaphore("pool", 5).Acquire(ctx, 2) // more than the total 1: waits for it to be raised
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	for rdb.ZCard(ctx, "dlock:sem:{pool}:waiters").Val() != 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	permits := func(args ...string) (string, error) {
+		return runCmd(t, "", append(append([]string{"permits"}, flags...), args...)...)
+	}
+	out, err := permits("pool")
+	if err != nil || !strings.Contains(out, `Semaphore "pool": 1 of 1 permits in use, 1 waiter queued`) {
+		t.Errorf("permits pool: %v\n%s", err, out)
+	}
+	out, err = permits("pool", "3")
+	if err != nil || !strings.Contains(out, "total set to 3 for every process (it was 1)") {
+		t.Errorf("permits pool 3: %v\n%s", err, out)
+	}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		defer l.Release(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter for 2 permits not served after the total was raised to 3")
+	}
+	if v, err := rdb.Get(ctx, "dlock:sem:{pool}:total").Result(); err != nil || v != "3" {
+		t.Errorf("total in Redis: %q, %v; want 3", v, err)
+	}
+	out, err = permits("pool")
+	if err != nil || !strings.Contains(out, `Semaphore "pool": 3 of 3 permits in use, 0 waiters queued`) {
+		t.Errorf("permits pool after the raise: %v\n%s", err, out)
+	}
+	var ue *usageError
+	for _, bad := range [][]string{{"pool", "0"}, {"pool", "-2"}, {"pool", "x"}, {"pool", "3", "4"}, {}} {
+		if _, err := permits(bad...); !errors.As(err, &ue) {
+			t.Errorf("permits %q: %v, want a usage error", bad, err)
+		}
+	}
+	if out, err := permits("pool", "9007199254740993"); err == nil {
+		t.Errorf("permits pool 2^53+1: no error\n%s", out)
+	}
+	if v, _ := rdb.Get(ctx, "dlock:sem:{pool}:total").Result(); v != "3" {
+		t.Errorf("total in Redis after bad input: %q, want 3", v)
+	}
+	if _, err := permits("nothing"); err == nil || !strings.Contains(err.Error(), `no total for a Semaphore named "nothing" under the prefix "dlock:"`) {
+		t.Errorf("permits of a Semaphore Redis holds nothing of: %v", err)
+	}
+	if keys := rdb.Keys(ctx, "*nothing*").Val(); len(keys) != 0 {
+		t.Errorf("keys written by reading a total: %q", keys)
 	}
 }

@@ -15,6 +15,8 @@
 //	watch    follow one lock as it changes hands
 //	release  take a stuck lock from its holders (--force), moving the fence on
 //	         and handing it to the next waiter
+//	permits  print a Semaphore's total permits and how many are in use, or
+//	         set the total for every process at once
 //
 // ls, inspect and watch only read. Every command but demo reaches Redis at
 // --redis (a URL, or Sentinel or Cluster addresses with --master or
@@ -71,6 +73,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return helpOK(runWatch(ctx, rest, stdout, stderr))
 	case "release":
 		return helpOK(runRelease(ctx, rest, stdin, stdout))
+	case "permits":
+		return helpOK(runPermits(ctx, rest, stdout))
 	case workerCommand: // hidden: started by demo, never by hand
 		return runWorker(ctx, rest, stdin, stdout)
 	}
@@ -87,10 +91,11 @@ Commands:
   inspect  print everything about one lock
   watch    follow one lock as it changes hands
   release  take a stuck lock from its holders (--force)
+  permits  print a Semaphore's total permits, or set it for every process
 
-ls, inspect, watch and release reach Redis at --redis (a URL; or Sentinel
-addresses with --master, Cluster addresses with --cluster), log in as
-REDIS_USERNAME with REDIS_PASSWORD if they are set, and look at the keys
+ls, inspect, watch, release and permits reach Redis at --redis (a URL; or
+Sentinel addresses with --master, Cluster addresses with --cluster), log in
+as REDIS_USERNAME with REDIS_PASSWORD if they are set, and look at the keys
 under --prefix, which DLOCK_PREFIX sets for every command (default "dlock:").
 
 Run 'dlock <command> -h' for the flags of a command.
