@@ -3,6 +3,12 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 )
@@ -38,26 +44,36 @@ import (
 // ends leaves the queue at once; one whose process died lapses (see Times in
 // the package documentation).
 //
-// The total: SetPermits stores one in Redis, which lasts until Delete removes
-// it. While none is stored, the permits given to Client.Semaphore are the
-// total; the first acquisition keeps its number with the semaphore's other
-// state for as long as the semaphore is in use (held or waited for), and
-// later callers use that. Lowering the total below what is held takes effect
-// as holders release.
+// The total is the one Redis holds, for every process alike: the one
+// SetPermits stored, which lasts until Delete removes it; while none is
+// stored, the permits given to Client.Semaphore by the first process to
+// acquire, kept with the semaphore's other state for as long as the
+// semaphore is in use (held or waited for). A process that gave
+// Client.Semaphore another number is held to Redis's total all the same: its
+// Client logs a warning the first time it acquires the name, TryAcquire's
+// error says how many permits are in use of what total, and Acquire's, when
+// it gives up, adds the total Redis held. To change the total, call
+// SetPermits (or run `dlock permits NAME N`): it applies to every process at
+// once. Lowering the total below what is held takes effect as holders
+// release.
 type Semaphore struct {
 	a       acquirer
 	permits int64
 }
 
+// maxPermits is the most permits a Semaphore may have: Redis's scripts count
+// exactly up to 2^53.
+const maxPermits = 1 << 53
+
 // Semaphore returns the semaphore called name, with permits permits if Redis
 // holds no total for it yet. Any byte string is a valid name; the empty one is
-// not, and neither is permits below 1 or an invalid option: those errors are
-// returned by every call. A Semaphore's keys do not collide with those of a
-// Mutex of the same name.
+// not, and neither is permits below 1 (or above 2^53) or an invalid option:
+// those errors are returned by every call. A Semaphore's keys do not collide
+// with those of a Mutex of the same name.
 func (c *Client) Semaphore(name string, permits int64, opts ...Option) *Semaphore {
 	s := &Semaphore{a: c.acquirer(protocol.SemKind, name, opts), permits: permits}
-	if s.a.err == nil && permits < 1 {
-		s.a.err = errs.Op(nil, nil, "Semaphore %q: %d permits: want at least 1", name, permits)
+	if s.a.err == nil && (permits < 1 || permits > maxPermits) {
+		s.a.err = errs.Op(nil, nil, "Semaphore %q: %d permits: want at least 1 and at most 2^53", name, permits)
 	}
 	return s
 }
@@ -71,35 +87,128 @@ func (s *Semaphore) Name() string { return s.acquirer().k.Name }
 // ctx.Err(), and the caller's place in the queue is given up. An Acquire of
 // more permits than the total waits until the total is raised.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
-	return s.acquire(ctx, "acquire", true, n)
-}
-
-// TryAcquire takes n permits if they are free and nobody is queued before it,
-// in one round trip; otherwise the error matches ErrNotAcquired.
-func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, error) {
-	return s.acquire(ctx, "tryacquire", false, n)
-}
-
-func (s *Semaphore) acquire(ctx context.Context, op string, wait bool, n int64) (*Lease, error) {
+	const op = "acquire"
 	a := s.acquirer()
 	if a.err == nil && n < 1 {
 		return nil, errs.Op(nil, nil, "%s %d permits of %q: want at least 1", op, n, a.k.Name)
 	}
-	l, err := a.acquire(ctx, op, wait, []any{n, s.defaultTotal()})
-	if err == errTooMany {
-		return nil, errs.Op(ErrNotAcquired, nil, "%s %d permits of %q: more than the semaphore's total", op, n, a.k.Name)
+	if err := a.check(ctx, op); err != nil {
+		return nil, err
+	}
+	s.readTotal(a)
+	l, err := a.acquire(ctx, op, true, []any{n, s.permits})
+	if errors.Is(err, ErrNotAcquired) {
+		if total, ok := totals.get(a.e, a.k.Name); ok && total > 0 && total != s.permits {
+			err = fmt.Errorf("%w; this process asked for a total of %d, and Redis held %d when this Client last looked (the total in Redis counts: SetPermits changes it)", err, s.permits, total)
+		}
 	}
 	return l, err
 }
 
-// SetPermits stores the total number of permits in Redis, where it lasts
-// until Delete, and wakes the waiters that can proceed under the new total.
-func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
-	if permits < 1 {
-		return errs.Op(nil, nil, "set %d permits of %q: want at least 1", permits, s.Name())
+// TryAcquire takes n permits if they are free and nobody is queued before it,
+// in one round trip; otherwise the error matches ErrNotAcquired and says how
+// many permits are in use of what total, and the total this process asked
+// for if Redis holds another.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, error) {
+	const op = "tryacquire"
+	a := s.acquirer()
+	if a.err == nil && n < 1 {
+		return nil, errs.Op(nil, nil, "%s %d permits of %q: want at least 1", op, n, a.k.Name)
 	}
-	_, err := s.call(ctx, "set permits of", protocol.SemSetTotal, permits)
-	return err
+	if err := a.check(ctx, op); err != nil {
+		return nil, err
+	}
+	h := a.e.hooks
+	if h == nil {
+		return s.try(ctx, a, n)
+	}
+	// The engine's acquire brackets its calls so; TryAcquire makes its
+	// own attempt, whose answer says why it failed.
+	info := LockInfo{Kind: a.k.Kind.Name, Name: a.k.Name}
+	if h.LockStart != nil {
+		if c := h.LockStart(ctx, info, op); c != nil {
+			ctx = c
+		}
+	}
+	start := time.Now()
+	l, err := s.try(ctx, a, n)
+	if h.LockEnd != nil {
+		r := LockResult{Waited: time.Since(start), Err: err}
+		if l != nil {
+			r.Fence = l.Fence()
+		}
+		h.LockEnd(ctx, info, r)
+	}
+	return l, err
+}
+
+// try makes TryAcquire's one attempt, as the engine's take does for a call
+// that does not wait, but asks the script to say, if it takes nothing, how
+// many permits are in use of what total.
+func (s *Semaphore) try(ctx context.Context, a *acquirer, n int64) (*Lease, error) {
+	const op = "tryacquire"
+	if ctx.Err() != nil {
+		return nil, a.gaveUp(ctx, op)
+	}
+	owner, sent := a.e.newOwner(), time.Now()
+	l, _, r, err := a.attempt(ctx, owner, sent, sent, protocol.SemWhy, []any{n, s.permits})
+	switch {
+	case l != nil:
+		s.readTotal(a)
+		return l, nil
+	case err != nil:
+		// The script may have run: give back whatever it took.
+		a.abandon(ctx, owner, sent)
+		if ended(ctx) {
+			return nil, a.gaveUp(ctx, op)
+		}
+		return nil, err
+	case r.Sem == nil:
+		return nil, errs.Op(ErrNotAcquired, nil, "%s %d permits of %q: permits in use", op, n, a.k.Name)
+	}
+	st := *r.Sem
+	s.sawTotal(a, st)
+	var why strings.Builder
+	if n > st.Total {
+		fmt.Fprintf(&why, "more than the semaphore's total of %d", st.Total)
+	} else {
+		fmt.Fprintf(&why, "%d of %d permits in use", st.Used, st.Total)
+		if st.Ahead > 0 {
+			fmt.Fprintf(&why, ", and waiters queued before this call want %d", st.Ahead)
+		}
+	}
+	if st.Total != s.permits {
+		fmt.Fprintf(&why, "; this process asked for a total of %d (the total in Redis counts: SetPermits changes it)", s.permits)
+	}
+	return nil, errs.Op(ErrNotAcquired, nil, "%s %d permits of %q: %s", op, n, a.k.Name, why.String())
+}
+
+// SetPermits sets the semaphore's total to permits for every process that
+// uses its name, at once: Redis keeps it until Delete removes it, and it
+// counts instead of the permits each process gave Client.Semaphore. The
+// waiters that fit under the new total are woken. Lowering the total below
+// the permits in use takes none back: the holders keep theirs, and nobody
+// gets any until fewer than the new total are in use. permits below 1 (or
+// above 2^53) is an error, and nothing is written.
+//
+// A SetPermits that go-redis runs again after a lost reply changes nothing
+// more: a total another call set or removed meanwhile stays. (Redis keeps
+// the ids of the latest calls for this, in the semaphore's hash, for at least
+// 10s after the latest.) On a RedLock Client it returns an error matching
+// errors.ErrUnsupported.
+func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
+	a := s.acquirer()
+	if a.err != nil {
+		return a.err
+	}
+	if permits < 1 || permits > maxPermits {
+		return errs.Op(nil, nil, "set %d permits of %q: want at least 1 and at most 2^53", permits, a.k.Name)
+	}
+	if _, err := s.call(ctx, "set permits of", protocol.SemSetTotal, permits); err != nil {
+		return err
+	}
+	totals.update(a.e, a.k.Name, permits)
+	return nil
 }
 
 // Available returns how many permits are free: the total less what live
@@ -113,8 +222,9 @@ func (s *Semaphore) Available(ctx context.Context) (int64, error) {
 // was one; the permits given to Client.Semaphore are the total again. Holders
 // and waiters are not affected. Everything else the semaphore keeps in Redis
 // expires by itself once nobody holds it or waits for it (and at least 10s
-// after a Delete that removed a total, which it keeps the call's id for), so
-// after Delete a semaphore no longer in use leaves nothing behind.
+// after a Delete that removed a total, or a SetPermits, which it keeps the
+// call's id for), so after Delete a semaphore no longer in use leaves nothing
+// behind.
 func (s *Semaphore) Delete(ctx context.Context) (bool, error) {
 	v, err := s.call(ctx, "delete", protocol.SemDeleteTotal, s.defaultTotal())
 	return v == 1, err
@@ -142,4 +252,119 @@ func (s *Semaphore) acquirer() *acquirer {
 		return &acquirer{err: errors.New("dlock: nil or zero Semaphore; get one from Client.Semaphore")}
 	}
 	return &s.a
+}
+
+// readTotal reads, in the background, the total Redis holds for s, the
+// first time a's Client acquires s's name, and warns if it differs from s's
+// (sawTotal).
+func (s *Semaphore) readTotal(a *acquirer) {
+	e, name := a.e, a.k.Name
+	if !totals.add(e, name, 0) {
+		return
+	}
+	if !e.bg.goDo(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := e.backend.SemTotal(ctx, a.k)
+		if err != nil {
+			e.log.Debug("dlock: read a Semaphore's total", "lock", name, "err", err)
+			totals.forget(e, name) // read again at the next acquire
+			return
+		}
+		totals.update(e, name, st.Total)
+		s.warn(a, st)
+	}) {
+		totals.forget(e, name)
+	}
+}
+
+// sawTotal notes st, a total Redis answered a's Client with for s, and warns
+// if it is the first the Client has seen for s's name and differs from s's.
+func (s *Semaphore) sawTotal(a *acquirer, st protocol.SemTotal) {
+	if totals.add(a.e, a.k.Name, st.Total) {
+		s.warn(a, st)
+	} else {
+		totals.update(a.e, a.k.Name, st.Total)
+	}
+}
+
+// warn logs a warning if st's total differs from s's.
+func (s *Semaphore) warn(a *acquirer, st protocol.SemTotal) {
+	if st.Total == 0 || st.Total == s.permits {
+		return
+	}
+	from := "the first process to acquire it"
+	if st.Set {
+		from = "SetPermits"
+	}
+	a.e.log.Warn("dlock: a Semaphore's total in Redis differs from the one this process gave it; the total in Redis counts, for every process",
+		"lock", a.k.Name, "total", st.Total, "set_by", from, "this_process", s.permits,
+		"to_change_it", fmt.Sprintf("Semaphore.SetPermits, or: dlock permits %s N", a.k.Name))
+}
+
+// totals is, per Client and Semaphore name, the total Redis held when the
+// Client last looked (0: none, or not read yet): each Client reads a name's
+// total once (readTotal) and warns once if it differs from its own. A
+// Client's names are forgotten when the Client is garbage collected. A
+// Client keeps the first maxTotals names it acquires: it neither reads nor
+// warns about the names after those, so that a process using many names
+// costs Redis no more than one read for each of the first ones.
+var totals = totalsSeen{by: make(map[string]map[string]int64)}
+
+const maxTotals = 1024
+
+type totalsSeen struct {
+	mu sync.Mutex
+	by map[string]map[string]int64 // Client id -> name -> total
+}
+
+// add records total for e's Client and name, and reports whether it did:
+// the name was new to the Client, which had room for it.
+func (ts *totalsSeen) add(e *engine, name string, total int64) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	m := ts.by[e.id]
+	if m == nil {
+		m = make(map[string]int64)
+		ts.by[e.id] = m
+		runtime.AddCleanup(e, ts.drop, e.id)
+	}
+	if _, ok := m[name]; ok || len(m) >= maxTotals {
+		return false
+	}
+	m[name] = total
+	return true
+}
+
+// update records total for e's Client and name if the name is known to it.
+func (ts *totalsSeen) update(e *engine, name string, total int64) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if m := ts.by[e.id]; m != nil {
+		if _, ok := m[name]; ok {
+			m[name] = total
+		}
+	}
+}
+
+// get returns the total recorded for e's Client and name.
+func (ts *totalsSeen) get(e *engine, name string) (int64, bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	total, ok := ts.by[e.id][name]
+	return total, ok
+}
+
+// forget removes name for e's Client.
+func (ts *totalsSeen) forget(e *engine, name string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.by[e.id], name)
+}
+
+// drop forgets every name of the Client whose id is id.
+func (ts *totalsSeen) drop(id string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.by, id)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/timing"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -605,5 +607,388 @@ func TestSemaphoreKeysPerName(t *testing.T) {
 				t.Fatalf("round %d (%d calls): key %q, want only the semaphore's own %q", round, 10*(round+1), k, own)
 			}
 		}
+	}
+}
+
+// mismatchWarnings counts the warnings in log that a Semaphore's total in
+// Redis differs from the Client's, about the semaphore name.
+func mismatchWarnings(log *strings.Builder, mu *sync.Mutex, name string) int {
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for line := range strings.Lines(log.String()) {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "total in Redis differs") && strings.Contains(line, " lock="+name+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSemaphoreTotalMismatch: a Client that asks for another total than the
+// one Redis holds is held to Redis's, and says so: TryAcquire's error tells
+// how many permits are in use of what total and the total this process asked
+// for, Acquire's adds it when it gives up, and the Client logs a warning once
+// per name, whatever it calls after; another Client warns on its own, one
+// that asks for Redis's total does not.
+func TestSemaphoreTotalMismatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	first := clientOn(t, srv.Client(t))
+	held, err := first.Semaphore("s", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+
+	var logged strings.Builder
+	var mu sync.Mutex
+	c := clientOn(t, srv.Client(t), dlock.WithLogger(slogTo(&logged, &mu)))
+	s := c.Semaphore("s", 10)
+	_, err = s.TryAcquire(ctx, 1)
+	if !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "1 of 1 permits in use; this process asked for a total of 10") {
+		t.Errorf("TryAcquire of a semaphore whose total in Redis is 1, by a process that asked for 10: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = c.Semaphore("s", 10).Acquire(wctx, 1)
+	cancel()
+	if !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) ||
+		!strings.Contains(err.Error(), "this process asked for a total of 10, and Redis held 1") {
+		t.Errorf("Acquire that gave up: %v", err)
+	}
+	if _, err := s.TryAcquire(ctx, 11); err == nil || !strings.Contains(err.Error(), "more than the semaphore's total of 1; this process asked for a total of 10") {
+		t.Errorf("TryAcquire(11): %v", err)
+	}
+	if _, err := s.Available(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Another name warns on its own.
+	other, err := clientOn(t, srv.Client(t)).Semaphore("t", 3).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx)
+	l, err := c.Semaphore("t", 4).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := c.Close(); err != nil { // waits for what the Client does in the background
+		t.Fatal(err)
+	}
+	if n := mismatchWarnings(&logged, &mu, "s"); n != 1 {
+		t.Errorf("%d warnings about s's total, want 1:\n%s", n, logged.String())
+	}
+	if n := mismatchWarnings(&logged, &mu, "t"); n != 1 {
+		t.Errorf("%d warnings about t's total, want 1:\n%s", n, logged.String())
+	}
+	mu.Lock()
+	for _, want := range []string{"total=1", "this_process=10", "dlock permits s N", "total=3", "this_process=4"} {
+		if !strings.Contains(logged.String(), want) {
+			t.Errorf("the warnings lack %q:\n%s", want, logged.String())
+		}
+	}
+	mu.Unlock()
+
+	// A second Client that asks for 10 warns too; one that asks for 1 does
+	// not; one that set the total with SetPermits does not either.
+	u, err := first.Semaphore("u", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Release(ctx)
+	for _, tc := range []struct {
+		permits int64
+		set     bool
+		want    int
+	}{{10, false, 1}, {1, false, 0}, {10, true, 0}} {
+		var logged strings.Builder
+		var mu sync.Mutex
+		c := clientOn(t, srv.Client(t), dlock.WithLogger(slogTo(&logged, &mu)))
+		s := c.Semaphore("u", tc.permits)
+		if tc.set {
+			if err := s.SetPermits(ctx, 10); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if l, err := s.TryAcquire(ctx, 1); err == nil {
+			l.Release(ctx)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := mismatchWarnings(&logged, &mu, "u"); n != tc.want {
+			t.Errorf("a Client asking for %d (SetPermits: %v): %d warnings, want %d:\n%s", tc.permits, tc.set, n, tc.want, logged.String())
+		}
+	}
+}
+
+// TestSemaphoreTotalMismatchProcesses: a process that asks for 10 permits of
+// a semaphore another process made with 1 is held to 1, and TryAcquire says
+// so; SetPermits then changes the total for every process at once, and wakes
+// a waiter in a third process, which asked for 2.
+func TestSemaphoreTotalMismatchProcesses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
+	start := func(permits int64) (*exec.Cmd, *bufio.Reader) {
+		t.Helper()
+		cmd := worker(t, "semhold", "", lockSrv, resSrv, workerParams{Name: "shared", TTL: 30 * time.Second, Permits: permits})
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd, bufio.NewReader(out)
+	}
+	_, one := start(1) // takes its 1 permit of 1
+	if line, err := one.ReadString('\n'); line != "held\n" {
+		t.Fatalf("the worker that asked for 1 permit said %q, %v", line, err)
+	}
+	var logged strings.Builder
+	var mu sync.Mutex
+	c := clientOn(t, lockSrv.Client(t), dlock.WithLogger(slogTo(&logged, &mu)))
+	s := c.Semaphore("shared", 10)
+	if _, err := s.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotAcquired) || !strings.Contains(err.Error(), "1 of 1 permits in use; this process asked for a total of 10") {
+		t.Errorf("TryAcquire in a process that asked for 10, while another holds 1 of its 1: %v", err)
+	}
+	if !within(5*time.Second, func() bool { return mismatchWarnings(&logged, &mu, "shared") == 1 }) {
+		t.Errorf("no warning that the total differs:\n%s", logged.String())
+	}
+
+	_, two := start(2) // wants 2 of 1: waits for the total to be raised
+	rdb := lockSrv.Client(t)
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:sem:{shared}:waiters").Val() == 1 }) {
+		t.Fatal("the worker that asked for 2 permits never queued")
+	}
+	set := time.Now()
+	if err := s.SetPermits(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		line, _ := two.ReadString('\n')
+		got <- line
+	}()
+	// Nothing else wakes the waiter before its keep-alive: the holder's
+	// lease is 30s.
+	select {
+	case line := <-got:
+		if line != "held\n" {
+			t.Fatalf("the waiting worker said %q", line)
+		}
+		if took := time.Since(set); took >= timing.KeepAlive(30*time.Second) {
+			t.Errorf("the waiter got its permits %v after SetPermits, not before its keep-alive: SetPermits did not wake it", took)
+		}
+	case <-time.After(timing.KeepAlive(30 * time.Second)):
+		t.Fatal("SetPermits(3) did not wake the worker waiting for 2 permits")
+	}
+	if _, err := s.TryAcquire(ctx, 1); err == nil || !strings.Contains(err.Error(), "3 of 3 permits in use") {
+		t.Errorf("TryAcquire with 3 of the new total 3 held by the workers: %v", err)
+	}
+}
+
+// TestSemaphoreSetPermits: SetPermits changes the total for every Client at
+// once. Lowered below the permits in use, it lets the holders finish and
+// admits nobody until fewer than the new total are in use; raised, it wakes
+// the waiters that now fit, in other Clients too, at once.
+func TestSemaphoreSetPermits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	a := clientOn(t, srv.Client(t)).Semaphore("p", 3)
+	b := clientOn(t, srv.Client(t)).Semaphore("p", 3)
+	h2, err := a.Acquire(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, err := a.Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if h1.Err() != nil || h2.Err() != nil {
+		t.Fatalf("holders after the total was lowered: %v, %v", h1.Err(), h2.Err())
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, 1)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	rdb := srv.Client(t)
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:sem:{p}:waiters").Val() == 1 }) {
+		t.Fatal("the Acquire never queued")
+	}
+	if err := h1.Release(ctx); err != nil { // 2 in use of 1
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		t.Fatalf("a permit handed out while 2 are in use of the total 1: %v", l)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := a.TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("TryAcquire while 2 are in use of 1: %v", err)
+	}
+	if err := h2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var l *dlock.Lease
+	select {
+	case l = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter not served once nothing was in use")
+	}
+	if l == nil {
+		t.FailNow()
+	}
+	defer l.Release(ctx)
+
+	// Raised: a waiter for more than the old total, in a third Client, is
+	// woken at once.
+	c := clientOn(t, srv.Client(t)).Semaphore("p", 3)
+	big := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := c.Acquire(ctx, 3)
+		if err != nil {
+			t.Error(err)
+		}
+		big <- l
+	}()
+	if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:sem:{p}:waiters").Val() == 1 }) {
+		t.Fatal("the Acquire(3) never queued")
+	}
+	set := time.Now()
+	if err := a.SetPermits(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-big:
+		if l == nil {
+			t.FailNow()
+		}
+		defer l.Release(ctx)
+		if took := time.Since(set); took >= timing.KeepAlive(dlock.DefaultTTL) {
+			t.Errorf("Acquire(3) served %v after SetPermits(4), not before its keep-alive", took)
+		}
+	case <-time.After(timing.KeepAlive(dlock.DefaultTTL)):
+		t.Fatal("SetPermits(4) did not wake the waiter for 3")
+	}
+	if n, err := b.Available(ctx); err != nil || n != 0 {
+		t.Errorf("Available with 4 of 4 in use: %d, %v", n, err)
+	}
+}
+
+// TestSemaphoreBadTotals: a total below 1 or above 2^53, an empty name, a
+// nil or zero Semaphore: an error, no panic, and nothing written to Redis.
+func TestSemaphoreBadTotals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, rdb, _ := newClient(t)
+	for _, tc := range []struct {
+		name string
+		f    func() error
+	}{
+		{"SetPermits(0)", func() error { return c.Semaphore("b", 1).SetPermits(ctx, 0) }},
+		{"SetPermits(-3)", func() error { return c.Semaphore("b", 1).SetPermits(ctx, -3) }},
+		{"SetPermits(2^53+1)", func() error { return c.Semaphore("b", 1).SetPermits(ctx, 1<<53+1) }},
+		{"Semaphore(b, 0)", func() error { return c.Semaphore("b", 0).SetPermits(ctx, 2) }},
+		{"Semaphore(b, -1) Acquire", func() error { _, err := c.Semaphore("b", -1).Acquire(ctx, 1); return err }},
+		{"Semaphore(b, 2^53+1) TryAcquire", func() error { _, err := c.Semaphore("b", 1<<53+1).TryAcquire(ctx, 1); return err }},
+		{"TryAcquire(0)", func() error { _, err := c.Semaphore("b", 1).TryAcquire(ctx, 0); return err }},
+		{"TryAcquire(-1)", func() error { _, err := c.Semaphore("b", 1).TryAcquire(ctx, -1); return err }},
+		{"empty name SetPermits", func() error { return c.Semaphore("", 1).SetPermits(ctx, 2) }},
+		{"empty name TryAcquire", func() error { _, err := c.Semaphore("", 1).TryAcquire(ctx, 1); return err }},
+		{"nil SetPermits", func() error { return (*dlock.Semaphore)(nil).SetPermits(ctx, 2) }},
+		{"zero SetPermits", func() error { return (&dlock.Semaphore{}).SetPermits(ctx, 2) }},
+		{"nil TryAcquire", func() error { _, err := (*dlock.Semaphore)(nil).TryAcquire(ctx, 1); return err }},
+		{"nil context", func() error { return c.Semaphore("b", 1).SetPermits(nil, 2) }},                           //nolint:staticcheck // the nil context is the point
+		{"nil context TryAcquire", func() error { _, err := c.Semaphore("b", 1).TryAcquire(nil, 1); return err }}, //nolint:staticcheck
+	} {
+		if err := tc.f(); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+	if keys := allKeys(t, rdb); len(keys) != 0 {
+		t.Errorf("keys written by calls that failed: %q", keys)
+	}
+}
+
+// TestRetriedSemaphoreSetPermits: a SetPermits whose reply is lost runs again
+// (go-redis retries it) and changes nothing more than its first run did: when
+// the retry runs after another Client set another total, or removed it, that
+// stays.
+func TestRetriedSemaphoreSetPermits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	total := func(t *testing.T, rdb *redis.Client) string {
+		t.Helper()
+		v, err := rdb.Get(ctx, "dlock:sem:{s}:total").Result()
+		if errors.Is(err, redis.Nil) {
+			return "none"
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	t.Run("alone", func(t *testing.T) {
+		t.Parallel()
+		c, p, rdb := proxied(t)
+		in := dropOnce(t, p, "sem_release")
+		if err := c.Semaphore("s", 1).SetPermits(ctx, 5); err != nil {
+			t.Errorf("SetPermits whose reply was lost: %v", err)
+		}
+		checkHit(t, in)
+		if got := total(t, rdb); got != "5" {
+			t.Errorf("total %s, want 5", got)
+		}
+	})
+	for _, tc := range []struct {
+		name      string
+		meanwhile func(s *dlock.Semaphore) error
+		want      string
+	}{
+		{"after another SetPermits", func(s *dlock.Semaphore) error { return s.SetPermits(ctx, 7) }, "7"},
+		{"after a Delete", func(s *dlock.Semaphore) error {
+			ok, err := s.Delete(ctx)
+			if err == nil && !ok {
+				err = errors.New("Delete found no total")
+			}
+			return err
+		}, "none"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, p, rdb := proxied(t)
+			held, check := retryLate(t, p, "sem_release")
+			got := make(chan error, 1)
+			go func() { got <- c.Semaphore("s", 1).SetPermits(ctx, 5) }()
+			<-held // the first run set 5; its retry is held back
+			if got := total(t, rdb); got != "5" {
+				t.Fatalf("total after the first run: %s, want 5", got)
+			}
+			if err := tc.meanwhile(clientOn(t, rdb).Semaphore("s", 1)); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Errorf("SetPermits whose retry ran late: %v", err)
+			}
+			check()
+			if got := total(t, rdb); got != tc.want {
+				t.Errorf("total after the late retry: %s, want %s: the retry set its total again", got, tc.want)
+			}
+		})
 	}
 }

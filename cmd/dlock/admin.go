@@ -1,6 +1,7 @@
 package main
 
-// The commands for the people on call: ls, inspect, watch and release.
+// The commands for the people on call: ls, inspect, watch, release and
+// permits.
 
 import (
 	"bufio"
@@ -12,6 +13,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,13 +32,26 @@ type conn struct {
 	timeout time.Duration
 }
 
+// prefixEnv names the environment variable that sets --prefix when the
+// flag is not given, so that people on call set it once for every command.
+const prefixEnv = "DLOCK_PREFIX"
+
+// defaultPrefix is --prefix when not given: DLOCK_PREFIX if set and not
+// empty, else the library's default.
+func defaultPrefix() string {
+	if p := os.Getenv(prefixEnv); p != "" {
+		return p
+	}
+	return dlock.DefaultPrefix
+}
+
 // flags adds conn's flags to fs.
 func (c *conn) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.redis, "redis", defaultRedisURL,
 		"a Redis `URL` (redis://, rediss://, unix://), or comma-separated host:port addresses: Sentinels with --master, Cluster nodes with --cluster")
 	fs.StringVar(&c.master, "master", "", "the Sentinel master `name`: --redis lists the Sentinels")
 	fs.BoolVar(&c.cluster, "cluster", false, "--redis lists nodes of a Redis Cluster")
-	fs.StringVar(&c.prefix, "prefix", dlock.DefaultPrefix, "the `prefix` of the Clients' keys (their WithPrefix)")
+	fs.StringVar(&c.prefix, "prefix", defaultPrefix(), "the `prefix` of the Clients' keys (their WithPrefix); "+prefixEnv+" sets it for every command")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long each request to Redis may take")
 }
 
@@ -126,6 +141,19 @@ func parseFlags(fs *flag.FlagSet, args []string, synopsis string, stdout io.Writ
 	return fs.Args(), nil
 }
 
+// oneName returns the one NAME of a command about one lock, rest its
+// positional arguments after the flags: a usage error if there is not
+// exactly one, or it is empty (no lock has the empty name).
+func oneName(cmd string, rest []string) (string, error) {
+	switch {
+	case len(rest) != 1:
+		return "", usagef("%s: want one NAME, got %q", cmd, rest)
+	case rest[0] == "":
+		return "", usagef("%s: empty NAME: no lock has the empty name", cmd)
+	}
+	return rest[0], nil
+}
+
 // kindFlag adds --kind to fs.
 func kindFlag(fs *flag.FlagSet) *string {
 	return fs.String("kind", "", "the lock's `kind`: Mutex, FairMutex, RWMutex, Semaphore or CountDownLatch (default: every kind that has the name)")
@@ -152,8 +180,9 @@ func find(ctx context.Context, c *dlock.Client, kind dlock.Kind, name string) ([
 	return out, nil
 }
 
-// runLs lists the locks whose names match a pattern.
-func runLs(ctx context.Context, args []string, stdout io.Writer) error {
+// runLs lists the locks whose names match a pattern; if none does, it says
+// on stderr where it looked.
+func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dlock ls", flag.ContinueOnError)
 	var cn conn
 	cn.flags(fs)
@@ -177,6 +206,11 @@ func runLs(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		fmt.Fprintf(stderr, "dlock ls: nothing under the prefix %q matches %q (the prefix is --prefix, else $%s, else %q: it must be the Clients' WithPrefix)\n",
+			cn.prefix, pattern, prefixEnv, dlock.DefaultPrefix)
+		return nil
 	}
 	slices.SortFunc(ids, func(a, b dlock.LockID) int {
 		return cmpOr(strings.Compare(a.Name, b.Name), strings.Compare(string(a.Kind), string(b.Kind)))
@@ -304,20 +338,24 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	kindS := kindFlag(fs)
 	asJSON := fs.Bool("json", false, "print the lock as one JSON object (one per line if the name has several kinds)")
 	rest, err := parseFlags(fs, args, "dlock inspect [flags] NAME\n\nPrints everything Redis holds about the lock NAME: its holders (owner, holds, fence, since when, TTL left), its waiters in the order they will be served, the last fence; a Semaphore's permits, a CountDownLatch's count.", stdout)
-	if err != nil || len(rest) != 1 {
-		return firstErr(err, usagef("dlock inspect: want one NAME, got %q", rest))
+	if err != nil {
+		return err
+	}
+	name, err := oneName("dlock inspect", rest)
+	if err != nil {
+		return err
 	}
 	kind, c, closeC, err := cn.openKind("dlock inspect", *kindS)
 	if err != nil {
 		return err
 	}
 	defer closeC()
-	states, err := find(ctx, c, kind, rest[0])
+	states, err := find(ctx, c, kind, name)
 	if err != nil {
 		return err
 	}
 	if len(states) == 0 {
-		return fmt.Errorf("dlock inspect: Redis holds nothing of a lock named %q under the prefix %q", rest[0], cn.prefix)
+		return fmt.Errorf("dlock inspect: Redis holds nothing of a lock named %q under the prefix %q (the prefix is --prefix, else $%s)", name, cn.prefix, prefixEnv)
 	}
 	for i, s := range states {
 		if *asJSON {
@@ -409,9 +447,13 @@ func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	force := fs.Bool("force", false, "required: the lock is taken from holders that may still be running")
 	yes := fs.Bool("y", false, "do not ask for confirmation")
 	owner := fs.String("owner", "", "evict only this owner `id` (as ls and inspect print it), not every holder")
-	rest, err := parseFlags(fs, args, "dlock release --force [flags] NAME\n\nTakes the lock NAME from its holders: each hold is released as its holder's release would, so the next waiter gets the lock at once, and the fence moves on, so that a fenced resource that sees the new fence rejects the evicted holders' writes. An evicted holder learns at its next renewal (its Lease's Done closes). Asks for confirmation unless -y.", stdout)
-	if err != nil || len(rest) != 1 {
-		return firstErr(err, usagef("dlock release: want one NAME, got %q", rest))
+	rest, err := parseFlags(fs, args, "dlock release --force [flags] NAME\n\nTakes the lock NAME from its holders: each hold is released as its holder's release would, so the next waiter gets the lock at once, and the fence moves on, so that a fenced resource that sees the new fence rejects the evicted holders' writes. An evicted holder learns at its next renewal (its Lease's Done closes). Asks for confirmation unless -y; any answer but y exits with status 1, having released nothing.", stdout)
+	if err != nil {
+		return err
+	}
+	name, err := oneName("dlock release", rest)
+	if err != nil {
+		return err
 	}
 	if !*force {
 		return usagef("dlock release: --force is required: it takes the lock from holders that may still be running")
@@ -421,7 +463,6 @@ func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 		return err
 	}
 	defer closeC()
-	name := rest[0]
 	states, err := find(ctx, c, kind, name)
 	if err != nil {
 		return err
@@ -434,7 +475,7 @@ func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	}
 	switch {
 	case len(held) == 0:
-		fmt.Fprintf(stdout, "nobody holds %q: nothing to release\n", name)
+		fmt.Fprintf(stdout, "nobody holds %q under the prefix %q: nothing to release\n", name, cn.prefix)
 		return nil
 	case len(held) > 1:
 		return usagef("dlock release: %q is held as %s and %s: say which with --kind", name, held[0].Kind, held[1].Kind)
@@ -457,8 +498,7 @@ func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 			return fmt.Errorf("dlock release: read the answer: %w", err)
 		}
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
-			fmt.Fprintln(stdout, "not released")
-			return nil
+			return fmt.Errorf("dlock release: not released: the answer was %q, not y", strings.TrimSpace(line))
 		}
 	}
 	ev, err := c.ForceRelease(ctx, s.Kind, name, owners...)
@@ -473,6 +513,68 @@ func runRelease(ctx context.Context, args []string, stdin io.Reader, stdout io.W
 	}
 	fmt.Fprintf(stdout, "fence moved on to %d: a resource that has seen it, or a later fence, rejects the evicted holders' writes\n", ev.Fence)
 	return nil
+}
+
+// runPermits prints a Semaphore's total and the permits in use, or, given
+// N, sets the total for every process at once (Semaphore.SetPermits).
+func runPermits(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("dlock permits", flag.ContinueOnError)
+	var cn conn
+	cn.flags(fs)
+	rest, err := parseFlags(fs, args, "dlock permits [flags] NAME [N]\n\nWithout N, prints the total permits of the Semaphore NAME and how many are in use. With N, sets the total to N for every process that uses NAME, at once (Semaphore.SetPermits): Redis keeps it until the Semaphore's Delete, and it counts instead of the permits each process gave Client.Semaphore. The waiters that fit under N are woken; lowered below the permits in use, the total takes none back, and lets nobody in until fewer than N are in use.", stdout)
+	if err != nil {
+		return err
+	}
+	if len(rest) == 0 || len(rest) > 2 {
+		return usagef("dlock permits: want NAME and an optional N, got %q", rest)
+	}
+	name, err := oneName("dlock permits", rest[:1])
+	if err != nil {
+		return err
+	}
+	var n int64
+	if len(rest) == 2 {
+		n, err = strconv.ParseInt(rest[1], 10, 64)
+		if err != nil || n < 1 {
+			return usagef("dlock permits: N %q: want a whole number of permits, at least 1", rest[1])
+		}
+	}
+	c, closeC, err := cn.open("dlock permits")
+	if err != nil {
+		return err
+	}
+	defer closeC()
+	before, err := c.Inspect(ctx, dlock.KindSemaphore, name)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		if before.Permits == 0 {
+			return fmt.Errorf("dlock permits: Redis holds no total for a Semaphore named %q under the prefix %q (the prefix is --prefix, else $%s): the first process to acquire it will use the permits it gave Client.Semaphore; to set one for every process: dlock permits %s N",
+				name, cn.prefix, prefixEnv, quoteName(name))
+		}
+		printPermits(stdout, before)
+		return nil
+	}
+	if err := c.Semaphore(name, n).SetPermits(ctx, n); err != nil {
+		return fmt.Errorf("dlock permits: %w", err)
+	}
+	was := "none"
+	if before.Permits > 0 {
+		was = strconv.FormatInt(before.Permits, 10)
+	}
+	fmt.Fprintf(stdout, "Semaphore %q: total set to %d for every process (it was %s)\n", name, n, was)
+	after, err := c.Inspect(ctx, dlock.KindSemaphore, name)
+	if err != nil {
+		return err
+	}
+	printPermits(stdout, after)
+	return nil
+}
+
+// printPermits writes a Semaphore's total and use.
+func printPermits(w io.Writer, s *dlock.LockState) {
+	fmt.Fprintf(w, "Semaphore %q: %d of %d permits in use, %s queued\n", s.Name, s.Used, s.Permits, plural(int64(s.Queued), "waiter"))
 }
 
 // plural writes n things.

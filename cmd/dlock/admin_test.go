@@ -42,9 +42,17 @@ func newLockClient(t *testing.T, rdb redis.UniversalClient, opts ...dlock.Option
 // printed.
 func runCmd(t *testing.T, stdin string, args ...string) (string, error) {
 	t.Helper()
-	var out bytes.Buffer
-	err := run(t.Context(), args, strings.NewReader(stdin), &out, io.Discard)
-	return out.String(), err
+	out, _, err := runCmdErr(t, stdin, args...)
+	return out, err
+}
+
+// runCmdErr runs the dlock command args with stdin, and returns what it
+// printed on stdout and on stderr.
+func runCmdErr(t *testing.T, stdin string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(t.Context(), args, strings.NewReader(stdin), &out, &errOut)
+	return out.String(), errOut.String(), err
 }
 
 // owner returns the owner id of the one holder of kind's lock name.
@@ -180,8 +188,8 @@ func (s *fencedStore) write(fence int64) bool {
 	return true
 }
 
-// TestReleaseCommand: without --force nothing happens; asked, "n" keeps the
-// lock; "y" takes it from the stuck holder and hands it to the waiter, whose
+// TestReleaseCommand: without --force nothing happens; asked, "n" (or no
+// answer) keeps the lock and exits with status 1; "y" takes it from the stuck holder and hands it to the waiter, whose
 // fenced writes then make the resource reject the evicted holder's; the
 // evicted holder's Done closes at its next renewal.
 func TestReleaseCommand(t *testing.T) {
@@ -210,15 +218,17 @@ func TestReleaseCommand(t *testing.T) {
 	if _, err := runCmd(t, "", append([]string{"release"}, append(flags, "stuck")...)...); !errors.As(err, &ue) {
 		t.Errorf("release without --force: %v, want a usage error", err)
 	}
-	out, err := runCmd(t, "n\n", append([]string{"release", "--force"}, append(flags, "stuck")...)...)
-	if err != nil || !strings.Contains(out, "[y/N]") || !strings.Contains(out, "not released") {
-		t.Errorf("release answered n: %v\n%s", err, out)
-	}
-	if err := stuck.Err(); err != nil {
-		t.Fatalf("the holder after 'n': %v", err)
+	for _, answer := range []string{"n\n", "", "maybe\n"} {
+		out, err := runCmd(t, answer, append([]string{"release", "--force"}, append(flags, "stuck")...)...)
+		if err == nil || !strings.Contains(out, "[y/N]") || !strings.Contains(err.Error(), "not released") || exitCode(err, io.Discard) != 1 {
+			t.Errorf("release answered %q: %v (exit status %d), want status 1 saying it was not released\n%s", answer, err, exitCode(err, io.Discard), out)
+		}
+		if err := stuck.Err(); err != nil {
+			t.Fatalf("the holder after the answer %q: %v", answer, err)
+		}
 	}
 	stuckOwner := owner(t, c, dlock.KindMutex, "stuck")
-	out, err = runCmd(t, "y\n", append([]string{"release", "--force"}, append(flags, "stuck")...)...)
+	out, err := runCmd(t, "y\n", append([]string{"release", "--force"}, append(flags, "stuck")...)...)
 	if err != nil || !strings.Contains(out, "evicted "+stuckOwner) {
 		t.Fatalf("release answered y: %v\n%s", err, out)
 	}
@@ -433,4 +443,132 @@ func TestConnect(t *testing.T) {
 			t.Errorf("inspect of an unreachable Redis: %v", err)
 		}
 	})
+}
+
+// TestPrefixFromEnv: DLOCK_PREFIX sets --prefix for every command, which a
+// --prefix given overrides; a command that finds nothing says under which
+// prefix it looked.
+func TestPrefixFromEnv(t *testing.T) {
+	ctx := context.Background()
+	c, _, flags := admin(t, dlock.WithPrefix("app:"))
+	l, err := c.Mutex("job").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	t.Setenv("DLOCK_PREFIX", "")
+	out, errOut, err := runCmdErr(t, "", append([]string{"ls"}, flags...)...)
+	if err != nil || strings.Contains(out, "job") || !strings.Contains(errOut, `nothing under the prefix "dlock:" matches "*"`) {
+		t.Errorf("ls without the Clients' prefix: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
+	}
+	if _, err := runCmd(t, "", append([]string{"inspect"}, append(flags, "job")...)...); err == nil || !strings.Contains(err.Error(), `under the prefix "dlock:"`) {
+		t.Errorf("inspect without the Clients' prefix: %v", err)
+	}
+
+	t.Setenv("DLOCK_PREFIX", "app:")
+	out, err = runCmd(t, "", append([]string{"ls"}, flags...)...)
+	if err != nil || !strings.Contains(out, "job") {
+		t.Errorf("ls with DLOCK_PREFIX=app:: %v\n%s", err, out)
+	}
+	out, err = runCmd(t, "", append([]string{"inspect"}, append(flags, "job")...)...)
+	if err != nil || !strings.Contains(out, itoa(l.Fence())) {
+		t.Errorf("inspect with DLOCK_PREFIX=app:: %v\n%s", err, out)
+	}
+	out, err = runCmd(t, "", append([]string{"ls", "--prefix", "other:"}, flags...)...)
+	if err != nil || strings.Contains(out, "job") {
+		t.Errorf("ls --prefix other: with DLOCK_PREFIX=app:: %v\n%s", err, out)
+	}
+	out, err = runCmd(t, "", "ls", "-h")
+	if err != nil || !strings.Contains(out, "DLOCK_PREFIX") {
+		t.Errorf("ls -h does not name DLOCK_PREFIX: %v\n%s", err, out)
+	}
+}
+
+// TestEmptyName: a command about one lock given the empty name says so, as a
+// usage error, before it reaches Redis.
+func TestEmptyName(t *testing.T) {
+	t.Parallel()
+	_, _, flags := admin(t)
+	for _, args := range [][]string{{"inspect", ""}, {"watch", ""}, {"release", "--force", "-y", ""}, {"permits", ""}, {"permits", "", "3"}} {
+		args = append(append([]string{args[0]}, flags...), args[1:]...)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		var out bytes.Buffer
+		err := run(ctx, args, strings.NewReader(""), &out, io.Discard)
+		cancel()
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "empty NAME") {
+			t.Errorf("%q: %v, want a usage error saying the name is empty\n%s", args, err, out.String())
+		}
+	}
+}
+
+// TestPermitsCommand: dlock permits NAME prints a Semaphore's total and use;
+// dlock permits NAME N sets the total for every process at once, waking a
+// waiter that now fits; bad input is a usage error and writes nothing.
+func TestPermitsCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, rdb, flags := admin(t)
+	held, err := c.Semaphore("pool", 1).Acquire(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	other := newLockClient(t, rdb)
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := other.Semaphore("pool", 5).Acquire(ctx, 2) // more than the total 1: waits for it to be raised
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	for rdb.ZCard(ctx, "dlock:sem:{pool}:waiters").Val() != 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	permits := func(args ...string) (string, error) {
+		return runCmd(t, "", append(append([]string{"permits"}, flags...), args...)...)
+	}
+	out, err := permits("pool")
+	if err != nil || !strings.Contains(out, `Semaphore "pool": 1 of 1 permits in use, 1 waiter queued`) {
+		t.Errorf("permits pool: %v\n%s", err, out)
+	}
+	out, err = permits("pool", "3")
+	if err != nil || !strings.Contains(out, "total set to 3 for every process (it was 1)") {
+		t.Errorf("permits pool 3: %v\n%s", err, out)
+	}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		defer l.Release(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter for 2 permits not served after the total was raised to 3")
+	}
+	if v, err := rdb.Get(ctx, "dlock:sem:{pool}:total").Result(); err != nil || v != "3" {
+		t.Errorf("total in Redis: %q, %v; want 3", v, err)
+	}
+	out, err = permits("pool")
+	if err != nil || !strings.Contains(out, `Semaphore "pool": 3 of 3 permits in use, 0 waiters queued`) {
+		t.Errorf("permits pool after the raise: %v\n%s", err, out)
+	}
+	var ue *usageError
+	for _, bad := range [][]string{{"pool", "0"}, {"pool", "-2"}, {"pool", "x"}, {"pool", "3", "4"}, {}} {
+		if _, err := permits(bad...); !errors.As(err, &ue) {
+			t.Errorf("permits %q: %v, want a usage error", bad, err)
+		}
+	}
+	if out, err := permits("pool", "9007199254740993"); err == nil {
+		t.Errorf("permits pool 2^53+1: no error\n%s", out)
+	}
+	if v, _ := rdb.Get(ctx, "dlock:sem:{pool}:total").Result(); v != "3" {
+		t.Errorf("total in Redis after bad input: %q, want 3", v)
+	}
+	if _, err := permits("nothing"); err == nil || !strings.Contains(err.Error(), `no total for a Semaphore named "nothing" under the prefix "dlock:"`) {
+		t.Errorf("permits of a Semaphore Redis holds nothing of: %v", err)
+	}
+	if keys := rdb.Keys(ctx, "*nothing*").Val(); len(keys) != 0 {
+		t.Errorf("keys written by reading a total: %q", keys)
+	}
 }

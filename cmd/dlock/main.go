@@ -15,10 +15,14 @@
 //	watch    follow one lock as it changes hands
 //	release  take a stuck lock from its holders (--force), moving the fence on
 //	         and handing it to the next waiter
+//	permits  print a Semaphore's total permits and how many are in use, or
+//	         set the total for every process at once
 //
 // ls, inspect and watch only read. Every command but demo reaches Redis at
 // --redis (a URL, or Sentinel or Cluster addresses with --master or
-// --cluster) and logs in as REDIS_USERNAME with REDIS_PASSWORD if set.
+// --cluster), logs in as REDIS_USERNAME with REDIS_PASSWORD if set, and
+// looks at the keys under --prefix, which DLOCK_PREFIX sets for every
+// command (default "dlock:", the library's).
 //
 // Run "dlock <command> -h" for the flags of a command.
 package main
@@ -62,13 +66,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
 	case "ls":
-		return helpOK(runLs(ctx, rest, stdout))
+		return helpOK(runLs(ctx, rest, stdout, stderr))
 	case "inspect":
 		return helpOK(runInspect(ctx, rest, stdout))
 	case "watch":
 		return helpOK(runWatch(ctx, rest, stdout, stderr))
 	case "release":
 		return helpOK(runRelease(ctx, rest, stdin, stdout))
+	case "permits":
+		return helpOK(runPermits(ctx, rest, stdout))
 	case workerCommand: // hidden: started by demo, never by hand
 		return runWorker(ctx, rest, stdin, stdout)
 	}
@@ -85,10 +91,12 @@ Commands:
   inspect  print everything about one lock
   watch    follow one lock as it changes hands
   release  take a stuck lock from its holders (--force)
+  permits  print a Semaphore's total permits, or set it for every process
 
-ls, inspect, watch and release reach Redis at --redis (a URL; or Sentinel
-addresses with --master, Cluster addresses with --cluster) and log in as
-REDIS_USERNAME with REDIS_PASSWORD if they are set.
+ls, inspect, watch, release and permits reach Redis at --redis (a URL; or
+Sentinel addresses with --master, Cluster addresses with --cluster), log in
+as REDIS_USERNAME with REDIS_PASSWORD if they are set, and look at the keys
+under --prefix, which DLOCK_PREFIX sets for every command (default "dlock:").
 
 Run 'dlock <command> -h' for the flags of a command.
 `)

@@ -25,8 +25,12 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	every := fs.Duration("interval", 100*time.Millisecond, "how often to look at the lock")
 	plain := fs.Bool("plain", false, "print a line at every change even in a terminal (the default when the output is not one)")
 	rest, err := parseFlags(fs, args, "dlock watch [flags] NAME\n\nFollows the lock NAME until interrupted: its holders, its queue and the hand-offs per second, looked at every --interval. In a terminal the view is redrawn in place; piped, a line is printed at every change. A hand-off is a new holder seen; holders that come and go between two looks are not seen.", stdout)
-	if err != nil || len(rest) != 1 {
-		return firstErr(err, usagef("dlock watch: want one NAME, got %q", rest))
+	if err != nil {
+		return err
+	}
+	name, err := oneName("dlock watch", rest)
+	if err != nil {
+		return err
 	}
 	if *every <= 0 {
 		return usagef("dlock watch: --interval %v: want more than 0", *every)
@@ -36,7 +40,6 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer closeC()
-	name := rest[0]
 	if kind == "" {
 		states, err := find(ctx, c, "", name)
 		if err != nil {
@@ -49,7 +52,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if len(states) == 1 {
 			kind = states[0].Kind
 		} else {
-			fmt.Fprintf(stderr, "dlock watch: Redis holds nothing of %q yet; watching it as a Mutex (--kind to choose)\n", name)
+			fmt.Fprintf(stderr, "dlock watch: Redis holds nothing of %q under the prefix %q yet; watching it as a Mutex (--kind to choose; the prefix is --prefix, else $%s)\n", name, cn.prefix, prefixEnv)
 		}
 	}
 	w := watcher{out: stdout, tty: !*plain && isTerminal(stdout), every: *every}

@@ -21,7 +21,8 @@ import (
 // type.
 type Backend interface {
 	// Acquire runs k's acquire script once; if the lock is held and
-	// register is above zero, owner is registered as a waiter for that long.
+	// register is above zero, owner is registered as a waiter for that long
+	// (a Semaphore's register may be SemWhy).
 	// extra are the kind's own arguments, after the four every acquire
 	// script takes.
 	Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error)
@@ -45,6 +46,8 @@ type Backend interface {
 	LatchCount(ctx context.Context, k Keys) (int64, error)
 	// Semaphore runs sem_release.lua in one of its own modes.
 	Semaphore(ctx context.Context, k Keys, id string, mode SemMode, total int64) (int64, error)
+	// SemTotal reads a Semaphore's total and the permits in use.
+	SemTotal(ctx context.Context, k Keys) (SemTotal, error)
 
 	// Inspect runs inspect.lua, read-only, over keys for the kind named code.
 	Inspect(ctx context.Context, keys []string, code string, limit int) (State, error)

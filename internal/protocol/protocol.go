@@ -366,6 +366,11 @@ func (m ReleaseMode) arg() any {
 	return string(m)
 }
 
+// SemWhy, as the registration of a Semaphore's acquire, does not queue the
+// caller, and has an answer "not acquired" say why (AcquireResult.Sem): the
+// register argument "-1" of sem_acquire.lua.
+const SemWhy = -time.Millisecond
+
 // Result codes of the release scripts and extend.lua.
 const (
 	CodeGone  = -1 // nobody holds the lock
@@ -457,6 +462,19 @@ type AcquireResult struct {
 	// NotReplicated: the hold was granted or re-entered, but fewer replicas
 	// than WithWaitReplicas asks for acknowledged it (an ErrNotReplicated).
 	NotReplicated error
+	// Sem, when a Semaphore's permits were not taken and the caller asked
+	// why (SemWhy): the semaphore's total and use as the script saw them.
+	Sem *SemTotal
+}
+
+// SemTotal is a Semaphore's total as Redis holds it, and its use.
+type SemTotal struct {
+	Total int64 // permits in all; 0 if Redis holds none
+	Set   bool  // Total is the one SetPermits stored, not the first caller's
+	Used  int64 // the permits live holders hold
+	// Ahead (an acquire's answer): the permits live waiters queued before
+	// the caller want, counted as far as leaves the caller no room.
+	Ahead int64
 }
 
 // Acquire runs k's acquire script once: one round trip. If the lock is held
@@ -649,12 +667,27 @@ func decodeAcquire(v any) (AcquireResult, error) {
 		}
 		return AcquireResult{Pttl: time.Duration(-v-heldOffset) * time.Millisecond}, nil
 	case []any:
-		if len(v) == 3 {
+		switch len(v) {
+		case 3:
 			c, ok1 := v[0].(int64)
 			f, ok2 := v[1].(int64)
 			at, ok3 := v[2].(int64)
 			if ok1 && ok2 && ok3 && c <= 1-heldOffset {
 				return AcquireResult{Pttl: time.Duration(-c-heldOffset) * time.Millisecond, Floor: f, At: at}, nil
+			}
+		case 5:
+			// A Semaphore's "not acquired", with why (SemWhy).
+			var n [5]int64
+			ok := true
+			for i, x := range v {
+				n[i], ok = x.(int64)
+				if !ok {
+					break
+				}
+			}
+			if ok && n[0] <= 1-heldOffset {
+				return AcquireResult{Pttl: time.Duration(-n[0]-heldOffset) * time.Millisecond,
+					Sem: &SemTotal{Used: n[1], Total: n[2], Ahead: n[3], Set: n[4] == 1}}, nil
 			}
 		}
 	}
@@ -713,6 +746,40 @@ func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, t
 	}
 	return v, nil
 }
+
+// SemTotal reads k's total as sem_acquire.lua does: the one SetPermits
+// stored (its "total" key), else the first caller's (the "permits" field of
+// its "semaphore" hash), 0 if neither is there. Plain reads in one round
+// trip, which a replica could serve and a user allowed only to read keys may
+// send. Used and Ahead are left 0.
+func (n *Node) SemTotal(ctx context.Context, k Keys) (SemTotal, error) {
+	var stored, first *redis.StringCmd
+	_, err := n.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		stored = p.Get(ctx, k.Tag+keyNames["total"])
+		first = p.HGet(ctx, k.Tag, semPermitsField)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return SemTotal{}, errs.Op(nil, err, "total of semaphore %q", k.Name)
+	}
+	st := SemTotal{Set: true}
+	for _, c := range []*redis.StringCmd{stored, first} {
+		v, err := c.Int64()
+		switch {
+		case err == nil:
+			st.Total = v
+			return st, nil
+		case !errors.Is(err, redis.Nil):
+			return SemTotal{}, errs.Op(nil, err, "total of semaphore %q", k.Name)
+		}
+		st.Set = false
+	}
+	return st, nil
+}
+
+// semPermitsField is the field of a Semaphore's hash that holds the first
+// caller's total (sem_acquire.lua).
+const semPermitsField = "permits"
 
 // ExtendItem is one lease in an extend call.
 type ExtendItem struct {

@@ -128,6 +128,10 @@ func (q *quorum) Semaphore(_ context.Context, k protocol.Keys, _ string, _ proto
 	return 0, q.unsupported("Semaphore", k)
 }
 
+func (q *quorum) SemTotal(_ context.Context, k protocol.Keys) (protocol.SemTotal, error) {
+	return protocol.SemTotal{}, q.unsupported("Semaphore", k)
+}
+
 func (q *quorum) Inspect(context.Context, []string, string, int) (protocol.State, error) {
 	return protocol.State{}, errs.Op(errors.ErrUnsupported, nil, "Inspect on a RedLock")
 }

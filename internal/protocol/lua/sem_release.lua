@@ -2,31 +2,34 @@
 -- queue, or set, read or remove the total; then wake the waiters that can now
 -- proceed.
 --
--- KEYS[1]  semaphore: the hash, as in sem_acquire.lua; once a Delete (mode "5")
---          removed a total, also "deleted" -> that call's id, and the hash
---          lives ARGV[6] ms at least from then
+-- KEYS[1]  semaphore: the hash, as in sem_acquire.lua; also "set" -> the ids
+--          of the latest SetPermits calls (mode "3"), and once a Delete (mode
+--          "5") removed a total, "deleted" -> that call's id: after either the
+--          hash lives ARGV[6] ms at least
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|<permits wanted>"
 -- KEYS[4]  holders: sorted set of owner ids, scored by when their lease lapses
 -- KEYS[5]  total: the total set with SetPermits, with no expiry
--- ARGV[1]  owner: the owner id (mode "5": the call's own id)
+-- ARGV[1]  owner: the owner id (modes "3" and "5": the call's own id)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 -- ARGV[3]  mode: "1", give back ARGV[1]'s permits
 --          "2": the waiter ARGV[1] gives up
---          "3": store ARGV[5] as the total
+--          "3": store ARGV[5] as the total (SetPermits)
 --          "4": only report the permits available
 --          "5": remove the stored total
 -- ARGV[4]  reserve: unused (a semaphore keeps nothing for a waiter)
 -- ARGV[5]  total: for mode "3", the new total; modes "4" and "5": the total when none
 --          is stored and the semaphore hash has none either (modes "1" and
 --          "2" find it there)
--- ARGV[6]  remnant_ttl: mode "5": how long (ms) at least the semaphore hash
---          keeps the id of the Delete that removed a total
+-- ARGV[6]  remnant_ttl: modes "3" and "5": how long (ms) at least the
+--          semaphore hash keeps the call's id
 --
 -- Every waiter that now fits, counting what the live waiters before it want,
 -- is told (its owner id is published on its Client's channel); the first that
 -- does not fit stops the telling, so nobody is overtaken. A waiter that wants
--- more than the total is passed over: it holds nobody up.
+-- more than the total is passed over: it holds nobody up. A total lowered
+-- below the permits in use takes none back and tells nobody: nobody fits
+-- until the holders have given back enough.
 --
 -- Returns:
 --   mode 1:  1 given back
@@ -46,10 +49,25 @@
 -- Run twice (go-redis runs a call again when its reply is lost): a give-back
 -- finds its holder gone and answers 3, so the client, which alone knows
 -- whether the lease can have lapsed by then, tells a retry from an expiry;
--- nothing is given back twice. A Delete finds its id as "deleted" and answers
--- 1, removing nothing (a total set since stays), until another Delete removes
--- a total or ARGV[6] ms have passed. Giving up a wait, setting the total and
--- reading it give the same outcome whenever they run again.
+-- nothing is given back twice. A SetPermits finds its id among the last
+-- 16 in "set" and answers 1, changing nothing (a total another call set or
+-- removed since stays), until ARGV[6] ms have passed since the latest
+-- SetPermits. A Delete finds its id as "deleted" and answers 1, removing
+-- nothing (a total set since stays), until another Delete removes a total or
+-- ARGV[6] ms have passed. Giving up a wait and reading give the same outcome
+-- whenever they run again.
+
+-- recent returns the ids of the list ids (separated by spaces, oldest first;
+-- nil for none) with id added last, the last 16 of them.
+local function recent(ids, id)
+  local list = {}
+  for w in string.gmatch(ids or '', '%S+') do
+    list[#list + 1] = w
+  end
+  list[#list + 1] = id
+  return table.concat(list, ' ', math.max(1, #list - 15))
+end
+
 local mode = ARGV[3]
 local stored = tonumber(redis.call('GET', KEYS[5])) -- type checks, before any write
 redis.call('ZCARD', KEYS[2])
@@ -79,7 +97,13 @@ elseif mode == '2' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
 elseif mode == '3' then
+  local ids = redis.call('HGET', KEYS[1], 'set')
+  if ids and string.find(' ' .. ids .. ' ', ' ' .. ARGV[1] .. ' ', 1, true) then
+    return 1
+  end
   redis.call('SET', KEYS[5], ARGV[5])
+  redis.call('HSET', KEYS[1], 'set', recent(ids, ARGV[1]))
+  at_least(KEYS[1], ARGV[6])
   stored = tonumber(ARGV[5])
   res = 1
 elseif mode == '5' then

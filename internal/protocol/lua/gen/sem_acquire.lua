@@ -169,8 +169,10 @@ end
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL of the lease in milliseconds
 -- ARGV[3]  mode: "0" (an acquisition is never a re-entry)
--- ARGV[4]  register: "0" not to queue; else how long (ms) the caller stays queued
---          unless it renews (by calling again)
+-- ARGV[4]  register: "0" not to queue; "-1" not to queue either, and to have an
+--          answer "not acquired" say why (TryAcquire's error tells it); else
+--          how long (ms) the caller stays queued unless it renews (by calling
+--          again)
 -- ARGV[5]  permits: how many are wanted
 -- ARGV[6]  total: the total when none is stored
 --
@@ -185,12 +187,19 @@ end
 --     -1  not acquired, not queued: more permits wanted than the total
 --  <= -2  not acquired; -value - 3 is how long (ms) the caller may sleep
 --         before the situation changes by itself (-2: nothing will lapse)
+--   {-2, used, total, ahead, set}
+--         not acquired, with ARGV[4] "-1" (which never answers -1): the
+--         permits live holders hold, the total, the permits live waiters
+--         queued before the caller want (as far as the walk went: enough to
+--         leave the caller no room), and 1 if the total is the one
+--         SetPermits stored, 0 if it is the first caller's
 --
 -- Run twice: an acquisition that succeeded finds its holder live and answers
 -- the same fence, counting nothing twice and writing only the holders' key's
 -- expiry again as it is (touch, for WAIT); a queued caller keeps its place.
-local me, want, ttl = ARGV[1], tonumber(ARGV[5]), ARGV[2]
+local me, want, ttl, register = ARGV[1], tonumber(ARGV[5]), ARGV[2], tonumber(ARGV[4])
 local total = tonumber(redis.call('GET', KEYS[6])) -- type checks, before any write
+local set = total ~= nil
 local default = tonumber(redis.call('HGET', KEYS[1], 'permits'))
 redis.call('GET', KEYS[2])
 redis.call('ZCARD', KEYS[3])
@@ -253,14 +262,17 @@ if want <= total and total - used >= ahead + want then
 end
 put_used(KEYS[1], used)
 at_least(KEYS[1], ttl)
-if want > total and ARGV[4] == '0' then
+if want > total and register == 0 then
   return -1
 end
-if ARGV[4] ~= '0' then
+if register > 0 then
   redis.call('ZADD', KEYS[3], 'NX', micros(t), me)
   redis.call('HSET', KEYS[4], me, string.format('%d|%d', now + tonumber(ARGV[4]), want))
   at_least(KEYS[3], ARGV[4])
   at_least(KEYS[4], ARGV[4])
+end
+if register < 0 then
+  return {-2, used, total, ahead, set and 1 or 0}
 end
 if want > total then
   return -2
