@@ -42,6 +42,8 @@ type engine struct {
 
 	checked sync.Once   // the eviction policy has been looked at
 	reached atomic.Bool // a request has had its answer from Redis
+
+	totals semTotals // of the Semaphores it acquired, as Redis holds them
 }
 
 // check looks at Redis's eviction policy (Client.Check).
@@ -130,10 +132,18 @@ func (a *acquirer) acquire(ctx context.Context, op string, wait bool, extra []an
 	if err := a.check(ctx, op); err != nil {
 		return nil, err
 	}
-	h := a.e.hooks
-	if h == nil {
+	if a.e.hooks == nil {
 		return a.acquire1(ctx, op, wait, extra)
 	}
+	return a.bracket(ctx, op, func(ctx context.Context) (*Lease, error) {
+		return a.acquire1(ctx, op, wait, extra)
+	})
+}
+
+// bracket runs take, an acquisition of op, between the LockStart and LockEnd
+// hooks, which a.e.hooks has.
+func (a *acquirer) bracket(ctx context.Context, op string, take func(context.Context) (*Lease, error)) (*Lease, error) {
+	h := a.e.hooks
 	info := LockInfo{Kind: a.k.Kind.Name, Name: a.k.Name}
 	if h.LockStart != nil {
 		if c := h.LockStart(ctx, info, op); c != nil {
@@ -141,7 +151,7 @@ func (a *acquirer) acquire(ctx context.Context, op string, wait bool, extra []an
 		}
 	}
 	start := time.Now()
-	l, err := a.acquire1(ctx, op, wait, extra)
+	l, err := take(ctx)
 	if h.LockEnd != nil {
 		r := LockResult{Waited: time.Since(start), Err: err}
 		if l != nil {

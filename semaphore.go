@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -98,7 +97,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 	s.readTotal(a)
 	l, err := a.acquire(ctx, op, true, []any{n, s.permits})
 	if errors.Is(err, ErrNotAcquired) {
-		if total, ok := totals.get(a.e, a.k.Name); ok && total > 0 && total != s.permits {
+		if total, ok := a.e.totals.get(a.k.Name); ok && total > 0 && total != s.permits {
 			err = fmt.Errorf("%w; this process asked for a total of %d, and Redis held %d when this Client last looked (the total in Redis counts: SetPermits changes it)", err, s.permits, total)
 		}
 	}
@@ -118,28 +117,11 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, error) {
 	if err := a.check(ctx, op); err != nil {
 		return nil, err
 	}
-	h := a.e.hooks
-	if h == nil {
+	if a.e.hooks == nil {
 		return s.try(ctx, a, n)
 	}
-	// The engine's acquire brackets its calls so; TryAcquire makes its
-	// own attempt, whose answer says why it failed.
-	info := LockInfo{Kind: a.k.Kind.Name, Name: a.k.Name}
-	if h.LockStart != nil {
-		if c := h.LockStart(ctx, info, op); c != nil {
-			ctx = c
-		}
-	}
-	start := time.Now()
-	l, err := s.try(ctx, a, n)
-	if h.LockEnd != nil {
-		r := LockResult{Waited: time.Since(start), Err: err}
-		if l != nil {
-			r.Fence = l.Fence()
-		}
-		h.LockEnd(ctx, info, r)
-	}
-	return l, err
+	// TryAcquire makes its own attempt, whose answer says why it failed.
+	return a.bracket(ctx, op, func(ctx context.Context) (*Lease, error) { return s.try(ctx, a, n) })
 }
 
 // try makes TryAcquire's one attempt, as the engine's take does for a call
@@ -207,7 +189,7 @@ func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
 	if _, err := s.call(ctx, "set permits of", protocol.SemSetTotal, permits); err != nil {
 		return err
 	}
-	totals.update(a.e, a.k.Name, permits)
+	a.e.totals.update(a.k.Name, permits)
 	return nil
 }
 
@@ -259,7 +241,7 @@ func (s *Semaphore) acquirer() *acquirer {
 // (sawTotal).
 func (s *Semaphore) readTotal(a *acquirer) {
 	e, name := a.e, a.k.Name
-	if !totals.add(e, name, 0) {
+	if !e.totals.add(name, 0) {
 		return
 	}
 	if !e.bg.goDo(func() {
@@ -268,23 +250,23 @@ func (s *Semaphore) readTotal(a *acquirer) {
 		st, err := e.backend.SemTotal(ctx, a.k)
 		if err != nil {
 			e.log.Debug("dlock: read a Semaphore's total", "lock", name, "err", err)
-			totals.forget(e, name) // read again at the next acquire
+			e.totals.forget(name) // read again at the next acquire
 			return
 		}
-		totals.update(e, name, st.Total)
+		e.totals.update(name, st.Total)
 		s.warn(a, st)
 	}) {
-		totals.forget(e, name)
+		e.totals.forget(name)
 	}
 }
 
 // sawTotal notes st, a total Redis answered a's Client with for s, and warns
 // if it is the first the Client has seen for s's name and differs from s's.
 func (s *Semaphore) sawTotal(a *acquirer, st protocol.SemTotal) {
-	if totals.add(a.e, a.k.Name, st.Total) {
+	if a.e.totals.add(a.k.Name, st.Total) {
 		s.warn(a, st)
 	} else {
-		totals.update(a.e, a.k.Name, st.Total)
+		a.e.totals.update(a.k.Name, st.Total)
 	}
 }
 
@@ -302,69 +284,54 @@ func (s *Semaphore) warn(a *acquirer, st protocol.SemTotal) {
 		"to_change_it", fmt.Sprintf("Semaphore.SetPermits, or: dlock permits %s N", a.k.Name))
 }
 
-// totals is, per Client and Semaphore name, the total Redis held when the
-// Client last looked (0: none, or not read yet): each Client reads a name's
-// total once (readTotal) and warns once if it differs from its own. A
-// Client's names are forgotten when the Client is garbage collected. A
-// Client keeps the first maxTotals names it acquires: it neither reads nor
-// warns about the names after those, so that a process using many names
-// costs Redis no more than one read for each of the first ones.
-var totals = totalsSeen{by: make(map[string]map[string]int64)}
+// semTotals is, per Semaphore name, the total Redis held when its Client
+// last looked (0: none, or not read yet): a Client reads a name's total once
+// (readTotal) and warns once if it differs from its own. It keeps the first
+// maxTotals names it acquires: it neither reads nor warns about the names
+// after those, so that a process using many names costs Redis no more than
+// one read for each of the first ones.
+type semTotals struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
 
 const maxTotals = 1024
 
-type totalsSeen struct {
-	mu sync.Mutex
-	by map[string]map[string]int64 // Client id -> name -> total
-}
-
-// add records total for e's Client and name, and reports whether it did:
-// the name was new to the Client, which had room for it.
-func (ts *totalsSeen) add(e *engine, name string, total int64) bool {
+// add records total for name, and reports whether it did: the name was new,
+// and there was room for it.
+func (ts *semTotals) add(name string, total int64) bool {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	m := ts.by[e.id]
-	if m == nil {
-		m = make(map[string]int64)
-		ts.by[e.id] = m
-		runtime.AddCleanup(e, ts.drop, e.id)
+	if ts.m == nil {
+		ts.m = make(map[string]int64)
 	}
-	if _, ok := m[name]; ok || len(m) >= maxTotals {
+	if _, ok := ts.m[name]; ok || len(ts.m) >= maxTotals {
 		return false
 	}
-	m[name] = total
+	ts.m[name] = total
 	return true
 }
 
-// update records total for e's Client and name if the name is known to it.
-func (ts *totalsSeen) update(e *engine, name string, total int64) {
+// update records total for name if the name is known.
+func (ts *semTotals) update(name string, total int64) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if m := ts.by[e.id]; m != nil {
-		if _, ok := m[name]; ok {
-			m[name] = total
-		}
+	if _, ok := ts.m[name]; ok {
+		ts.m[name] = total
 	}
 }
 
-// get returns the total recorded for e's Client and name.
-func (ts *totalsSeen) get(e *engine, name string) (int64, bool) {
+// get returns the total recorded for name.
+func (ts *semTotals) get(name string) (int64, bool) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	total, ok := ts.by[e.id][name]
+	total, ok := ts.m[name]
 	return total, ok
 }
 
-// forget removes name for e's Client.
-func (ts *totalsSeen) forget(e *engine, name string) {
+// forget removes name.
+func (ts *semTotals) forget(name string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	delete(ts.by[e.id], name)
-}
-
-// drop forgets every name of the Client whose id is id.
-func (ts *totalsSeen) drop(id string) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	delete(ts.by, id)
+	delete(ts.m, name)
 }
