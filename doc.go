@@ -12,8 +12,11 @@
 //	defer c.Close()
 //	err = c.Mutex("order:42").Do(ctx, func(ctx context.Context) error {
 //		// Only one process at a time runs this for order 42. ctx is
-//		// cancelled if the lock is lost.
-//		return nil
+//		// cancelled if the lock is lost, and carries the Lease: pass its
+//		// fence to the resource, which refuses fences below the highest
+//		// it has seen.
+//		l, _ := dlock.LeaseFromContext(ctx)
+//		return saveOrder(ctx, 42, l.Fence())
 //	})
 //
 // A Mutex is a name and options; each successful Lock returns a Lease, the

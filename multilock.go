@@ -103,9 +103,11 @@ func (ml *MultiLock) TryLock(ctx context.Context) (*MultiLease, error) {
 // when fn panics. fn's context is cancelled when any of the leases ends
 // (context.Cause then tells why), and it carries every lease, so that a Lock
 // of any of the names, or of a MultiLock over some of them, within fn
-// re-enters instead of deadlocking. Do returns fn's error joined with
-// Unlock's; an Unlock error matching ErrNotHeld means fn ran, at least at the
-// end, without one of the locks.
+// re-enters instead of deadlocking; LeaseFromContext reports none there, as
+// no single Lease stands for them (Lock returns the MultiLease, whose Fences
+// are one per name). Do returns fn's error joined with Unlock's; an Unlock
+// error matching ErrNotHeld means fn ran, at least at the end, without one of
+// the locks.
 func (ml *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	return doLocked(ctx, "of a MultiLock", fn, ml.Lock)
 }
@@ -253,8 +255,11 @@ func (l *MultiLease) Context(parent context.Context) (ctx context.Context, cance
 	stop := context.AfterFunc(l.ctx, func() { cancelCause(context.Cause(l.ctx)) })
 	held := heldIn(parent)
 	for _, sub := range l.leases {
-		held = &heldEntry{h: sub.h, next: held}
+		held = &heldEntry{l: sub, next: held}
 	}
+	// No single Lease stands for the MultiLease: LeaseFromContext reports
+	// none.
+	held = &heldEntry{next: held}
 	ctx = context.WithValue(ctx, heldKey{}, held)
 	return ctx, func() {
 		stop()

@@ -69,10 +69,10 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, also when fn panics.
 // fn's context is cancelled if the lease is lost (context.Cause then matches
-// ErrLockLost), and it carries the Lease, so that a Lock of the same name
-// within fn re-enters instead of deadlocking. Do returns fn's error joined
-// with Unlock's; an Unlock error matching ErrNotHeld means fn ran, at least at
-// the end, without the lock.
+// ErrLockLost), and it carries the Lease: LeaseFromContext returns it, for
+// its Fence, and a Lock of the same name within fn re-enters instead of
+// deadlocking. Do returns fn's error joined with Unlock's; an Unlock error
+// matching ErrNotHeld means fn ran, at least at the end, without the lock.
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	return doLocked(ctx, strconv.Quote(m.Name()), fn, m.Lock)
 }
