@@ -144,11 +144,13 @@ func (c *Client) Close() error {
 }
 
 // Check asks Redis whether it can keep this package's promises, and returns
-// an error that says why not: Redis cannot be reached, its
+// an error that says why not: Redis cannot be reached, or refuses the Redis
+// client's requests (no password or a wrong one: NOAUTH, WRONGPASS), its
 // maxmemory-policy is not noeviction (see Eviction in the package
 // documentation), or, with WithWaitReplicas(n), a primary has fewer than n
-// replicas connected. A policy Redis will not tell (CONFIG GET refused, as some
-// managed services do) is not an error.
+// replicas connected. A policy Redis will not tell while it serves the client
+// (CONFIG GET refused to an ACL user, or renamed, as some managed services
+// do) is not an error. So Check is fit for a readiness probe.
 //
 // New does not contact Redis; the Client runs Check once, in the background,
 // when it is first used, and logs a warning if it fails.
