@@ -165,11 +165,15 @@ func (c *Client) Check(ctx context.Context) error {
 }
 
 // acquirer describes, for a primitive, the lock of kind k called name with
-// opts over the Client's defaults. An empty name, an invalid option or a nil
-// Client are errors the acquirer returns from every call.
+// opts over the Client's defaults. An empty or too long name, an invalid
+// option or a nil Client are errors the acquirer returns from every call.
 func (c *Client) acquirer(k *protocol.Kind, name string, opts []Option) acquirer {
 	if c == nil || c.e == nil {
 		return acquirer{k: protocol.Keys{Kind: k, Name: name}, err: errs.Op(nil, nil, "%s of a nil or zero Client", k.Name)}
+	}
+	if err := nameErr(k.Name, name); err != nil {
+		// Made before the keys: a name too long is never copied into them.
+		return acquirer{k: protocol.Keys{Kind: k, Name: name}, err: err}
 	}
 	unsupported := false
 	if rk := c.e.backend.KindFor(k); rk != nil {
@@ -185,11 +189,22 @@ func (c *Client) acquirer(k *protocol.Kind, name string, opts []Option) acquirer
 	switch {
 	case unsupported:
 		a.err = errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.Name, name)
-	case name == "":
-		a.err = errs.Op(nil, nil, "%s: empty lock name", k.Name)
 	case err != nil:
 		a.err = errs.Op(nil, err, "%s %q", k.Name, name)
 	}
 	a.ttl, a.renew = cfg.ttl, cfg.renew
 	return a
+}
+
+// nameErr is the error of a name no call may use: empty, or longer than
+// MaxNameLen. what says whose name it is. The error does not quote a name too
+// long: it may be huge.
+func nameErr(what, name string) error {
+	switch {
+	case name == "":
+		return errs.Op(nil, nil, "%s: empty name", what)
+	case len(name) > MaxNameLen:
+		return errs.Op(nil, nil, "%s: a name of %d bytes: at most MaxNameLen (%d) are allowed", what, len(name), MaxNameLen)
+	}
+	return nil
 }

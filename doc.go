@@ -388,5 +388,7 @@
 // holders dead and its waiters gone, therefore leaves nothing behind.
 //
 // '{', '}' and '%' in N are written as %7B, %7D and %25, so every key of a lock
-// shares one hash tag (and one Redis Cluster slot) whatever the name.
+// shares one hash tag (and one Redis Cluster slot) whatever the name. A name
+// and a prefix are each at most MaxNameLen (1024) bytes: a longer one is an
+// error before anything reaches Redis, so no key is larger than a few KiB.
 package dlock

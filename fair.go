@@ -34,10 +34,10 @@ type FairMutex struct {
 	a acquirer
 }
 
-// FairMutex returns the fair lock called name. Any byte string is a valid
-// name; the empty one is not, and neither is an invalid option: those errors
-// are returned by every call. A FairMutex and a Mutex of the same name are
-// different locks.
+// FairMutex returns the fair lock called name. Any byte string of at most
+// MaxNameLen bytes is a valid name but the empty one; an invalid name or
+// option is an error returned by every call. A FairMutex and a Mutex of the
+// same name are different locks.
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 	return &FairMutex{a: c.acquirer(protocol.FairKind, name, opts)}
 }

@@ -46,9 +46,10 @@ type MultiLock struct {
 }
 
 // MultiLock returns the lock over every one of names. Names may repeat and
-// come in any order; any non-empty byte string is a valid name. An empty list,
-// an empty name or an invalid option is an error returned by every call on
-// the MultiLock. The options apply to the Mutex of every name.
+// come in any order; any non-empty byte string of at most MaxNameLen bytes is
+// a valid name. An empty list, an invalid name or an invalid option is an
+// error returned by every call on the MultiLock. The options apply to the
+// Mutex of every name.
 func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 	if c == nil {
 		return &MultiLock{err: errors.New("dlock: MultiLock of a nil Client")}
@@ -56,8 +57,10 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 	if len(names) == 0 {
 		return &MultiLock{err: errors.New("dlock: MultiLock: no lock names")}
 	}
-	if slices.Contains(names, "") {
-		return &MultiLock{err: errors.New("dlock: MultiLock: empty lock name")}
+	for _, name := range names {
+		if err := nameErr("MultiLock", name); err != nil {
+			return &MultiLock{err: err}
+		}
 	}
 	if _, err := c.cfg.with(opts, false); err != nil {
 		return &MultiLock{err: errs.Op(nil, err, "MultiLock")}

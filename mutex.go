@@ -33,10 +33,10 @@ type Mutex struct {
 	a acquirer
 }
 
-// Mutex returns the lock called name. Any byte string is a valid name; the
-// empty one is not, and neither is an invalid option: those errors are
-// returned by every call on the Mutex. A Mutex and a FairMutex of the same
-// name are different locks.
+// Mutex returns the lock called name. Any byte string of at most MaxNameLen
+// bytes is a valid name but the empty one; an invalid name or option is an
+// error returned by every call on the Mutex. A Mutex and a FairMutex of the
+// same name are different locks.
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	return &Mutex{a: c.acquirer(protocol.MutexKind, name, opts)}
 }

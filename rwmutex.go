@@ -58,10 +58,10 @@ type RWMutex struct {
 	r, w acquirer
 }
 
-// RWMutex returns the reader/writer lock called name. Any byte string is a
-// valid name; the empty one is not, and neither is an invalid option: those
-// errors are returned by every call on the RWMutex. The options apply to read
-// and write leases alike.
+// RWMutex returns the reader/writer lock called name. Any byte string of at
+// most MaxNameLen bytes is a valid name but the empty one; an invalid name or
+// option is an error returned by every call on the RWMutex. The options apply
+// to read and write leases alike.
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	return &RWMutex{r: c.acquirer(protocol.RWReadKind, name, opts), w: c.acquirer(protocol.RWWriteKind, name, opts)}
 }
