@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/renew"
+	"reflect"
 	"sync"
 	"time"
 
@@ -34,8 +36,9 @@ type Client struct {
 // *redis.FailoverClient (Sentinel). The options set the defaults of every
 // primitive made from this Client; the Client-only ones (WithPrefix,
 // WithLogger, WithHooks, WithAutoPipeline, WithWaitReplicas) configure the
-// Client itself. New
-// does not contact Redis.
+// Client itself. New does not contact Redis. A nil rdb is an error, and so
+// is a nil pointer (a *redis.Client variable never set) or a zero go-redis
+// client.
 //
 // A Lock returns when its context ends even if Redis has stalled. Unless rdb
 // gives up requests at their deadline by itself (made with
@@ -55,8 +58,8 @@ type Client struct {
 // those requests as pipelines (ProcessPipelineHook), and a pipeline that
 // fails on the network is retried whole, which every script allows.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	if rdb == nil {
-		return nil, errors.New("dlock: New: nil Redis client")
+	if why := unusable(rdb); why != "" {
+		return nil, errs.Op(nil, nil, "New: the Redis client is %s", why)
 	}
 	cfg, err := defaultConfig().with(opts, true)
 	if err != nil {
@@ -207,4 +210,24 @@ func nameErr(what, name string) error {
 		return errs.Op(nil, nil, "%s: a name of %d bytes: at most MaxNameLen (%d) are allowed", what, len(name), MaxNameLen)
 	}
 	return nil
+}
+
+// unusable says why New or NewRedLock cannot work on rdb: it is nil, a nil
+// pointer (a *redis.Client variable never set, say), or a zero go-redis
+// client, not made by its constructor. It returns "" if rdb can be used.
+func unusable(rdb redis.UniversalClient) string {
+	if rdb == nil {
+		return "nil"
+	}
+	v := reflect.ValueOf(rdb)
+	if v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Sprintf("a nil %T", rdb)
+	}
+	switch rdb.(type) {
+	case *redis.Client, *redis.ClusterClient, *redis.Ring:
+		if v.Elem().IsZero() {
+			return fmt.Sprintf("a zero %T, not made by go-redis's constructor (redis.NewClient, say)", rdb)
+		}
+	}
+	return ""
 }

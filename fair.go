@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"github.com/dlock-go/dlock/internal/protocol"
-	"strconv"
 )
 
 // FairMutex is a reentrant mutual-exclusion lock that is granted in strict
@@ -62,7 +61,7 @@ func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, as Mutex.Do does.
 func (m *FairMutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return doLocked(ctx, strconv.Quote(m.Name()), fn, m.Lock)
+	return doLocked(ctx, "FairMutex.Do", fn, m.Lock)
 }
 
 func (m *FairMutex) acquirer() *acquirer {

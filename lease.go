@@ -197,10 +197,10 @@ type heldLock interface {
 // doLocked is every primitive's Do: it acquires with acquire, runs fn with a
 // context derived from the lease (cancelled on loss, carrying it for
 // re-entry), and unlocks, also when fn panics. It returns fn's error joined
-// with Unlock's. what names the lock in the error for a nil fn.
-func doLocked[L heldLock](ctx context.Context, what string, fn func(context.Context) error, acquire func(context.Context) (L, error)) (err error) {
+// with Unlock's. op names the call in the error for a nil fn.
+func doLocked[L heldLock](ctx context.Context, op string, fn func(context.Context) error, acquire func(context.Context) (L, error)) (err error) {
 	if fn == nil {
-		return errs.Op(nil, nil, "Do %s: nil function", what)
+		return errs.Op(nil, nil, "%s: nil function", op)
 	}
 	l, err := acquire(ctx)
 	if err != nil {

@@ -112,7 +112,7 @@ func (ml *MultiLock) TryLock(ctx context.Context) (*MultiLease, error) {
 // error matching ErrNotHeld means fn ran, at least at the end, without one of
 // the locks.
 func (ml *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return doLocked(ctx, "of a MultiLock", fn, ml.Lock)
+	return doLocked(ctx, "MultiLock.Do", fn, ml.Lock)
 }
 
 func (ml *MultiLock) lock(ctx context.Context, op string, acquire func(*Mutex, context.Context) (*Lease, error)) (*MultiLease, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"github.com/dlock-go/dlock/internal/protocol"
-	"strconv"
 )
 
 // Mutex is a reentrant mutual-exclusion lock shared by every process that uses
@@ -74,7 +73,7 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 // deadlocking. Do returns fn's error joined with Unlock's; an Unlock error
 // matching ErrNotHeld means fn ran, at least at the end, without the lock.
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return doLocked(ctx, strconv.Quote(m.Name()), fn, m.Lock)
+	return doLocked(ctx, "Mutex.Do", fn, m.Lock)
 }
 
 // acquirer returns m's acquirer; a nil or zero *Mutex gets one that answers
