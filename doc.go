@@ -182,6 +182,19 @@
 // they fail with what go-redis returned once its own retries (MaxRetries)
 // ran out, and a failed Unlock goes on in the background.
 //
+// While Redis cannot be reached, go-redis logs each failure to open a
+// connection ("redis: connection pool: failed to dial after 5 attempts: ...")
+// with its own logger, which serves the whole process and writes to standard
+// error unless the program set another with redis.SetLogger. A waiter riding
+// out an outage, the renewals and the wake-up connection all ask for
+// connections, so these lines appear during an outage; go-redis v9 stops
+// dialing after PoolSize failures in a row and then probes quietly once a
+// second until Redis answers, so an outage prints at most about PoolSize of
+// them per go-redis client. dlock leaves that logger alone, as it belongs to
+// the program: to quiet the lines or send them elsewhere (to a slog.Logger,
+// say), call redis.SetLogger once in main. Options.DialerRetries sets how
+// many dials each line stands for.
+//
 // # Redis Cluster
 //
 // New accepts a *redis.ClusterClient. A lock's keys share the hash tag of its
