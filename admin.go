@@ -131,9 +131,10 @@ const InspectLimit = 100
 // request that writes nothing (a read-only script: EVALSHA_RO, which a user
 // allowed only to read keys may send, and a replica runs). A lock Redis
 // holds nothing of comes back with no holders, no waiters and no fence
-// (LockState.Exists is false).
+// (LockState.Exists is false). An empty name, or one longer than MaxNameLen
+// bytes, is an error, here and in ForceRelease.
 func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockState, error) {
-	k, code, err := c.adminKeys("Inspect", kind, name)
+	k, code, err := c.adminKeys(ctx, "Inspect", kind, name)
 	if err != nil {
 		return nil, err
 	}
@@ -155,20 +156,27 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 
 // adminKeys checks an administrative call and names the keys of the lock
 // it is about, with kind's name in inspect.lua.
-func (c *Client) adminKeys(op string, kind Kind, name string) (protocol.Keys, string, error) {
+func (c *Client) adminKeys(ctx context.Context, op string, kind Kind, name string) (protocol.Keys, string, error) {
 	ak, ok := adminKinds[kind]
 	if !ok {
 		return protocol.Keys{}, "", errs.Op(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
 	}
-	if err := c.adminCheck(op); err != nil {
+	if err := nameErr(op+" "+string(kind), name); err != nil {
+		return protocol.Keys{}, "", err
+	}
+	if err := c.adminCheck(ctx, op); err != nil {
 		return protocol.Keys{}, "", err
 	}
 	return protocol.NewKeys(c.cfg.prefix, ak.k, name), ak.code, nil
 }
 
 // adminCheck rejects an administrative call the Client cannot make.
-func (c *Client) adminCheck(op string) error {
+func (c *Client) adminCheck(ctx context.Context, op string) error {
 	switch {
+	case c == nil || c.e == nil:
+		return errs.Op(nil, nil, "%s of a nil or zero Client", op)
+	case ctx == nil:
+		return errs.Op(nil, nil, "%s: nil context", op)
 	case !c.e.backend.Traits().Admin:
 		return errs.Op(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
 	case c.e.closed():
@@ -213,17 +221,22 @@ func fenceTime(fence, now int64) time.Time {
 // lock appears as long as Redis holds any state of it (see Inspect); what
 // SCAN guarantees holds: a lock that exists throughout the scan is
 // returned, one created or gone meanwhile may or may not be. The sequence
-// stops at the first error, which it yields.
+// stops at the first error, which it yields. A pattern longer than
+// MaxNameLen bytes is an error.
 func (c *Client) Locks(ctx context.Context, pattern string) iter.Seq2[LockID, error] {
 	return func(yield func(LockID, error) bool) {
-		if err := c.adminCheck("Locks"); err != nil {
+		err := c.adminCheck(ctx, "Locks")
+		if err == nil && len(pattern) > MaxNameLen {
+			err = errs.Op(nil, nil, "Locks: a pattern of %d bytes: at most MaxNameLen (%d) are allowed", len(pattern), MaxNameLen)
+		}
+		if err != nil {
 			yield(LockID{}, err)
 			return
 		}
 		match := globEscaper.Replace(c.cfg.prefix) + "*{" + protocol.NameEscaper.Replace(pattern) + "}*"
 		seen := make(map[LockID]bool)
 		stopped := false
-		err := c.e.backend.Scan(ctx, match, func(key string) bool {
+		err = c.e.backend.Scan(ctx, match, func(key string) bool {
 			id, ok := parseKey(c.cfg.prefix, key)
 			if !ok || seen[id] {
 				return true
@@ -302,12 +315,12 @@ type Eviction struct {
 // lost answers as the first run did. A CountDownLatch has no holders: use
 // CountDownLatch.Delete.
 func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owners ...string) (*Eviction, error) {
-	if kind == KindCountDownLatch {
-		return nil, errs.Op(nil, nil, "ForceRelease %q: a CountDownLatch has no holders (CountDownLatch.Delete opens it)", name)
-	}
-	k, _, err := c.adminKeys("ForceRelease", kind, name)
-	if err != nil {
+	k, _, err := c.adminKeys(ctx, "ForceRelease", kind, name)
+	switch {
+	case err != nil:
 		return nil, err
+	case kind == KindCountDownLatch:
+		return nil, errs.Op(nil, nil, "ForceRelease %q: a CountDownLatch has no holders (CountDownLatch.Delete opens it)", name)
 	}
 	st, err := c.Inspect(ctx, kind, name)
 	if err != nil {

@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/renew"
+	"reflect"
 	"sync"
 	"time"
 
@@ -34,8 +36,9 @@ type Client struct {
 // *redis.FailoverClient (Sentinel). The options set the defaults of every
 // primitive made from this Client; the Client-only ones (WithPrefix,
 // WithLogger, WithHooks, WithAutoPipeline, WithWaitReplicas) configure the
-// Client itself. New
-// does not contact Redis.
+// Client itself. New does not contact Redis. A nil rdb is an error, and so
+// is a nil pointer (a *redis.Client variable never set) or a zero go-redis
+// client.
 //
 // A Lock returns when its context ends even if Redis has stalled. Unless rdb
 // gives up requests at their deadline by itself (made with
@@ -55,8 +58,8 @@ type Client struct {
 // those requests as pipelines (ProcessPipelineHook), and a pipeline that
 // fails on the network is retried whole, which every script allows.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
-	if rdb == nil {
-		return nil, errors.New("dlock: New: nil Redis client")
+	if why := unusable(rdb); why != "" {
+		return nil, errs.Op(nil, nil, "New: the Redis client is %s", why)
 	}
 	cfg, err := defaultConfig().with(opts, true)
 	if err != nil {
@@ -144,11 +147,13 @@ func (c *Client) Close() error {
 }
 
 // Check asks Redis whether it can keep this package's promises, and returns
-// an error that says why not: Redis cannot be reached, its
+// an error that says why not: Redis cannot be reached, or refuses the Redis
+// client's requests (no password or a wrong one: NOAUTH, WRONGPASS), its
 // maxmemory-policy is not noeviction (see Eviction in the package
 // documentation), or, with WithWaitReplicas(n), a primary has fewer than n
-// replicas connected. A policy Redis will not tell (CONFIG GET refused, as some
-// managed services do) is not an error.
+// replicas connected. A policy Redis will not tell while it serves the client
+// (CONFIG GET refused to an ACL user, or renamed, as some managed services
+// do) is not an error. So Check is fit for a readiness probe.
 //
 // New does not contact Redis; the Client runs Check once, in the background,
 // when it is first used, and logs a warning if it fails.
@@ -163,11 +168,15 @@ func (c *Client) Check(ctx context.Context) error {
 }
 
 // acquirer describes, for a primitive, the lock of kind k called name with
-// opts over the Client's defaults. An empty name, an invalid option or a nil
-// Client are errors the acquirer returns from every call.
+// opts over the Client's defaults. An empty or too long name, an invalid
+// option or a nil Client are errors the acquirer returns from every call.
 func (c *Client) acquirer(k *protocol.Kind, name string, opts []Option) acquirer {
 	if c == nil || c.e == nil {
 		return acquirer{k: protocol.Keys{Kind: k, Name: name}, err: errs.Op(nil, nil, "%s of a nil or zero Client", k.Name)}
+	}
+	if err := nameErr(k.Name, name); err != nil {
+		// Made before the keys: a name too long is never copied into them.
+		return acquirer{k: protocol.Keys{Kind: k, Name: name}, err: err}
 	}
 	unsupported := false
 	if rk := c.e.backend.KindFor(k); rk != nil {
@@ -183,11 +192,42 @@ func (c *Client) acquirer(k *protocol.Kind, name string, opts []Option) acquirer
 	switch {
 	case unsupported:
 		a.err = errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.Name, name)
-	case name == "":
-		a.err = errs.Op(nil, nil, "%s: empty lock name", k.Name)
 	case err != nil:
 		a.err = errs.Op(nil, err, "%s %q", k.Name, name)
 	}
 	a.ttl, a.renew = cfg.ttl, cfg.renew
 	return a
+}
+
+// nameErr is the error of a name no call may use: empty, or longer than
+// MaxNameLen. what says whose name it is. The error does not quote a name too
+// long: it may be huge.
+func nameErr(what, name string) error {
+	switch {
+	case name == "":
+		return errs.Op(nil, nil, "%s: empty name", what)
+	case len(name) > MaxNameLen:
+		return errs.Op(nil, nil, "%s: a name of %d bytes: at most MaxNameLen (%d) are allowed", what, len(name), MaxNameLen)
+	}
+	return nil
+}
+
+// unusable says why New or NewRedLock cannot work on rdb: it is nil, a nil
+// pointer (a *redis.Client variable never set, say), or a zero go-redis
+// client, not made by its constructor. It returns "" if rdb can be used.
+func unusable(rdb redis.UniversalClient) string {
+	if rdb == nil {
+		return "nil"
+	}
+	v := reflect.ValueOf(rdb)
+	if v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Sprintf("a nil %T", rdb)
+	}
+	switch rdb.(type) {
+	case *redis.Client, *redis.ClusterClient, *redis.Ring:
+		if v.Elem().IsZero() {
+			return fmt.Sprintf("a zero %T, not made by go-redis's constructor (redis.NewClient, say)", rdb)
+		}
+	}
+	return ""
 }

@@ -12,8 +12,11 @@
 //	defer c.Close()
 //	err = c.Mutex("order:42").Do(ctx, func(ctx context.Context) error {
 //		// Only one process at a time runs this for order 42. ctx is
-//		// cancelled if the lock is lost.
-//		return nil
+//		// cancelled if the lock is lost, and carries the Lease: pass its
+//		// fence to the resource, which refuses fences below the highest
+//		// it has seen.
+//		l, _ := dlock.LeaseFromContext(ctx)
+//		return saveOrder(ctx, 42, l.Fence())
 //	})
 //
 // A Mutex is a name and options; each successful Lock returns a Lease, the
@@ -178,6 +181,19 @@
 // last request met. TryLock, Unlock, Extend and the other calls do not wait:
 // they fail with what go-redis returned once its own retries (MaxRetries)
 // ran out, and a failed Unlock goes on in the background.
+//
+// While Redis cannot be reached, go-redis logs each failure to open a
+// connection ("redis: connection pool: failed to dial after 5 attempts: ...")
+// with its own logger, which serves the whole process and writes to standard
+// error unless the program set another with redis.SetLogger. A waiter riding
+// out an outage, the renewals and the wake-up connection all ask for
+// connections, so these lines appear during an outage; go-redis v9 stops
+// dialing after PoolSize failures in a row and then probes quietly once a
+// second until Redis answers, so an outage prints at most about PoolSize of
+// them per go-redis client. dlock leaves that logger alone, as it belongs to
+// the program: to quiet the lines or send them elsewhere (to a slog.Logger,
+// say), call redis.SetLogger once in main. Options.DialerRetries sets how
+// many dials each line stands for.
 //
 // # Redis Cluster
 //
@@ -385,5 +401,7 @@
 // holders dead and its waiters gone, therefore leaves nothing behind.
 //
 // '{', '}' and '%' in N are written as %7B, %7D and %25, so every key of a lock
-// shares one hash tag (and one Redis Cluster slot) whatever the name.
+// shares one hash tag (and one Redis Cluster slot) whatever the name. A name
+// and a prefix are each at most MaxNameLen (1024) bytes: a longer one is an
+// error before anything reaches Redis, so no key is larger than a few KiB.
 package dlock

@@ -156,6 +156,56 @@ return 1`)
 	// stalled holder: rejected, a newer holder has written since
 }
 
+// The function Do runs finds the Lease it runs under in its context, and
+// hands the Lease's fence to the resource with each write: here a record
+// that refuses a fence below the last one it accepted. Each Do is a new
+// acquisition with a higher fence; a holder that stalled past its lease and
+// writes late, with the fence of its time, is refused.
+func ExampleLeaseFromContext() {
+	c := exampleClient()
+	defer c.Close()
+	store := exampleRedis() // the protected resource
+	ctx := context.Background()
+
+	// KEYS[1]: the record; ARGV[1]: the fence; ARGV[2]: the text.
+	fencedSet := redis.NewScript(`
+if tonumber(ARGV[1]) <= tonumber(redis.call('HGET', KEYS[1], 'fence') or '0') then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'text', ARGV[2])
+return 1`)
+	write := func(ctx context.Context, fence int64, text string) {
+		ok, err := fencedSet.Run(ctx, store, []string{"doc:7"}, fence, text).Int()
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s written: %v\n", text, ok == 1)
+	}
+
+	var first int64
+	for _, text := range []string{"draft", "final"} {
+		err := c.Mutex("doc:7").Do(ctx, func(ctx context.Context) error {
+			l, ok := dlock.LeaseFromContext(ctx)
+			if !ok {
+				return errors.New("no lease in Do's context")
+			}
+			if first == 0 {
+				first = l.Fence()
+			}
+			write(ctx, l.Fence(), text)
+			return nil
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	write(ctx, first, "late draft") // the first holder, woken from a long pause
+	// Output:
+	// draft written: true
+	// final written: true
+	// late draft written: false
+}
+
 // Re-entry: code that holds the lock can call code that takes it again, when
 // the context from Do (or Lease.Context) is passed down.
 func ExampleLease_Context() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"github.com/dlock-go/dlock/internal/protocol"
-	"strconv"
 )
 
 // FairMutex is a reentrant mutual-exclusion lock that is granted in strict
@@ -34,10 +33,10 @@ type FairMutex struct {
 	a acquirer
 }
 
-// FairMutex returns the fair lock called name. Any byte string is a valid
-// name; the empty one is not, and neither is an invalid option: those errors
-// are returned by every call. A FairMutex and a Mutex of the same name are
-// different locks.
+// FairMutex returns the fair lock called name. Any byte string of at most
+// MaxNameLen bytes is a valid name but the empty one; an invalid name or
+// option is an error returned by every call. A FairMutex and a Mutex of the
+// same name are different locks.
 func (c *Client) FairMutex(name string, opts ...Option) *FairMutex {
 	return &FairMutex{a: c.acquirer(protocol.FairKind, name, opts)}
 }
@@ -62,7 +61,7 @@ func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, as Mutex.Do does.
 func (m *FairMutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return doLocked(ctx, strconv.Quote(m.Name()), fn, m.Lock)
+	return doLocked(ctx, "FairMutex.Do", fn, m.Lock)
 }
 
 func (m *FairMutex) acquirer() *acquirer {

@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // keysPerMutexName is what a Mutex name in use may keep in Redis (doc.go,
@@ -111,4 +115,109 @@ func TestKeysScaleWithNames(t *testing.T) {
 	if len(markers) > 0 {
 		t.Errorf("%d keys match *:done:* after %d operations (one is %q); want none: no operation writes a key of its own", len(markers), ops, markers[0])
 	}
+}
+
+// TestMaxNameLen: a name of MaxNameLen bytes, all of them escaped in the
+// keys, works for every kind of lock, under a prefix of MaxNameLen bytes too;
+// one byte more is refused before anything reaches Redis, and a 64 MiB name
+// (once accepted, leaving Redis about 160 MB larger until its keys expired)
+// costs Redis nothing.
+func TestMaxNameLen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	name := strings.Repeat("{", dlock.MaxNameLen) // each '{' is 3 bytes in the keys
+	for _, prefix := range []string{dlock.DefaultPrefix, strings.Repeat("p", dlock.MaxNameLen)} {
+		c := clientOn(t, rdb, dlock.WithPrefix(prefix))
+		locks := map[string]func(string) (func(context.Context) error, error){
+			"Mutex":     func(n string) (func(context.Context) error, error) { return unlockOf(c.Mutex(n).Lock(ctx)) },
+			"FairMutex": func(n string) (func(context.Context) error, error) { return unlockOf(c.FairMutex(n).TryLock(ctx)) },
+			"RWMutex":   func(n string) (func(context.Context) error, error) { return unlockOf(c.RWMutex(n).RLock(ctx)) },
+			"Semaphore": func(n string) (func(context.Context) error, error) {
+				return unlockOf(c.Semaphore(n, 2).Acquire(ctx, 1))
+			},
+			"MultiLock": func(n string) (func(context.Context) error, error) {
+				l, err := c.MultiLock([]string{n, "other"}).Lock(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return l.Unlock, nil
+			},
+			"CountDownLatch": func(n string) (func(context.Context) error, error) {
+				_, err := c.CountDownLatch(n).TrySetCount(ctx, 1)
+				return c.CountDownLatch(n).CountDown, err
+			},
+		}
+		for kind, lock := range locks {
+			release, err := lock(name)
+			if err != nil {
+				t.Fatalf("%s of a %d-byte name, prefix of %d bytes: %v", kind, len(name), len(prefix), err)
+			}
+			if kind == "Mutex" {
+				st, err := c.Inspect(ctx, dlock.KindMutex, name)
+				if err != nil || st.Name != name || len(st.Holders) != 1 {
+					t.Errorf("Inspect of the held %d-byte name: %+v, %v", len(name), st, err)
+				}
+			}
+			if err := release(ctx); err != nil {
+				t.Errorf("%s of a %d-byte name: release: %v", kind, len(name), err)
+			}
+			switch release, err := lock(name + "{"); {
+			case err == nil:
+				t.Errorf("%s of a %d-byte name succeeded", kind, len(name)+1)
+				release(ctx)
+			case !strings.Contains(err.Error(), "MaxNameLen"):
+				t.Errorf("%s of a %d-byte name: %v; want an error naming MaxNameLen", kind, len(name)+1, err)
+			}
+		}
+	}
+	if _, err := dlock.New(rdb, dlock.WithPrefix(strings.Repeat("p", dlock.MaxNameLen+1))); err == nil {
+		t.Errorf("New with a prefix of %d bytes succeeded", dlock.MaxNameLen+1)
+	}
+
+	before := usedMemory(t, rdb)
+	keys := rdb.DBSize(ctx).Val()
+	c := clientOn(t, rdb)
+	huge := strings.Repeat("n", 64<<20)
+	switch _, err := c.Mutex(huge).Lock(ctx); {
+	case err == nil:
+		t.Errorf("Lock of a 64 MiB name succeeded")
+	case !strings.Contains(err.Error(), "MaxNameLen"):
+		t.Errorf("Lock of a 64 MiB name: %v; want an error naming MaxNameLen", err)
+	}
+	if n := rdb.DBSize(ctx).Val(); n != keys {
+		t.Errorf("Lock of a 64 MiB name: Redis holds %d keys, %d before", n, keys)
+	}
+	if grew := usedMemory(t, rdb) - before; grew > 1<<20 {
+		t.Errorf("Lock of a 64 MiB name: Redis's used_memory grew by %d bytes", grew)
+	}
+}
+
+// unlockOf returns the Unlock of the Lease of an acquire that succeeded.
+func unlockOf(l *dlock.Lease, err error) (func(context.Context) error, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l.Unlock, nil
+}
+
+// usedMemory returns Redis's used_memory, in bytes.
+func usedMemory(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("INFO memory has no used_memory")
+	return 0
 }

@@ -40,19 +40,19 @@ const (
 	latchMaxRecheck = 5 * time.Second
 )
 
-// CountDownLatch returns the latch called name. Any byte string is a valid
-// name; the empty one is not, and that error is returned by every call on the
-// latch.
+// CountDownLatch returns the latch called name. Any byte string of at most
+// MaxNameLen bytes is a valid name but the empty one; an invalid name is an
+// error returned by every call on the latch.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	if c == nil || c.e == nil {
 		return &CountDownLatch{k: protocol.Keys{Name: name}, err: errors.New("dlock: CountDownLatch of a nil or zero Client")}
 	}
+	if err := nameErr("CountDownLatch", name); err != nil {
+		return &CountDownLatch{k: protocol.Keys{Name: name}, err: err}
+	}
 	l := &CountDownLatch{e: c.e, k: protocol.NewKeys(c.cfg.prefix, protocol.LatchKind, name)}
-	switch {
-	case c.e.backend.KindFor(protocol.LatchKind) == nil:
+	if c.e.backend.KindFor(protocol.LatchKind) == nil {
 		l.err = errs.Op(errors.ErrUnsupported, nil, "CountDownLatch %q on a RedLock Client: only Mutex and MultiLock are", name)
-	case name == "":
-		l.err = errors.New("dlock: CountDownLatch: empty latch name")
 	}
 	return l
 }

@@ -85,10 +85,10 @@ func (l *Lease) Err() error {
 
 // Context returns a copy of parent that is cancelled when parent is, or when
 // the lease ends (context.Cause then tells why, as Err does), and that carries
-// the lease for re-entry: a Lock or TryLock of the same name on the same Client
-// with this context (or one derived from it) re-enters the held lock instead
-// of waiting for it. Call cancel when done, as with context.WithCancel. A nil
-// parent is taken as context.Background().
+// the lease: LeaseFromContext returns it, and a Lock or TryLock of the same
+// name on the same Client with this context (or one derived from it)
+// re-enters the held lock instead of waiting for it. Call cancel when done, as
+// with context.WithCancel. A nil parent is taken as context.Background().
 func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
 	if parent == nil {
 		parent = context.Background()
@@ -100,7 +100,7 @@ func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel con
 	}
 	end := &l.h.t.Ending
 	stop := end.AfterFunc(func() { cancelCause(end.Cause()) })
-	ctx = context.WithValue(ctx, heldKey{}, &heldEntry{h: l.h, next: heldIn(parent)})
+	ctx = context.WithValue(ctx, heldKey{}, &heldEntry{l: l, next: heldIn(parent)})
 	return ctx, func() {
 		stop()
 		cancelCause(context.Canceled)
@@ -197,10 +197,10 @@ type heldLock interface {
 // doLocked is every primitive's Do: it acquires with acquire, runs fn with a
 // context derived from the lease (cancelled on loss, carrying it for
 // re-entry), and unlocks, also when fn panics. It returns fn's error joined
-// with Unlock's. what names the lock in the error for a nil fn.
-func doLocked[L heldLock](ctx context.Context, what string, fn func(context.Context) error, acquire func(context.Context) (L, error)) (err error) {
+// with Unlock's. op names the call in the error for a nil fn.
+func doLocked[L heldLock](ctx context.Context, op string, fn func(context.Context) error, acquire func(context.Context) (L, error)) (err error) {
 	if fn == nil {
-		return errs.Op(nil, nil, "Do %s: nil function", what)
+		return errs.Op(nil, nil, "%s: nil function", op)
 	}
 	l, err := acquire(ctx)
 	if err != nil {
@@ -214,13 +214,34 @@ func doLocked[L heldLock](ctx context.Context, what string, fn func(context.Cont
 	return fn(lctx)
 }
 
-// heldKey is the context key under which Lease.Context stores held leases.
+// LeaseFromContext returns the Lease ctx carries, and whether it carries one.
+// The function Do runs gets the Lease in its context, as do the handlers of
+// lockhttp and idempotency, so that they can hand its Fence to the resource
+// the lock protects. A context carries the Lease of each Lease.Context it was
+// derived from; LeaseFromContext returns the innermost. It reports false if
+// ctx carries none, or if the innermost is a MultiLease's (MultiLock.Do,
+// MultiLease.Context), which has a lease per name. A Lease that has ended is
+// returned all the same: its Err says why.
+func LeaseFromContext(ctx context.Context) (*Lease, bool) {
+	if ctx == nil {
+		return nil, false
+	}
+	if c := heldIn(ctx); c != nil && c.l != nil {
+		return c.l, true
+	}
+	return nil, false
+}
+
+// heldKey is the context key under which Lease.Context and
+// MultiLease.Context store held leases.
 type heldKey struct{}
 
 // heldEntry is one lease carried by a context, linked to those of the
-// contexts it was derived from.
+// contexts it was derived from. An entry with no lease marks where a
+// MultiLease's leases begin: the entries after it, down to the parent's, are
+// its own.
 type heldEntry struct {
-	h    *hold
+	l    *Lease
 	next *heldEntry
 }
 
@@ -234,8 +255,11 @@ func heldIn(ctx context.Context) *heldEntry {
 // match too: an RWMutex's read and write holds share its keys.
 func (c *heldEntry) find(e *engine, k protocol.Keys) *hold {
 	for ; c != nil; c = c.next {
-		if c.h.e == e && c.h.t.K.Tag == k.Tag && c.h.t.K.Kind == k.Kind && c.h.t.Ending.Cause() == nil {
-			return c.h
+		if c.l == nil {
+			continue
+		}
+		if h := c.l.h; h.e == e && h.t.K.Tag == k.Tag && h.t.K.Kind == k.Kind && h.t.Ending.Cause() == nil {
+			return h
 		}
 	}
 	return nil

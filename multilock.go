@@ -46,9 +46,10 @@ type MultiLock struct {
 }
 
 // MultiLock returns the lock over every one of names. Names may repeat and
-// come in any order; any non-empty byte string is a valid name. An empty list,
-// an empty name or an invalid option is an error returned by every call on
-// the MultiLock. The options apply to the Mutex of every name.
+// come in any order; any non-empty byte string of at most MaxNameLen bytes is
+// a valid name. An empty list, an invalid name or an invalid option is an
+// error returned by every call on the MultiLock. The options apply to the
+// Mutex of every name.
 func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 	if c == nil {
 		return &MultiLock{err: errors.New("dlock: MultiLock of a nil Client")}
@@ -56,8 +57,10 @@ func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 	if len(names) == 0 {
 		return &MultiLock{err: errors.New("dlock: MultiLock: no lock names")}
 	}
-	if slices.Contains(names, "") {
-		return &MultiLock{err: errors.New("dlock: MultiLock: empty lock name")}
+	for _, name := range names {
+		if err := nameErr("MultiLock", name); err != nil {
+			return &MultiLock{err: err}
+		}
 	}
 	if _, err := c.cfg.with(opts, false); err != nil {
 		return &MultiLock{err: errs.Op(nil, err, "MultiLock")}
@@ -103,11 +106,13 @@ func (ml *MultiLock) TryLock(ctx context.Context) (*MultiLease, error) {
 // when fn panics. fn's context is cancelled when any of the leases ends
 // (context.Cause then tells why), and it carries every lease, so that a Lock
 // of any of the names, or of a MultiLock over some of them, within fn
-// re-enters instead of deadlocking. Do returns fn's error joined with
-// Unlock's; an Unlock error matching ErrNotHeld means fn ran, at least at the
-// end, without one of the locks.
+// re-enters instead of deadlocking; LeaseFromContext reports none there, as
+// no single Lease stands for them (Lock returns the MultiLease, whose Fences
+// are one per name). Do returns fn's error joined with Unlock's; an Unlock
+// error matching ErrNotHeld means fn ran, at least at the end, without one of
+// the locks.
 func (ml *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return doLocked(ctx, "of a MultiLock", fn, ml.Lock)
+	return doLocked(ctx, "MultiLock.Do", fn, ml.Lock)
 }
 
 func (ml *MultiLock) lock(ctx context.Context, op string, acquire func(*Mutex, context.Context) (*Lease, error)) (*MultiLease, error) {
@@ -253,8 +258,11 @@ func (l *MultiLease) Context(parent context.Context) (ctx context.Context, cance
 	stop := context.AfterFunc(l.ctx, func() { cancelCause(context.Cause(l.ctx)) })
 	held := heldIn(parent)
 	for _, sub := range l.leases {
-		held = &heldEntry{h: sub.h, next: held}
+		held = &heldEntry{l: sub, next: held}
 	}
+	// No single Lease stands for the MultiLease: LeaseFromContext reports
+	// none.
+	held = &heldEntry{next: held}
 	ctx = context.WithValue(ctx, heldKey{}, held)
 	return ctx, func() {
 		stop()

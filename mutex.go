@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"github.com/dlock-go/dlock/internal/protocol"
-	"strconv"
 )
 
 // Mutex is a reentrant mutual-exclusion lock shared by every process that uses
@@ -33,10 +32,10 @@ type Mutex struct {
 	a acquirer
 }
 
-// Mutex returns the lock called name. Any byte string is a valid name; the
-// empty one is not, and neither is an invalid option: those errors are
-// returned by every call on the Mutex. A Mutex and a FairMutex of the same
-// name are different locks.
+// Mutex returns the lock called name. Any byte string of at most MaxNameLen
+// bytes is a valid name but the empty one; an invalid name or option is an
+// error returned by every call on the Mutex. A Mutex and a FairMutex of the
+// same name are different locks.
 func (c *Client) Mutex(name string, opts ...Option) *Mutex {
 	return &Mutex{a: c.acquirer(protocol.MutexKind, name, opts)}
 }
@@ -69,12 +68,12 @@ func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, also when fn panics.
 // fn's context is cancelled if the lease is lost (context.Cause then matches
-// ErrLockLost), and it carries the Lease, so that a Lock of the same name
-// within fn re-enters instead of deadlocking. Do returns fn's error joined
-// with Unlock's; an Unlock error matching ErrNotHeld means fn ran, at least at
-// the end, without the lock.
+// ErrLockLost), and it carries the Lease: LeaseFromContext returns it, for
+// its Fence, and a Lock of the same name within fn re-enters instead of
+// deadlocking. Do returns fn's error joined with Unlock's; an Unlock error
+// matching ErrNotHeld means fn ran, at least at the end, without the lock.
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return doLocked(ctx, strconv.Quote(m.Name()), fn, m.Lock)
+	return doLocked(ctx, "Mutex.Do", fn, m.Lock)
 }
 
 // acquirer returns m's acquirer; a nil or zero *Mutex gets one that answers

@@ -23,6 +23,12 @@ const (
 	DefaultNodeTimeout = 100 * time.Millisecond
 	// DefaultPrefix starts every key and channel name unless WithPrefix says otherwise.
 	DefaultPrefix = "dlock:"
+	// MaxNameLen is the longest name, in bytes, of a lock, a semaphore or a
+	// latch, and the longest prefix WithPrefix accepts: every key holds the
+	// prefix and the name, so an unbounded one would let a single call make
+	// Redis hold as much memory as it was given. A longer one is an error of
+	// every call, returned before anything is sent to Redis.
+	MaxNameLen = 1024
 )
 
 // Option configures a Client (given to New, it sets the default for every
@@ -113,11 +119,14 @@ func WithoutRenewal() Option {
 
 // WithPrefix sets the text that starts every Redis key and channel name the
 // Client uses, so that several applications can share one Redis. It must not
-// contain '{' or '}', which delimit the hash tag. Client only. Default:
-// DefaultPrefix ("dlock:").
+// contain '{' or '}', which delimit the hash tag, nor be longer than
+// MaxNameLen bytes. Client only. Default: DefaultPrefix ("dlock:").
 func WithPrefix(prefix string) Option {
 	return Option{name: "WithPrefix", clientOnly: true, apply: func(c *config) error {
-		if strings.ContainsAny(prefix, "{}") {
+		switch {
+		case len(prefix) > MaxNameLen:
+			return fmt.Errorf("dlock: WithPrefix: a prefix of %d bytes: at most MaxNameLen (%d) are allowed", len(prefix), MaxNameLen)
+		case strings.ContainsAny(prefix, "{}"):
 			return fmt.Errorf("dlock: WithPrefix(%q): a prefix must not contain '{' or '}'", prefix)
 		}
 		c.prefix = prefix

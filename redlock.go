@@ -31,9 +31,10 @@ import (
 // for it.
 //
 // Each node is one primary: a *redis.Client, or a FailoverClient of its own
-// Sentinel deployment. The nodes must be distinct: nil, duplicate (the same
-// client twice, or two clients of the same address and database), Cluster or
-// Ring nodes, too few nodes or an even number of them are errors. NewRedLock does not contact Redis.
+// Sentinel deployment. The nodes must be distinct: nil (or nil pointer, or
+// zero go-redis client), duplicate (the same client twice, or two clients of
+// the same address and database), Cluster or Ring nodes, too few nodes or an
+// even number of them are errors. NewRedLock does not contact Redis.
 func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	switch {
 	case len(nodes) < 3:
@@ -47,8 +48,8 @@ func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	}
 	seen := make(map[addr]int)
 	for i, rdb := range nodes {
-		if rdb == nil {
-			return nil, fmt.Errorf("dlock: NewRedLock: node %d is nil", i)
+		if why := unusable(rdb); why != "" {
+			return nil, fmt.Errorf("dlock: NewRedLock: node %d is %s", i, why)
 		}
 		switch rdb.(type) {
 		case *redis.ClusterClient, *redis.Ring:

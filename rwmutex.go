@@ -5,7 +5,6 @@ import (
 	"errors"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
-	"strconv"
 )
 
 // RWMutex is a reentrant reader/writer lock shared by every process that uses
@@ -58,10 +57,10 @@ type RWMutex struct {
 	r, w acquirer
 }
 
-// RWMutex returns the reader/writer lock called name. Any byte string is a
-// valid name; the empty one is not, and neither is an invalid option: those
-// errors are returned by every call on the RWMutex. The options apply to read
-// and write leases alike.
+// RWMutex returns the reader/writer lock called name. Any byte string of at
+// most MaxNameLen bytes is a valid name but the empty one; an invalid name or
+// option is an error returned by every call on the RWMutex. The options apply
+// to read and write leases alike.
 func (c *Client) RWMutex(name string, opts ...Option) *RWMutex {
 	return &RWMutex{r: c.acquirer(protocol.RWReadKind, name, opts), w: c.acquirer(protocol.RWWriteKind, name, opts)}
 }
@@ -112,14 +111,14 @@ func (m *RWMutex) TryLock(ctx context.Context) (*Lease, error) {
 // an RLock within fn re-enters; a Lock within fn fails, since that would be
 // an upgrade.
 func (m *RWMutex) RDo(ctx context.Context, fn func(ctx context.Context) error) error {
-	return m.do(ctx, fn, m.RLock)
+	return doLocked(ctx, "RWMutex.RDo", fn, m.RLock)
 }
 
 // Do acquires the lock for writing as Lock does, runs fn, and unlocks, also
 // when fn panics, as Mutex.Do does. fn's context carries the write Lease, so
 // a Lock within fn re-enters and an RLock within fn takes a read hold at once.
 func (m *RWMutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	return m.do(ctx, fn, m.Lock)
+	return doLocked(ctx, "RWMutex.Do", fn, m.Lock)
 }
 
 func (m *RWMutex) rlock(ctx context.Context, op string, wait bool) (*Lease, error) {
@@ -142,10 +141,6 @@ func (m *RWMutex) lock(ctx context.Context, op string, wait bool) (*Lease, error
 		}
 	}
 	return w.acquire(ctx, op, wait, []any{"w", ""})
-}
-
-func (m *RWMutex) do(ctx context.Context, fn func(ctx context.Context) error, lock func(context.Context) (*Lease, error)) error {
-	return doLocked(ctx, strconv.Quote(m.Name()), fn, lock)
 }
 
 // acquirers returns m's read and write acquirers; a nil or zero *RWMutex

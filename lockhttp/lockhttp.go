@@ -120,12 +120,9 @@ func isNil(v any) bool {
 	return false
 }
 
-type leaseKey struct{}
-
 // FromContext returns the lease a handler runs under.
 func FromContext(ctx context.Context) (*dlock.Lease, bool) {
-	l, ok := ctx.Value(leaseKey{}).(*dlock.Lease)
-	return l, ok
+	return dlock.LeaseFromContext(ctx)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -170,5 +167,5 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer l.Unlock(context.WithoutCancel(ctx))
 	lctx, cancel := l.Context(ctx)
 	defer cancel()
-	h.next.ServeHTTP(w, r.WithContext(context.WithValue(lctx, leaseKey{}, l)))
+	h.next.ServeHTTP(w, r.WithContext(lctx))
 }

@@ -1222,18 +1222,33 @@ func (n *Node) MoveFence(ctx context.Context, k Keys, fence int64, ttl time.Dura
 }
 
 // EvictionPolicy reads Redis's maxmemory-policy; known is false if Redis
-// will not tell (CONFIG refused).
+// serves this client but will not tell (CONFIG refused: an ACL, a renamed
+// command, a managed service). Redis refusing the client itself (no password
+// or a wrong one: NOAUTH, WRONGPASS) is an error, and so is a Redis it
+// cannot reach.
 func (n *Node) EvictionPolicy(ctx context.Context) (policy string, known bool, err error) {
 	v, err := n.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
 	var rerr redis.Error
 	switch {
 	case errors.As(err, &rerr):
+		// Refused: CONFIG GET alone, or every command of this client? A PING
+		// tells; NOPERM means Redis knows the user, who may not PING.
+		if perr := n.rdb.Ping(ctx).Err(); perr != nil && !noPerm(perr) {
+			return "", false, errs.Op(nil, perr, "Redis refuses the client")
+		}
 		return "", false, nil
 	case err != nil:
 		return "", false, errs.Op(nil, err, "read maxmemory-policy")
 	}
 	policy, known = v["maxmemory-policy"]
 	return policy, known, nil
+}
+
+// noPerm reports whether err is Redis's refusal of a command the ACL user
+// may not run.
+func noPerm(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM")
 }
 
 // ReplicaShortfall: a node's writes wait for no replica.
