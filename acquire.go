@@ -44,6 +44,38 @@ type engine struct {
 	reached atomic.Bool // a request has had its answer from Redis
 
 	totals semTotals // of the Semaphores it acquired, as Redis holds them
+
+	// name is the Client's (WithClientName), kept in Redis at nameKey while
+	// the Client is in use (announce); announced is when it was last sent
+	// (Unix ns; 0: never, or the write failed).
+	name, nameKey string
+	announced     atomic.Int64
+}
+
+// Times of a Client's record in Redis (WithClientName).
+const (
+	recordTTL   = time.Minute
+	recordEvery = recordTTL / 3
+)
+
+// announce writes the Client's record (its name) in the background if the
+// last write is recordEvery old: every acquisition, waiting attempt and
+// renewal calls it, so the record lives while the Client holds or waits for
+// anything, and costs one write per recordEvery, nothing per acquisition.
+func (e *engine) announce() {
+	now := time.Now().UnixNano()
+	last := e.announced.Load()
+	if now-last < int64(recordEvery) || !e.announced.CompareAndSwap(last, now) {
+		return
+	}
+	e.bg.goDo(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := e.backend.Announce(ctx, e.nameKey, e.name, recordTTL); err != nil {
+			e.announced.CompareAndSwap(now, 0) // the next call tries again
+			e.log.Debug("dlock: writing the Client's name failed", "key", e.nameKey, "err", err)
+		}
+	})
 }
 
 // check looks at Redis's eviction policy (Client.Check).
@@ -122,6 +154,7 @@ func (a *acquirer) check(ctx context.Context, op string) error {
 		return errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
 	}
 	a.e.firstUse()
+	a.e.announce()
 	return nil
 }
 
@@ -213,6 +246,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		// Where the slot of the lock (and of its channel) lives, the attempt
 		// just asked: a move the server did not tell of shows now.
 		a.e.note.Check(ctx, t.g)
+		a.e.announce()
 		if l, err := t.sleep(ctx, pttl); l != nil || err != nil {
 			return l, err
 		}

@@ -87,9 +87,12 @@ func (s *LockState) Exists() bool {
 // Holder is one hold of a lock.
 type Holder struct {
 	// Owner is the owner id: the holding Client's id, ':' and a sequence
-	// number of that Client. Client is the part before ':'.
-	Owner  string `json:"owner"`
-	Client string `json:"client"`
+	// number of that Client. Client is the part before ':'; ClientName is
+	// that Client's name (WithClientName), "" if Redis keeps none (a Client
+	// of an earlier version, or one whose record expired).
+	Owner      string `json:"owner"`
+	Client     string `json:"client"`
+	ClientName string `json:"client_name,omitempty"`
 	// Read is set for an RWMutex's read hold.
 	Read bool `json:"read,omitempty"`
 	// Holds is the hold count (re-entries included); Redis keeps none for
@@ -110,8 +113,10 @@ type Holder struct {
 
 // Waiter is one waiter of a lock.
 type Waiter struct {
-	Owner  string `json:"owner"`
-	Client string `json:"client"`
+	// Owner, Client and ClientName are as a Holder's.
+	Owner      string `json:"owner"`
+	Client     string `json:"client"`
+	ClientName string `json:"client_name,omitempty"`
 	// Read is set for a reader waiting on an RWMutex; Permits is what a
 	// Semaphore's waiter wants.
 	Read    bool  `json:"read,omitempty"`
@@ -151,7 +156,44 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 	if kind == KindCountDownLatch {
 		s.Count, s.Permits = s.Permits, 0
 	}
+	if err := c.nameClients(ctx, s); err != nil {
+		return nil, errs.Op(nil, err, "inspect %s %q: names of its Clients", kind, name)
+	}
 	return s, nil
+}
+
+// nameClients fills in the ClientName of s's holders and waiters from the
+// Clients' records in Redis: one read per Client, in one round trip.
+func (c *Client) nameClients(ctx context.Context, s *LockState) error {
+	var ids []string
+	for _, h := range s.Holders {
+		if !slices.Contains(ids, h.Client) {
+			ids = append(ids, h.Client)
+		}
+	}
+	for _, w := range s.Waiters {
+		if !slices.Contains(ids, w.Client) {
+			ids = append(ids, w.Client)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = clientKey(c.cfg.prefix, id)
+	}
+	names, err := c.e.backend.Strings(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for i := range s.Holders {
+		s.Holders[i].ClientName = names[slices.Index(ids, s.Holders[i].Client)]
+	}
+	for i := range s.Waiters {
+		s.Waiters[i].ClientName = names[slices.Index(ids, s.Waiters[i].Client)]
+	}
+	return nil
 }
 
 // adminKeys checks an administrative call and names the keys of the lock

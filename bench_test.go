@@ -170,13 +170,19 @@ func (rc *requestCounter) report(b *testing.B, n int) (reqPerOp float64) {
 	return reqPerOp
 }
 
-// isHandshake reports whether cmd is part of go-redis's connection set-up, or
+// isHandshake reports whether cmd is part of go-redis's connection set-up,
 // the one look at Redis's eviction policy a dlock Client takes on its first
-// use (Client.Check): requests no lock operation sends.
+// use (Client.Check), or a write of the Client's record: requests no lock
+// operation sends.
 func isHandshake(cmd redis.Cmder) bool {
 	switch cmd.Name() {
 	case "hello", "auth", "select", "client", "readonly", "config":
 		return true
+	case "set", "del":
+		// The Client's record (WithClientName), written in the background
+		// at its first use and at most every 20s after: no lock's request.
+		key, _ := cmd.Args()[1].(string)
+		return strings.HasPrefix(key, dlock.DefaultPrefix+"client:")
 	}
 	return false
 }

@@ -10,7 +10,9 @@ import (
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/renew"
+	"os"
 	"reflect"
+	"strconv"
 	"sync"
 	"time"
 
@@ -89,17 +91,41 @@ func newClient(b protocol.Backend, cfg config, op string, closing chan struct{})
 	hexID := hex.EncodeToString(id[:])
 	events := &dispatcher{}
 	bg := &background{}
-	return &Client{
-		e: &engine{
-			backend: b, traits: b.Traits(), bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
-			ren:  renew.New(b, cfg.logger, leaseEvents{cfg.hooks, events}),
-			note: notify.New(b, bg.doSoon, cfg.logger, closing, cfg.notify),
-			id:   hexID,
-			own:  ":" + hexID,
-		},
-		cfg:    cfg,
-		events: events,
-	}, nil
+	e := &engine{
+		backend: b, traits: b.Traits(), bg: bg, hooks: cfg.hooks, log: cfg.logger, prefix: cfg.prefix, closing: closing,
+		note:    notify.New(b, bg.doSoon, cfg.logger, closing, cfg.notify),
+		id:      hexID,
+		own:     ":" + hexID,
+		name:    cfg.clientName,
+		nameKey: clientKey(cfg.prefix, hexID),
+	}
+	if e.name == "" {
+		e.name = defaultClientName()
+	}
+	e.ren = renew.New(b, cfg.logger, leaseEvents{cfg.hooks, events, e.announce})
+	return &Client{e: e, cfg: cfg, events: events}, nil
+}
+
+// clientKey is where Redis keeps the record of the Client whose id is id.
+func clientKey(prefix, id string) string { return prefix + "client:" + id }
+
+// defaultClientName is the host name and the process id, "host:pid".
+func defaultClientName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// Name returns the Client's name: WithClientName's, or "host:pid". Inspect,
+// Locks and the dlock command show it beside the owner ids of its holds and
+// waits.
+func (c *Client) Name() string {
+	if c == nil || c.e == nil {
+		return ""
+	}
+	return c.e.name
 }
 
 // ID returns the Client's id: random, made by New, and the first part of the
@@ -136,6 +162,10 @@ func (c *Client) Close() error {
 				failed = append(failed, rerr)
 			}
 			e.ren.End(t, errs.Op(ErrClosed, nil, "lock %q ended by Close", t.K.Name), nil)
+		}
+		if e.announced.Load() != 0 {
+			// Best effort: otherwise the record expires by itself.
+			_ = e.backend.Announce(ctx, e.nameKey, "", 0)
 		}
 		e.bg.close()
 		c.events.close()

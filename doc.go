@@ -374,6 +374,12 @@
 // lock, its fence, the queue and alive (and extends after a Lease.Extend).
 // Keys grow with names, never with calls.
 //
+// Each Client in use keeps one key of its own, whatever it locks:
+// "dlock:client:<id>", its name (WithClientName), which Inspect and the
+// dlock command show beside its owner ids. It is written at the Client's
+// first acquisition and at most every 20s after while it holds, waits or
+// renews, expires a minute after its last use, and Close removes it.
+//
 // The other primitives keep their keys in namespaces of their own, so that
 // they never collide with a Mutex of the same name: "dlock:fair:{N}..." for a
 // FairMutex (the same keys as a Mutex), "dlock:rw:{N}..." for an RWMutex (":readers" is a

@@ -137,6 +137,8 @@ func (d *dispatcher) close() {
 type leaseEvents struct {
 	hooks *Hooks // nil if none
 	d     *dispatcher
+	// renewed runs on every renewal: it keeps the Client's record.
+	renewed func()
 }
 
 func (e leaseEvents) Lost(t *renew.Term, err error) {
@@ -146,6 +148,7 @@ func (e leaseEvents) Lost(t *renew.Term, err error) {
 }
 
 func (e leaseEvents) Extended(t *renew.Term) {
+	e.renewed()
 	if h := e.hooks; h != nil && h.Extended != nil {
 		e.d.post(func() { h.Extended(context.Background(), lockInfo(t), t.Fence) })
 	}

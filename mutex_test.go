@@ -22,12 +22,12 @@ func newClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *redis.Client
 	return clientOn(t, rdb, opts...), rdb, srv
 }
 
-// stateKeys returns the keys matching pattern, but the call markers (":done:"
-// keys), which each call that must answer its own retries leaves for 10s.
+// stateKeys returns the keys matching pattern, but the Clients' records
+// (clientRecord) and any ":done:" key.
 func stateKeys(rdb *redis.Client, pattern string) []string {
 	var keys []string
 	for _, k := range rdb.Keys(context.Background(), pattern).Val() {
-		if !strings.Contains(k, ":done:") {
+		if !strings.Contains(k, ":done:") && !clientRecord(k) {
 			keys = append(keys, k)
 		}
 	}
@@ -168,7 +168,7 @@ func TestKeyLayout(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Lock(%q): %v", name, err)
 		}
-		keys := rdb.Keys(ctx, "*").Val()
+		keys := stateKeys(rdb, "*")
 		var tags []string
 		for _, k := range keys {
 			if !strings.HasPrefix(k, "app:{") {

@@ -29,6 +29,11 @@ const (
 	// Redis hold as much memory as it was given. A longer one is an error of
 	// every call, returned before anything is sent to Redis.
 	MaxNameLen = 1024
+	// MaxValueLen is the longest value, in bytes, that the library keeps in
+	// Redis for a caller: a Client's name (WithClientName), an Election
+	// candidate's value. A longer one is an error, returned before anything
+	// is sent.
+	MaxValueLen = 4096
 )
 
 // Option configures a Client (given to New, it sets the default for every
@@ -55,6 +60,8 @@ type config struct {
 	wait protocol.Replicas
 	// nodeTimeout: WithNodeTimeout; 0 if not given.
 	nodeTimeout time.Duration
+	// clientName: WithClientName; default: host:pid.
+	clientName string
 
 	// Set by tests only (export_test.go), per Client:
 	// scripts: the scripts the Client's nodes run. Default: defaultScripts.
@@ -130,6 +137,29 @@ func WithPrefix(prefix string) Option {
 			return fmt.Errorf("dlock: WithPrefix(%q): a prefix must not contain '{' or '}'", prefix)
 		}
 		c.prefix = prefix
+		return nil
+	}}
+}
+
+// WithClientName names the Client for the people on call: Redis keeps the
+// name while the Client is in use, and Inspect, Locks and the dlock command
+// show it beside the owner ids of its holds and waits (LockState's Holder and
+// Waiter, ClientName). It must not be empty, nor longer than MaxValueLen
+// bytes. Client only. Default: the host name and the process id, "host:pid".
+//
+// The name costs one key per Client, <prefix>client:<Client.ID>, written at
+// its first acquisition and refreshed at most every 20s while it holds or
+// waits for locks; it expires a minute after the Client's last use, and Close
+// removes it. Nothing is written per acquisition.
+func WithClientName(name string) Option {
+	return Option{name: "WithClientName", clientOnly: true, apply: func(c *config) error {
+		switch {
+		case name == "":
+			return errors.New("dlock: WithClientName: empty name")
+		case len(name) > MaxValueLen:
+			return fmt.Errorf("dlock: WithClientName: a name of %d bytes: at most MaxValueLen (%d) are allowed", len(name), MaxValueLen)
+		}
+		c.clientName = name
 		return nil
 	}}
 }

@@ -292,15 +292,25 @@ func holdersCell(s *dlock.LockState) string {
 // holderWord is one holder: its owner id and what it holds, if more than
 // one plain hold.
 func holderWord(h dlock.Holder) string {
+	who := ownerWord(h.Owner, h.ClientName)
 	switch {
 	case h.Read:
-		return h.Owner + "(r)"
+		return who + "(r)"
 	case h.Permits > 0:
-		return fmt.Sprintf("%s(%d)", h.Owner, h.Permits)
+		return fmt.Sprintf("%s(%d)", who, h.Permits)
 	case h.Holds > 1:
-		return fmt.Sprintf("%s(x%d)", h.Owner, h.Holds)
+		return fmt.Sprintf("%s(x%d)", who, h.Holds)
 	}
-	return h.Owner
+	return who
+}
+
+// ownerWord is an owner id with its Client's name, if Redis keeps one:
+// "id:seq@name".
+func ownerWord(owner, name string) string {
+	if name == "" {
+		return owner
+	}
+	return owner + "@" + name
 }
 
 // ttlCell is the TTL column: the shortest lease left.
@@ -405,7 +415,7 @@ func printState(w io.Writer, s *dlock.LockState) {
 			if !h.Since.IsZero() {
 				since = fmt.Sprintf("%s (%s ago)", h.Since.UTC().Format("15:04:05.000"), roundDuration(s.Time.Sub(h.Since)))
 			}
-			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", h.Owner, hold, fenceCell(h.Fence), since, roundDuration(h.TTL))
+			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", ownerWord(h.Owner, h.ClientName), hold, fenceCell(h.Fence), since, roundDuration(h.TTL))
 		}
 		tw.Flush()
 	}
@@ -433,7 +443,7 @@ func printState(w io.Writer, s *dlock.LockState) {
 		if !wt.Since.IsZero() {
 			waiting = roundDuration(s.Time.Sub(wt.Since)).String()
 		}
-		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\n", i+1, wt.Owner, wants, waiting, roundDuration(wt.TTL))
+		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\t%s\n", i+1, ownerWord(wt.Owner, wt.ClientName), wants, waiting, roundDuration(wt.TTL))
 	}
 	tw.Flush()
 }

@@ -140,7 +140,7 @@ func TestInspectCommand(t *testing.T) {
 	if _, err := c.Mutex("job").Lock(lctx); err != nil {
 		t.Fatal(err)
 	}
-	waiter := newLockClient(t, rdb)
+	waiter := newLockClient(t, rdb, dlock.WithClientName("queue-worker-2"))
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -152,14 +152,16 @@ func TestInspectCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{`Mutex "job"`, owner(t, c, dlock.KindMutex, "job"), "x2", itoa(l.Fence()), "waiters  1 queued", "ago"} {
+	// Each owner id is followed by its Client's name (WithClientName's, or
+	// host:pid).
+	for _, w := range []string{`Mutex "job"`, owner(t, c, dlock.KindMutex, "job") + "@" + c.Name(), "@" + waiter.Name(), "x2", itoa(l.Fence()), "waiters  1 queued", "ago"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("inspect printed no %q:\n%s", w, out)
 		}
 	}
 	out, err = runCmd(t, "", append([]string{"inspect", "-json", "--kind", "mutex"}, append(flags, "job")...)...)
 	var st dlock.LockState
-	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st.Holders[0].Holds != 2 || len(st.Waiters) != 1 {
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st.Holders[0].Holds != 2 || len(st.Waiters) != 1 || st.Holders[0].ClientName != c.Name() {
 		t.Errorf("inspect -json: %v\n%s", err, out)
 	}
 	if _, err := runCmd(t, "", append([]string{"inspect"}, append(flags, "nothing")...)...); err == nil || !strings.Contains(err.Error(), "holds nothing") {

@@ -49,6 +49,12 @@ type Backend interface {
 	// SemTotal reads a Semaphore's total and the permits in use.
 	SemTotal(ctx context.Context, k Keys) (SemTotal, error)
 
+	// Announce keeps value at the string key for ttl (a Client's record:
+	// its name); a ttl of 0 removes the key.
+	Announce(ctx context.Context, key, value string, ttl time.Duration) error
+	// Strings reads the string keys, "" for each that is missing.
+	Strings(ctx context.Context, keys []string) ([]string, error)
+
 	// Inspect runs inspect.lua, read-only, over keys for the kind named code.
 	Inspect(ctx context.Context, keys []string, code string, limit int) (State, error)
 	// Scan passes each key that matches the glob match to each, on every

@@ -1039,6 +1039,48 @@ const (
 	latchCountField = "count"
 )
 
+// Announce sets the string key to value for ttl, or removes it if ttl is 0.
+func (n *Node) Announce(ctx context.Context, key, value string, ttl time.Duration) error {
+	var err error
+	if ttl == 0 {
+		err = n.rdb.Del(ctx, key).Err()
+	} else {
+		err = n.rdb.Set(ctx, key, value, ttl).Err()
+	}
+	if err != nil {
+		n.Failed(err)
+		return errs.Op(nil, err, "write %s", key)
+	}
+	return nil
+}
+
+// Strings reads the string keys, in one pipeline (one round trip per server
+// that holds them): "" for each that is missing or holds another type.
+func (n *Node) Strings(ctx context.Context, keys []string) ([]string, error) {
+	out := make([]string, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	pipe := n.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, c := range cmds {
+		v, err := c.Result()
+		switch {
+		case err == nil:
+			out[i] = v
+		case errors.Is(err, redis.Nil) || wrongType(err):
+		default:
+			n.Failed(err)
+			return nil, errs.Op(nil, err, "read %s", keys[i])
+		}
+	}
+	return out, nil
+}
+
 // LatchCount reads a latch's count: 0 when it has none.
 func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
 	s, err := n.rdb.HGet(ctx, k.Tag, latchCountField).Result()

@@ -132,6 +132,27 @@ func (q *quorum) SemTotal(_ context.Context, k protocol.Keys) (protocol.SemTotal
 	return protocol.SemTotal{}, q.unsupported("Semaphore", k)
 }
 
+// Announce writes the record on every member, each within the per-node
+// timeout, and returns the first failure: a Client of a member's own, which
+// Inspect needs, reads it there.
+func (q *quorum) Announce(ctx context.Context, key, value string, ttl time.Duration) error {
+	failed := make([]error, len(q.members))
+	var wg sync.WaitGroup
+	for i, m := range q.members {
+		wg.Go(func() {
+			mctx, cancel := context.WithTimeout(ctx, q.timeout)
+			defer cancel()
+			failed[i] = m.Announce(mctx, key, value, ttl)
+		})
+	}
+	wg.Wait()
+	return errors.Join(failed...)
+}
+
+func (q *quorum) Strings(context.Context, []string) ([]string, error) {
+	return nil, errs.Op(errors.ErrUnsupported, nil, "reading keys on a RedLock")
+}
+
 func (q *quorum) Inspect(context.Context, []string, string, int) (protocol.State, error) {
 	return protocol.State{}, errs.Op(errors.ErrUnsupported, nil, "Inspect on a RedLock")
 }
