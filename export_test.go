@@ -122,6 +122,7 @@ func ScriptHash(op string) string {
 		"raise_fence": protocol.RaiseFenceLua,
 		"latch":       protocol.LatchLua,
 		"inspect":     protocol.InspectLua,
+		"leader":      protocol.LeaderLua, "proclaim": protocol.ProclaimLua,
 	}[op]
 	if !ok {
 		panic("ScriptHash: no script " + op)

@@ -45,6 +45,11 @@ type Backend interface {
 	LatchCount(ctx context.Context, k Keys) (int64, error)
 	// Semaphore runs sem_release.lua in one of its own modes.
 	Semaphore(ctx context.Context, k Keys, id string, mode SemMode, total int64) (int64, error)
+	// Leader runs leader.lua, read-only: who leads the Election k.
+	Leader(ctx context.Context, k Keys) (LeaderState, error)
+	// Proclaim runs proclaim.lua: the value of owner's term of leadership
+	// of k becomes value, unless a later Proclaim of that term ran first.
+	Proclaim(ctx context.Context, k Keys, owner string, term int64, seq uint64, value string) (int64, error)
 
 	// Inspect runs inspect.lua, read-only, over keys for the kind named code.
 	Inspect(ctx context.Context, keys []string, code string, limit int) (State, error)
