@@ -244,17 +244,23 @@ func (o *observer) run(ctx context.Context, yield func(Leader, error) bool) {
 		if o.take(st) && !yield(leaderOf(st), nil) {
 			return
 		}
-		// A message tells of the next change; a lease that runs out sends
-		// none, and a message may be lost: look again when the lease would
-		// run out, and at least once per TTL.
-		next := a.ttl
-		if st.Term > 0 {
-			next = min(next, st.Left+time.Millisecond)
-		}
-		if !sleep(next) {
+		if !sleep(observeAgain(a.ttl, st)) {
 			return
 		}
 	}
+}
+
+// observeAgain is how long an Observe call that read st waits for a
+// message before it reads the state again. A message tells of the next
+// change; a lease that runs out sends none, and a message may be lost: it
+// looks again when the leader's lease would run out, and at least once per
+// TTL. (A variable, so that a test can show that its checks catch an Observe
+// that waits for messages alone.)
+var observeAgain = func(ttl time.Duration, st protocol.LeaderState) time.Duration {
+	if st.Term > 0 {
+		return min(ttl, st.Left+time.Millisecond)
+	}
+	return ttl
 }
 
 // take reports whether st is to be yielded: it is the first state read, or

@@ -369,7 +369,9 @@ func TestElectionCampaignGivesUp(t *testing.T) {
 	if _, err := c.Election("x").Campaign(wctx, "b"); !errors.Is(err, dlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Campaign given up: %v", err)
 	}
-	if !within(5*time.Second, func() bool { return rdb.Exists(ctx, "dlock:election:{x}:waiters", "dlock:election:{x}:alive").Val() == 0 }) {
+	if !within(5*time.Second, func() bool {
+		return rdb.Exists(ctx, "dlock:election:{x}:waiters", "dlock:election:{x}:alive").Val() == 0
+	}) {
 		t.Error("the candidate that gave up is still in line")
 	}
 	if err := ld.Resign(ctx); err != nil {

@@ -105,7 +105,7 @@ func UseMutant(name string) bool {
 		protocol.DefaultScripts[protocol.ScriptSemAcquire] = redis.NewScript(src)
 		return true
 	}
-	return false
+	return useElectionMutant(name)
 }
 
 // ScriptHash returns the SHA1 of the script that does op ("acquire",
