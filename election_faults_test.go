@@ -318,3 +318,120 @@ func TestElectionProclaimOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestElectionNothingLeftBehind: a Client that leads one election, waits in
+// line in another (whose leader then resigns, granting it the lease) and
+// observes a third, and is then cut off for good, as if it died, leaves
+// nothing of them in Redis once its lease, its grant and its registration
+// have run out.
+func TestElectionNothingLeftBehind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const ttl = time.Second
+	c, p, rdb := electionProxied(t, dlock.WithTTL(ttl))
+	d := clientOn(t, rdb, dlock.WithTTL(ttl))
+	if _, err := c.Election("la").Campaign(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := d.Election("lb").Campaign(ctx, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waiting := campaignAsync(cctx, c.Election("lb"), "b")
+	candidatesInLine(t, rdb, "lb", 1)
+	observing := observed(cctx, c.Election("lc"))
+	nextObserved(t, observing)
+	p.Pause()
+	if err := other.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := func() []string { return rdb.Keys(ctx, "dlock:election:*").Val() }
+	if !within(4*ttl, func() bool { return len(left()) == 0 }) {
+		t.Errorf("keys left %v after the lease, the grant and the registration ran out", left())
+	}
+	cancel()
+	p.Resume()
+	<-waiting
+	for range observing {
+	}
+}
+
+// TestElectionObserveResync: while Redis cannot be reached, Observe yields
+// errors and goes on; once Redis is back, it reads the state again and
+// yields the change it missed meanwhile (a Proclaim, whose message it could
+// not receive).
+func TestElectionObserveResync(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, p, rdb := electionProxied(t, dlock.WithTTL(time.Second))
+	ld, err := clientOn(t, rdb).Election("x").Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := observed(ctx, c.Election("x"))
+	if o := nextObserved(t, obs); o.l.Value != "a" || o.l.Term != ld.Term() {
+		t.Fatalf("observed %+v first", o.l)
+	}
+	p.Refuse(true)
+	p.Cut()
+	select {
+	case o := <-obs:
+		if o.err == nil {
+			t.Fatalf("observed %+v while Redis could not be reached, want an error", o.l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no error while Redis could not be reached")
+	}
+	if err := ld.Proclaim(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	p.Refuse(false)
+	for {
+		select {
+		case o := <-obs:
+			if o.err != nil {
+				continue
+			}
+			if o.l.Value != "b" || o.l.Term != ld.Term() {
+				t.Fatalf("observed %+v once Redis was back, want the Proclaim's value b in term %d", o.l, ld.Term())
+			}
+			return
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing observed 10s after Redis was back")
+		}
+	}
+}
+
+// TestElectionAfterLoss: a leadership lost (its leader cut off past its
+// lease) ends with ErrLockLost; Proclaim and Resign then send nothing, and
+// return errors matching ErrNotHeld and ErrLockLost.
+func TestElectionAfterLoss(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const ttl = 500 * time.Millisecond
+	c, p, _ := electionProxied(t, dlock.WithTTL(ttl))
+	ld, err := c.Election("x").Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Pause()
+	if !closedWithin(ld.Done(), 2*ttl) || !errors.Is(ld.Err(), dlock.ErrLockLost) {
+		p.Resume()
+		t.Fatalf("Err of a leader cut off past its lease: %v, want ErrLockLost", ld.Err())
+	}
+	p.Resume()
+	sent := p.Inject(faultproxy.Rule{Match: func(cmd faultproxy.Command) bool {
+		return script("proclaim")(cmd) || script("release")(cmd)
+	}, Fault: faultproxy.Pass})
+	for name, err := range map[string]error{"Proclaim": ld.Proclaim(ctx, "b"), "Resign": ld.Resign(ctx), "Resign again": ld.Resign(ctx)} {
+		if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLockLost) {
+			t.Errorf("%s after the loss: %v, want ErrNotHeld and ErrLockLost", name, err)
+		}
+	}
+	if n := sent.Hits(); n != 0 {
+		t.Errorf("%d requests sent after the loss", n)
+	}
+}

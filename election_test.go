@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -680,5 +681,65 @@ func TestElectionBadInput(t *testing.T) {
 	defer cancel()
 	if nctx.Err() == nil {
 		t.Error("the context of a nil Leadership is not cancelled")
+	}
+}
+
+// TestElectionDeployments: on a Redis Cluster, and on a Sentinel
+// deployment with WithWaitReplicas (whose candidates take a grant only once
+// a replica has it), a leader's Resign hands over to the candidate in line,
+// value and all, and an observer sees both terms in order.
+func TestElectionDeployments(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) redis.UniversalClient
+		opts  []dlock.Option
+	}{
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t, 3, 0).Client(t) }, nil},
+		{"sentinel-wait", func(t *testing.T) redis.UniversalClient { return redistest.StartSentinel(t, 1, 1).Client(t) },
+			[]dlock.Option{dlock.WithWaitReplicas(1, time.Second)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			rdb := tc.start(t)
+			a, b := clientOn(t, rdb, tc.opts...), clientOn(t, rdb, tc.opts...)
+			obs := observed(ctx, clientOn(t, rdb).Election("d"))
+			if o := nextObserved(t, obs); o.l.Term != 0 {
+				t.Fatalf("observed %+v first, want nobody", o.l)
+			}
+			ld, err := a.Election("d").Campaign(ctx, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o := nextObserved(t, obs); o.l.Term != ld.Term() || o.l.Value != "a" {
+				t.Fatalf("observed %+v, want a in term %d", o.l, ld.Term())
+			}
+			next := campaignAsync(ctx, b.Election("d"), "b")
+			if !within(10*time.Second, func() bool {
+				s, err := a.Inspect(ctx, dlock.KindElection, "d")
+				return err == nil && len(s.Waiters) == 1
+			}) {
+				t.Fatal("the second candidate never stood in line")
+			}
+			if err := ld.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-next
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if o := nextObserved(t, obs); o.l.Term != r.ld.Term() || o.l.Value != "b" || r.ld.Term() <= ld.Term() {
+				t.Fatalf("observed %+v, want b in term %d, above %d", o.l, r.ld.Term(), ld.Term())
+			}
+			mustLead(t, a.Election("d"), "b", r.ld.Term())
+			if err := r.ld.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if o := nextObserved(t, obs); o.l.Term != 0 {
+				t.Fatalf("observed %+v after the last Resign, want nobody", o.l)
+			}
+		})
 	}
 }
