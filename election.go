@@ -118,7 +118,7 @@ func (el *Election) Leader(ctx context.Context) (Leader, error) {
 	st, err := a.readLeader(ctx)
 	switch {
 	case err != nil:
-		return Leader{}, errs.Op(nil, err, "%s %q", op, a.k.Name)
+		return Leader{}, err
 	case st.Term == 0:
 		return Leader{}, errs.Op(ErrNoLeader, nil, "%s %q", op, a.k.Name)
 	}
@@ -285,6 +285,9 @@ func (a *acquirer) readLeader(ctx context.Context) (protocol.LeaderState, error)
 	e := a.e
 	st, err := within(e, ctx, func() (protocol.LeaderState, error) { return e.backend.Leader(ctx, a.k) }, nil)
 	e.heard(err)
+	if errors.Is(err, errLeftBehind) {
+		err = errs.Op(nil, err, "read the leader of %q", a.k.Name)
+	}
 	return st, err
 }
 
@@ -454,8 +457,10 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	}, nil)
 	e.heard(err)
 	switch {
-	case err != nil:
+	case errors.Is(err, errLeftBehind):
 		return errs.Op(nil, err, "%s %q", op, t.K.Name)
+	case err != nil:
+		return err
 	case code != protocol.CodeDone:
 		if err := t.EndedErr(op); err != nil {
 			return err // resigned, or found lost, meanwhile

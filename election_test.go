@@ -88,7 +88,9 @@ func TestElection(t *testing.T) {
 		t.Errorf("Value %q, want a", a.Value())
 	}
 
-	next := campaignAsync(ctx, other.Election("e"), "b")
+	// Any bytes: the candidate's value travels in its entry in line.
+	const bValue = "b|1\x00\n|"
+	next := campaignAsync(ctx, other.Election("e"), bValue)
 	candidatesInLine(t, rdb, "e", 1)
 	if err := a.Proclaim(ctx, "a2"); err != nil {
 		t.Fatal(err)
@@ -114,7 +116,7 @@ func TestElection(t *testing.T) {
 	if b.Term() <= a.Term() {
 		t.Errorf("the next term %d is not above %d", b.Term(), a.Term())
 	}
-	if l := mustLead(t, el, "b", b.Term()); !l.Since.After(first.Since) {
+	if l := mustLead(t, el, bValue, b.Term()); !l.Since.After(first.Since) {
 		t.Errorf("the next term's Since %v is not after %v", l.Since, first.Since)
 	}
 	if err := a.Proclaim(ctx, "late"); !errors.Is(err, dlock.ErrNotHeld) {
