@@ -281,10 +281,17 @@ func killedLeader(t *testing.T, mutant string) killedOutcome {
 	o.first = a.expect(t, "lead")
 	b := startElectionProc(t, "b", "candidate", mutant, lockSrv, resSrv, p)
 	c := startElectionProc(t, "c", "candidate", mutant, lockSrv, resSrv, p)
+	// In line, or (the broken variant) holding the lease beside the leader.
+	standing := func(n int64) func() bool {
+		return func() bool {
+			ctx := context.Background()
+			return rdb.ZCard(ctx, "dlock:election:{killed}:waiters").Val()+rdb.HLen(ctx, "dlock:election:{killed}").Val() >= n+1
+		}
+	}
 	b.send(t, "campaign b")
-	within(5*time.Second, func() bool { return rdb.ZCard(context.Background(), "dlock:election:{killed}:waiters").Val() >= 1 })
+	within(5*time.Second, standing(1))
 	c.send(t, "campaign c")
-	within(5*time.Second, func() bool { return rdb.ZCard(context.Background(), "dlock:election:{killed}:waiters").Val() >= 2 })
+	within(5*time.Second, standing(2))
 	o.killed = time.Now()
 	a.signal(t, syscall.SIGKILL)
 	// The next leader is whoever says so first.
