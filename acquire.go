@@ -876,35 +876,42 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
 	code, err := e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseLast, ttl, 0)
-	switch {
-	case err != nil:
+	if err != nil {
 		e.log.Error("dlock: release failed; retrying in the background", "lock", t.K.Name, "fence", t.Fence, "err", err)
 		e.ren.End(t, errUnlocked, nil)
 		e.bg.doSoon(func() { h.releaseLater(ttl) })
 		return true, errs.Op(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.K.Name)
+	}
+	if lost := releasedLoss(t, code, e.ren.DeadlineOf(t)); lost != nil {
+		e.ren.Lose(t, lost)
+		return true, errs.Op(ErrNotHeld, lost, "unlock")
+	}
+	e.ren.End(t, errUnlocked, func() {
+		if e.log.Enabled(ctx, slog.LevelDebug) {
+			e.log.Debug("dlock: released", "lock", t.K.Name, "fence", t.Fence, "held", time.Since(t.Begun))
+		}
+	})
+	return true, nil
+}
+
+// releasedLoss tells what code, the answer of the release of t's last hold,
+// says: nil if the release freed the lock, else how the lease was lost.
+// deadline is the lease's local deadline.
+func releasedLoss(t *renew.Term, code int64, deadline time.Time) error {
+	switch {
 	case code == protocol.CodeDone,
 		// The owner holds nothing and the lock's keys show it went on from
 		// this hold; before the lease's local deadline it cannot have
 		// lapsed, so an earlier run of this release (go-redis runs it again
 		// when a reply is lost) freed it.
-		code == protocol.CodeAfter && time.Now().Before(e.ren.DeadlineOf(t)):
-		e.ren.End(t, errUnlocked, func() {
-			if e.log.Enabled(ctx, slog.LevelDebug) {
-				e.log.Debug("dlock: released", "lock", t.K.Name, "fence", t.Fence, "held", time.Since(t.Begun))
-			}
-		})
-		return true, nil
-	case code == protocol.CodeAfter || code == protocol.CodeVanished:
-		lost := errs.Op(ErrLockLost, nil, "%q was free of this owner when the release ran, but the reply came after the lease's deadline: this release may have freed it (then this is a false alarm), or the lease had expired first", t.K.Name)
-		if code == protocol.CodeVanished {
-			lost = errs.Op(ErrLockLost, nil, "Redis keeps none of %q's keys: they expired, or Redis lost them (a restart, a failover); if that happened after this release freed it, this is a false alarm", t.K.Name)
-		}
-		e.ren.Lose(t, lost)
-		return true, errs.Op(ErrNotHeld, lost, "unlock")
+		code == protocol.CodeAfter && time.Now().Before(deadline):
+		return nil
+	case code == protocol.CodeAfter:
+		return errs.Op(ErrLockLost, nil, "%q was free of this owner when the release ran, but the reply came after the lease's deadline: this release may have freed it (then this is a false alarm), or the lease had expired first", t.K.Name)
+	case code == protocol.CodeVanished:
+		return errs.Op(ErrLockLost, nil, "Redis keeps none of %q's keys: they expired, or Redis lost them (a restart, a failover); if that happened after this release freed it, this is a false alarm", t.K.Name)
 	}
-	lost := t.LostErr(code)
-	e.ren.Lose(t, lost)
-	return true, errs.Op(ErrNotHeld, lost, "unlock")
+	return t.LostErr(code)
 }
 
 // releaseLater retries the release of a hold whose last Unlock could not

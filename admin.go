@@ -23,10 +23,11 @@ const (
 	KindRWMutex        Kind = "RWMutex"
 	KindSemaphore      Kind = "Semaphore"
 	KindCountDownLatch Kind = "CountDownLatch"
+	KindElection       Kind = "Election"
 )
 
 // Kinds lists every Kind, in the order Locks reports them for one name.
-var Kinds = []Kind{KindMutex, KindFairMutex, KindRWMutex, KindSemaphore, KindCountDownLatch}
+var Kinds = []Kind{KindMutex, KindFairMutex, KindRWMutex, KindSemaphore, KindCountDownLatch, KindElection}
 
 // adminKinds maps each Kind to the layout of its keys and its inspect.lua
 // name.
@@ -39,6 +40,7 @@ var adminKinds = map[Kind]struct {
 	KindRWMutex:        {protocol.RWWriteKind, "rw"},
 	KindSemaphore:      {protocol.SemKind, "sem"},
 	KindCountDownLatch: {protocol.LatchKind, "latch"},
+	KindElection:       {protocol.ElectionKind, "fair"}, // a FairMutex's keys and a leader record
 }
 
 // LockID names one lock: its kind and the name its callers gave it.
@@ -144,8 +146,11 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 		return nil, err
 	}
 	keys := k.AcquireKeys
-	if kind == KindCountDownLatch {
+	switch kind {
+	case KindCountDownLatch:
 		keys = []string{k.Tag}
+	case KindElection:
+		keys = keys[:4] // a FairMutex's; the leader record is Election.Leader's
 	}
 	v, err := c.e.backend.Inspect(ctx, keys, code, InspectLimit)
 	if err != nil {
@@ -298,7 +303,7 @@ var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`
 
 // stateSuffixes are the key suffixes that hold a lock's state; a key with
 // another makes no lock appear.
-var stateSuffixes = []string{"", ":fence", ":waiters", ":alive", ":holders", ":total", ":readers", ":fences", ":writers"}
+var stateSuffixes = []string{"", ":fence", ":waiters", ":alive", ":holders", ":total", ":readers", ":fences", ":writers", ":leader"}
 
 // parseKey returns the lock a key under prefix belongs to, if it holds some
 // of its state.

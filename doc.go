@@ -3,7 +3,8 @@
 // lease, automatic renewal while held, a lost-lease signal, waiting woken by
 // pub/sub, and a fencing token on every acquisition; and, on the same engine,
 // a FairMutex (strict arrival order), an RWMutex, a Semaphore whose permits
-// each have a lease, a CountDownLatch and a MultiLock over several names.
+// each have a lease, a CountDownLatch, a MultiLock over several names, and an
+// Election of one leader among many replicas, whose term fences.
 //
 // # Use
 //
@@ -397,6 +398,13 @@
 // so that a call retried after the opening (or after the latch was armed
 // again) answers as its first run did; its opening is published on the
 // channel "dlock:latch:{N}:zero". No call of either writes a key of its own.
+// An Election keeps a FairMutex's keys under "dlock:election:{N}..." for its
+// lease and its line (a candidate's entry in ":alive" also holds its value),
+// and ":leader", a hash of the leader's owner id, term, start, value and the
+// count of its Proclaims, which the grant of the lease writes, which lapses
+// with the lease and which goes when nobody is granted it; its changes are
+// published on the shard channel "dlock:election:{N}:leader". An idle
+// Election name keeps its fence only, as a Mutex's does.
 //
 // Every key expires within its TTL (or a waiter's registration time, three
 // keep-alives) after its last use, the records of a latch's opening and of

@@ -31,6 +31,10 @@ var (
 
 	// ErrClosed means the Client was closed.
 	ErrClosed = errs.ErrClosed
+
+	// ErrNoLeader means nobody leads an Election: no candidate holds its
+	// lease (Election.Leader).
+	ErrNoLeader = errs.ErrNoLeader
 )
 
 // QuorumError is the cause of a RedLock request (NewRedLock) that fewer

@@ -105,7 +105,7 @@ func UseMutant(name string) bool {
 		protocol.DefaultScripts[protocol.ScriptSemAcquire] = redis.NewScript(src)
 		return true
 	}
-	return false
+	return useElectionMutant(name)
 }
 
 // ScriptHash returns the SHA1 of the script that does op ("acquire",
@@ -122,6 +122,7 @@ func ScriptHash(op string) string {
 		"raise_fence": protocol.RaiseFenceLua,
 		"latch":       protocol.LatchLua,
 		"inspect":     protocol.InspectLua,
+		"leader":      protocol.LeaderLua, "proclaim": protocol.ProclaimLua,
 	}[op]
 	if !ok {
 		panic("ScriptHash: no script " + op)

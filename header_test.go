@@ -19,12 +19,14 @@ import (
 )
 
 // header is what a script's header says it takes: the name of each KEYS and
-// ARGV entry, in order.
+// ARGV entry, in order, and how many of each the kinds that pass only some
+// must pass: the entries after them are an Election's only.
 type header struct {
-	keys, args []string
+	keys, args       []string
+	minKeys, minArgs int
 }
 
-var headerLine = regexp.MustCompile(`^-- (KEYS|ARGV)\[(\d+)\]\s+(\w+):`)
+var headerLine = regexp.MustCompile(`^-- (KEYS|ARGV)\[(\d+)\]\s+(\w+):( \(an Election's only\))?`)
 
 // readHeaders reads the header of every script under internal/protocol/lua/
 // but lib.lua.
@@ -51,14 +53,20 @@ func readHeaders(t *testing.T) map[string]header {
 				continue
 			}
 			i, _ := strconv.Atoi(m[2])
-			list := &h.keys
+			list, least := &h.keys, &h.minKeys
 			if m[1] == "ARGV" {
-				list = &h.args
+				list, least = &h.args, &h.minArgs
 			}
 			if i != len(*list)+1 {
 				t.Errorf("%s: %s[%d] out of order", f, m[1], i)
 			}
 			*list = append(*list, m[3])
+			if m[4] == "" {
+				if *least < len(*list)-1 {
+					t.Errorf("%s: %s[%d] follows an entry of an Election's only", f, m[1], i)
+				}
+				*least = len(*list)
+			}
 		}
 		hs[name] = h
 	}
@@ -144,6 +152,7 @@ func TestScriptHeaders(t *testing.T) {
 	rdb.AddHook(&rec)
 	other := clientOn(t, rdb)
 	exerciseScripts(t, c, other)
+	exerciseElection(t, c, other)
 	// raise_fence runs on the nodes of a RedLock.
 	_, nodes := redLockNodes(t, 3)
 	for _, n := range nodes {
@@ -191,10 +200,14 @@ func TestScriptHeaders(t *testing.T) {
 			checkInspect(t, h, call)
 			continue
 		}
-		if len(call.keys) != len(h.keys) || len(call.args) != len(h.args) {
-			t.Errorf("%s: sent %d KEYS and %d ARGV, its header lists %d (%v) and %d (%v)",
-				name, len(call.keys), len(call.args), len(h.keys), h.keys, len(h.args), h.args)
+		all := len(call.keys) == len(h.keys) && len(call.args) == len(h.args)
+		if !all && (len(call.keys) != h.minKeys || len(call.args) != h.minArgs) {
+			t.Errorf("%s: sent %d KEYS and %d ARGV, its header lists %d (%v) and %d (%v), of which %d and %d for every kind",
+				name, len(call.keys), len(call.args), len(h.keys), h.keys, len(h.args), h.args, h.minKeys, h.minArgs)
 			continue
+		}
+		if all && len(h.keys) > h.minKeys {
+			seen[name+" (Election)"] = true
 		}
 		tag := call.keys[0][:strings.IndexByte(call.keys[0], '}')+1]
 		for i, k := range call.keys {
@@ -207,9 +220,12 @@ func TestScriptHeaders(t *testing.T) {
 			}
 		}
 	}
-	for name := range headers {
+	for name, h := range headers {
 		if !seen[name] {
 			t.Errorf("no request ran %s.lua", name)
+		}
+		if len(h.keys) > h.minKeys && !seen[name+" (Election)"] {
+			t.Errorf("no request ran %s.lua with an Election's KEYS and ARGV", name)
 		}
 	}
 }

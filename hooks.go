@@ -25,16 +25,18 @@ import (
 // use.
 type Hooks struct {
 	// LockStart is called when an acquisition starts: Lock, TryLock, RLock,
-	// TryRLock, Acquire or TryAcquire, which op names ("lock", "trylock",
-	// "rlock", "tryrlock", "acquire", "tryacquire"); a MultiLock makes one
-	// per name. A re-entry is an acquisition too.
+	// TryRLock, Acquire, TryAcquire or an Election's Campaign, which op names
+	// ("lock", "trylock", "rlock", "tryrlock", "acquire", "tryacquire",
+	// "campaign"); a MultiLock makes one per name. A re-entry is an
+	// acquisition too.
 	LockStart func(ctx context.Context, l LockInfo, op string) context.Context
 	// Contended is called when the acquisition finds the lock held and
 	// starts waiting for it.
 	Contended func(ctx context.Context, l LockInfo)
 	// LockEnd is called when the acquisition ends, acquired or not.
 	LockEnd func(ctx context.Context, l LockInfo, r LockResult)
-	// UnlockStart is called when Unlock (or Release) of a Lease starts.
+	// UnlockStart is called when Unlock (or Release) of a Lease starts, or
+	// the release of a Leadership's lease by Resign.
 	UnlockStart func(ctx context.Context, l LockInfo) context.Context
 	// UnlockEnd is called when it ends.
 	UnlockEnd func(ctx context.Context, l LockInfo, r UnlockResult)
@@ -50,7 +52,7 @@ type Hooks struct {
 
 // LockInfo names the lock an event is about.
 type LockInfo struct {
-	Kind string // "Mutex", "FairMutex", "RWMutex" or "Semaphore"
+	Kind string // "Mutex", "FairMutex", "RWMutex", "Semaphore" or "Election"
 	Name string // as the caller gave it
 }
 

@@ -220,13 +220,14 @@ func doLocked[L heldLock](ctx context.Context, op string, fn func(context.Contex
 // the lock protects. A context carries the Lease of each Lease.Context it was
 // derived from; LeaseFromContext returns the innermost. It reports false if
 // ctx carries none, or if the innermost is a MultiLease's (MultiLock.Do,
-// MultiLease.Context), which has a lease per name. A Lease that has ended is
+// MultiLease.Context), which has a lease per name, or a Leadership's
+// (Leadership.Context), which ends by Resign. A Lease that has ended is
 // returned all the same: its Err says why.
 func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 	if ctx == nil {
 		return nil, false
 	}
-	if c := heldIn(ctx); c != nil && c.l != nil {
+	if c := heldIn(ctx); c != nil && c.l != nil && c.l.h.t.K.Kind != protocol.ElectionKind {
 		return c.l, true
 	}
 	return nil, false

@@ -115,3 +115,23 @@ func TestLeaseFromContext(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseFromContextLeadership: a Leadership's context hands out no Lease:
+// leadership ends by Resign, which an Unlock of the lease under it would skip.
+func TestLeaseFromContextLeadership(t *testing.T) {
+	t.Parallel()
+	c, _, _ := newClient(t)
+	ctx := context.Background()
+	ld, err := c.Election("e").Campaign(ctx, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := ld.Context(ctx)
+	defer cancel()
+	if l, ok := dlock.LeaseFromContext(lctx); ok || l != nil {
+		t.Errorf("LeaseFromContext in a Leadership's context: %v, %v; want none", l, ok)
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

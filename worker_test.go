@@ -218,6 +218,8 @@ func runWorker(role string) int {
 		err = rwWorker(c, resRDB, p)
 	case "rwhold":
 		err = rwHoldWorker(c, p)
+	case "candidate", "observer":
+		err = electionWorker(role, c, resRDB, p)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

@@ -13,6 +13,7 @@
 //	         left, waiters, last fence
 //	inspect  print everything about one lock, or -json
 //	watch    follow one lock as it changes hands
+//	leader   print who leads an election, and the candidates in line
 //	release  take a stuck lock from its holders (--force), moving the fence on
 //	         and handing it to the next waiter
 //	permits  print a Semaphore's total permits and how many are in use, or
@@ -75,6 +76,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return helpOK(runRelease(ctx, rest, stdin, stdout))
 	case "permits":
 		return helpOK(runPermits(ctx, rest, stdout))
+	case "leader":
+		return helpOK(runLeader(ctx, rest, stdout))
 	case workerCommand: // hidden: started by demo, never by hand
 		return runWorker(ctx, rest, stdin, stdout)
 	}
@@ -90,6 +93,7 @@ Commands:
   ls       list the locks whose names match a pattern
   inspect  print everything about one lock
   watch    follow one lock as it changes hands
+  leader   print who leads an election, and the candidates in line
   release  take a stuck lock from its holders (--force)
   permits  print a Semaphore's total permits, or set it for every process
 

@@ -36,6 +36,10 @@ var (
 
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
+
+	// ErrNoLeader means nobody leads an Election: no candidate holds its
+	// lease.
+	ErrNoLeader = errors.New("dlock: no leader")
 )
 
 // prefix starts the text of every error of this package, once.

@@ -54,6 +54,11 @@ type Backend interface {
 	Announce(ctx context.Context, key, value string, ttl time.Duration) error
 	// Strings reads the string keys, "" for each that is missing.
 	Strings(ctx context.Context, keys []string) ([]string, error)
+	// Leader runs leader.lua, read-only: who leads the Election k.
+	Leader(ctx context.Context, k Keys) (LeaderState, error)
+	// Proclaim runs proclaim.lua: the value of owner's term of leadership
+	// of k becomes value, unless a later Proclaim of that term ran first.
+	Proclaim(ctx context.Context, k Keys, owner string, term int64, seq uint64, value string) (int64, error)
 
 	// Inspect runs inspect.lua, read-only, over keys for the kind named code.
 	Inspect(ctx context.Context, keys []string, code string, limit int) (State, error)

@@ -164,6 +164,7 @@ var keyNames = map[string]string{
 	"lock": "", "semaphore": "", "count": "",
 	"fence": ":fence", "waiters": ":waiters", "alive": ":alive",
 	"holders": ":holders", "total": ":total", "readers": ":readers", "fences": ":fences", "writers": ":writers",
+	"leader": ":leader",
 }
 
 var (
@@ -482,9 +483,10 @@ type SemTotal struct {
 // extra are the kind's own arguments, after the four every acquire script
 // takes.
 func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
-	if k.Kind.order != nil {
+	if k.Kind.order != nil && len(extra) == 0 {
 		// A Mutex or a FairMutex: one more argument, the caller's grant
-		// lease, boxed once per TTL.
+		// lease, boxed once per TTL. (An Election's candidate adds its
+		// value: acquireArgs.)
 		v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds(), grantArg(ttl)).Result()
 		return n.acquired(k, v, err)
 	}
@@ -505,8 +507,8 @@ func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Durat
 
 // acquireArgs are the ARGV of k's acquire script: the four every acquire
 // script takes (owner, ttl, mode, and the registration or the hold count),
-// then the grant lease of a Mutex's or FairMutex's waiter, or the kind's own
-// arguments.
+// then the grant lease of a Mutex's, FairMutex's or Election's waiter, and
+// the kind's own arguments (an Election's candidate's value).
 func acquireArgs(k Keys, owner string, ttl time.Duration, mode acquireMode, n int64, extra []any) []any {
 	args := append(make([]any, 0, 5+len(extra)), owner, msArg(ttl), string(mode), n)
 	if k.Kind.order != nil {

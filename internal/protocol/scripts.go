@@ -41,6 +41,10 @@ var (
 	RaiseFenceLua string
 	//go:embed lua/gen/inspect.lua
 	InspectLua string
+	//go:embed lua/gen/leader.lua
+	LeaderLua string
+	//go:embed lua/gen/proclaim.lua
+	ProclaimLua string
 
 	// DefaultScripts are the embedded scripts, which every node runs unless
 	// its Client was made with others (tests that show a check catches a
@@ -65,6 +69,9 @@ var (
 		ScriptRaiseFence: redis.NewScript(RaiseFenceLua),
 
 		scriptInspect: redis.NewScript(InspectLua),
+
+		ScriptLeader:   redis.NewScript(LeaderLua),
+		ScriptProclaim: redis.NewScript(ProclaimLua),
 	}
 )
 
@@ -85,6 +92,8 @@ const (
 	scriptRWRelease
 	ScriptRaiseFence
 	scriptInspect
+	ScriptLeader
+	ScriptProclaim
 	numScripts
 )
 

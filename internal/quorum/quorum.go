@@ -153,6 +153,14 @@ func (q *quorum) Strings(context.Context, []string) ([]string, error) {
 	return nil, errs.Op(errors.ErrUnsupported, nil, "reading keys on a RedLock")
 }
 
+func (q *quorum) Leader(_ context.Context, k protocol.Keys) (protocol.LeaderState, error) {
+	return protocol.LeaderState{}, q.unsupported("Election", k)
+}
+
+func (q *quorum) Proclaim(_ context.Context, k protocol.Keys, _ string, _ int64, _ uint64, _ string) (int64, error) {
+	return 0, q.unsupported("Election", k)
+}
+
 func (q *quorum) Inspect(context.Context, []string, string, int) (protocol.State, error) {
 	return protocol.State{}, errs.Op(errors.ErrUnsupported, nil, "Inspect on a RedLock")
 }

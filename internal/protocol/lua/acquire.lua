@@ -1,7 +1,8 @@
--- acquire.lua: take a Mutex or a FairMutex in strict arrival order: only
--- when it is free (or kept for the caller) and no live waiter arrived before
--- the caller, so that nobody barges in, TryLock included. Otherwise queue the
--- caller, keeping its place, or re-enter a hold it has.
+-- acquire.lua: take a Mutex, a FairMutex or an Election's lease in strict
+-- arrival order: only when it is free (or kept for the caller) and no live
+-- waiter arrived before the caller, so that nobody barges in, TryLock
+-- included. Otherwise queue the caller, keeping its place, or re-enter a hold
+-- it has.
 --
 -- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry
 -- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
@@ -11,6 +12,12 @@
 --          time (ms) at which it lapses unless renewed, and its grant lease
 --          (ARGV[5]); a lapsed waiter is dropped from the queue.
 --          Queue and alive expire when the last registration would lapse.
+--          An Election's candidate's entry is "<lapse>|<grant>|<value>"
+--          (ARGV[6]), so that the release that grants it the lock (release.lua)
+--          writes its value in the leader record.
+-- KEYS[5]  leader: (an Election's only) its leader record, a hash that
+--          taking the lock makes the caller's (take in lib.lua) and that
+--          lapses with it
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
 -- ARGV[3]  mode: "0" to take the lock; "1" to re-enter a hold of ARGV[1]
@@ -20,6 +27,7 @@
 -- ARGV[5]  grant: the caller's grant lease (ms), for which a release grants
 --          it the lock (release.lua): its own, from its own TTL, whoever
 --          releases
+-- ARGV[6]  value: (an Election's only) the candidate's value
 --
 -- Returns:
 --    > 0  acquired; the value is the fence (a lock the caller held already,
@@ -33,14 +41,15 @@
 --         fence floor (fence_floor): a grant made to the caller after this
 --         call has a fence above f; t is the server time in µs
 --
--- Run twice: a take that succeeded answers the same fence; a queued caller
--- keeps its place (its arrival is not renewed).
+-- Run twice: a take that succeeded answers the same fence (an Election's
+-- leader record stays as that take wrote it); a queued caller keeps its place
+-- (its arrival is not renewed).
 local me = ARGV[1]
 -- The common case first: a free lock nobody waits for is taken with the
 -- least the script defines and calls.
 -- One EXISTS tells both: no lock and no queue.
 if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
-  return take(KEYS[1], KEYS[2], me, ARGV[2], redis.call('TIME'))
+  return take(KEYS[1], KEYS[2], me, ARGV[2], redis.call('TIME'), false, KEYS[5], ARGV[6])
 end
 -- (shared functions the rest calls)
 if ARGV[3] == '1' then
@@ -52,33 +61,41 @@ end
 -- entry written before alive's WRONGTYPE has no entry there: the next walk
 -- drops it.
 if redis.call('HEXISTS', KEYS[1], me) == 1 then
-  return held_again(KEYS[1], KEYS[2], ARGV[2])
+  local f = held_again(KEYS[1], KEYS[2], ARGV[2])
+  if KEYS[5] then
+    at_least(KEYS[5], ARGV[2])
+  end
+  return f
 end
 local pttl = redis.call('PTTL', KEYS[1])
 local t, now = server_time()
+-- What follows the lapse in the caller's queue entry, and the pattern of
+-- that part in every entry.
+local rest, pattern = ARGV[5], '%d+'
+if KEYS[5] then
+  rest, pattern = ARGV[5] .. '|' .. ARGV[6], '%d+|.*'
+end
 if pttl ~= -2 then
   -- Held by another owner: the caller is queued; its release walks the
   -- queue (dropping lapsed waiters), not this call.
   local floor = fence_floor(KEYS[2], t)
   if ARGV[4] ~= '0' then
-    queue(KEYS[3], KEYS[4], me, t, now, ARGV[4], ARGV[5])
+    queue(KEYS[3], KEYS[4], me, t, now, ARGV[4], rest)
   end
   return {-pttl - 3, floor, micros(t)}
 end
 -- Free: the first live waiter takes it; lapsed ones ahead of it are dropped.
-local head, lapse = live_waiters(KEYS[3], KEYS[4], now, '%d+', me)()
+local head, lapse = live_waiters(KEYS[3], KEYS[4], now, pattern, me)()
 if not head or head == me then
-  local fence = next_fence(KEYS[2], t, ARGV[2], true)
+  local fence = take(KEYS[1], KEYS[2], me, ARGV[2], t, false, KEYS[5], ARGV[6])
   if head then
     redis.call('ZREM', KEYS[3], me)
     redis.call('HDEL', KEYS[4], me)
   end
-  redis.call('HSET', KEYS[1], me, 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return fence
 end
 local floor = fence_floor(KEYS[2], t)
 if ARGV[4] ~= '0' then
-  queue(KEYS[3], KEYS[4], me, t, now, ARGV[4], ARGV[5])
+  queue(KEYS[3], KEYS[4], me, t, now, ARGV[4], rest)
 end
 return {-(lapse - now) - 3, floor, micros(t)}

@@ -1,14 +1,20 @@
--- fair_release.lua: give back one hold of an owner of a Mutex or a
--- FairMutex, or the lock itself. A lock freed while others are queued is
--- granted at once to the first live waiter (grant): it holds the lock for a
--- short grant lease, with a new fence, and only its Client is told.
+-- release.lua: give back one hold of an owner of a Mutex or a FairMutex,
+-- or the lock itself, or an Election's lease. A lock freed while others are
+-- queued is granted at once to the first live waiter (grant): it holds the
+-- lock for a short grant lease, with a new fence, and only its Client is
+-- told; an Election's leader record says it leads from then on.
 --
 -- KEYS[1]  lock: hash of owner id -> hold count
 -- KEYS[2]  fence: the last fence handed out
 -- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[4]  alive: hash of waiting owner id -> "<lapse>|<grant>", as acquire.lua
 --          writes it; and "evicted:" .. owner id -> 1 for a hold ForceRelease
---          took away, until its lease would have ended
+--          took away, until its lease would have ended; an Election's
+--          candidate's entry carries its value (acquire.lua)
+-- KEYS[5]  leader: (an Election's only) its leader record (take in
+--          lib.lua): written for the candidate a freed lease is granted to,
+--          deleted when nobody is (and the change published on the channel
+--          of its name)
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'), as grant writes it
@@ -45,7 +51,8 @@
 --    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
 --
 -- Run twice: a release that freed the lock finds the lock free of its owner
--- and the fence it left (or a later one) and answers 3; it writes nothing, so
+-- and the fence it left (or a later one) and answers 3; it writes nothing (an
+-- Election's leader record is left to the lease's next holder), so
 -- the lock is not granted twice and no key is written for the call; mode
 -- "0" sets the same count; mode "2" finds nothing more to do.
 local mode = ARGV[3]
@@ -54,6 +61,11 @@ local queued = redis.call('ZCARD', KEYS[3])
 if mode == '1' and queued == 0 and redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
   -- The common case, with the least the script defines and calls: the
   -- owner's field was the lock hash's only one, so the hash went with it.
+  if KEYS[5] then
+    -- An Election's: nobody leads now.
+    redis.call('DEL', KEYS[5])
+    redis.call('SPUBLISH', KEYS[5], '*')
+  end
   return 1
 end
 local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
@@ -75,30 +87,40 @@ else
     return code
   end
 end
-if queued == 0 then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-if ARGV[7] == '1' then
-  -- A FairMutex grantee kept its place: it goes with its hold. (A Mutex's
-  -- left the queue when it was granted the lock or took it.)
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[4], ARGV[1])
-end
-local t, now = server_time()
-local head, _, g = live_waiters(KEYS[3], KEYS[4], now, '%d+')()
-if head then
-  -- The grant's fence first: its SET ... GET is the fence key's type check,
-  -- and the first write that matters. The fence key keeps its expiry if that
-  -- is later than the grant lease's: the releaser's retry reads it until its
-  -- lease's end. The hold that goes was the lock hash's only one.
-  grant(KEYS[1], KEYS[2], head, g or ARGV[4], t, ARGV[2], true)
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  if ARGV[7] ~= '1' then
-    redis.call('ZREM', KEYS[3], head)
-    redis.call('HDEL', KEYS[4], head)
+if queued > 0 then
+  if ARGV[7] == '1' then
+    -- A FairMutex grantee kept its place: it goes with its hold. (A Mutex's
+    -- left the queue when it was granted the lock or took it.)
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    redis.call('HDEL', KEYS[4], ARGV[1])
   end
-  return 1
+  local t, now = server_time()
+  local pattern = '%d+' -- of what follows the lapse in a queue entry
+  if KEYS[5] then
+    pattern = '%d+|.*'
+  end
+  local head, _, g = live_waiters(KEYS[3], KEYS[4], now, pattern)()
+  if head then
+    local value
+    if KEYS[5] then
+      g, value = string.match(g, '^(%d+)|(.*)$')
+    end
+    -- The grant's fence first: its SET ... GET is the fence key's type check,
+    -- and the first write that matters. The fence key keeps its expiry if that
+    -- is later than the grant lease's: the releaser's retry reads it until its
+    -- lease's end. The hold that goes was the lock hash's only one.
+    grant(KEYS[1], KEYS[2], head, g or ARGV[4], t, ARGV[2], true, KEYS[5], value)
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    if ARGV[7] ~= '1' then
+      redis.call('ZREM', KEYS[3], head)
+      redis.call('HDEL', KEYS[4], head)
+    end
+    return 1
+  end
 end
 redis.call('DEL', KEYS[1])
+if KEYS[5] then
+  redis.call('DEL', KEYS[5])
+  redis.call('SPUBLISH', KEYS[5], '*')
+end
 return 1

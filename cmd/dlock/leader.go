@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// election is an election as leader prints it.
+type election struct {
+	Name string    `json:"name"`
+	Time time.Time `json:"time"` // the Redis server's clock when it was read
+	// Leader is nil when nobody leads.
+	Leader *leader `json:"leader"`
+	// Candidates are the live candidates in line, first to lead first;
+	// Queued counts every registration, lapsed ones no request has dropped
+	// yet included.
+	Candidates []dlock.Waiter `json:"candidates"`
+	Queued     int            `json:"queued"`
+}
+
+type leader struct {
+	Owner string        `json:"owner"`
+	Term  int64         `json:"term"`
+	Since time.Time     `json:"since"`
+	Value string        `json:"value"`
+	TTL   time.Duration `json:"ttl"` // what its lease has left unless renewed
+}
+
+// runLeader prints who leads an election.
+func runLeader(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("dlock leader", flag.ContinueOnError)
+	var cn conn
+	cn.flags(fs)
+	asJSON := fs.Bool("json", false, "print the election as one JSON object")
+	rest, err := parseFlags(fs, args, "dlock leader [flags] NAME\n\nPrints who leads the election NAME (dlock.Election): the leader's owner id, term, since when, value and TTL left; and the candidates in line, in the order they will lead.", stdout)
+	if err != nil || len(rest) != 1 {
+		return firstErr(err, usagef("dlock leader: want one NAME, got %q", rest))
+	}
+	c, closeC, err := cn.open("dlock leader")
+	if err != nil {
+		return err
+	}
+	defer closeC()
+	el, err := readElection(ctx, c, rest[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(el)
+	}
+	printElection(stdout, el)
+	return nil
+}
+
+// readElection reads the election name: its lease and line (Inspect) and
+// its leader record (Election.Leader), two requests, read again (up to 3
+// times) while they disagree because the leader changed in between.
+func readElection(ctx context.Context, c *dlock.Client, name string) (*election, error) {
+	var el *election
+	for range 3 {
+		s, err := c.Inspect(ctx, dlock.KindElection, name)
+		if err != nil {
+			return nil, err
+		}
+		l, err := c.Election(name).Leader(ctx)
+		if err != nil && !errors.Is(err, dlock.ErrNoLeader) {
+			return nil, err
+		}
+		el = &election{Name: name, Time: s.Time, Candidates: s.Waiters, Queued: s.Queued}
+		if len(s.Holders) == 1 && err == nil {
+			h := s.Holders[0]
+			el.Leader = &leader{Owner: h.Owner, Term: l.Term, Since: l.Since, Value: l.Value, TTL: h.TTL}
+			if h.Fence == l.Term {
+				break
+			}
+		} else if len(s.Holders) == 0 && err != nil {
+			break
+		}
+	}
+	return el, nil
+}
+
+// printElection writes el for people to read.
+func printElection(w io.Writer, el *election) {
+	fmt.Fprintf(w, "Election %q at %s\n", el.Name, el.Time.UTC().Format("15:04:05.000"))
+	if l := el.Leader; l == nil {
+		fmt.Fprintln(w, "  leader      none")
+	} else {
+		fmt.Fprintf(w, "  leader      %s\n", l.Owner)
+		fmt.Fprintf(w, "  term        %d\n", l.Term)
+		fmt.Fprintf(w, "  since       %s (%s ago)\n", l.Since.UTC().Format("15:04:05.000"), roundDuration(el.Time.Sub(l.Since)))
+		fmt.Fprintf(w, "  value       %q\n", l.Value)
+		fmt.Fprintf(w, "  TTL         %s\n", roundDuration(l.TTL))
+	}
+	if el.Queued == 0 {
+		fmt.Fprintln(w, "  candidates  none in line")
+		return
+	}
+	fmt.Fprintf(w, "  candidates  %d in line", el.Queued)
+	if len(el.Candidates) < el.Queued {
+		fmt.Fprintf(w, " (%d live listed)", len(el.Candidates))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "    #\tOWNER\tWAITING\tREGISTERED FOR")
+	for i, c := range el.Candidates {
+		waiting := "-"
+		if !c.Since.IsZero() {
+			waiting = roundDuration(el.Time.Sub(c.Since)).String()
+		}
+		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\n", i+1, c.Owner, waiting, roundDuration(c.TTL))
+	}
+	tw.Flush()
+}
