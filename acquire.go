@@ -105,7 +105,7 @@ func (e *engine) firstUse() {
 	e.checked.Do(func() {
 		// The id starts every owner id of this Client, as dlock ls shows
 		// them: logged, it tells the people on call which process holds.
-		e.log.Info("dlock: client in use", "id", e.id)
+		e.log.Info("dlock: client in use", "id", e.id, "name", e.name)
 		e.bg.goDo(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
