@@ -59,8 +59,8 @@ const (
 )
 
 // announce writes the Client's record (its name) in the background if the
-// last write is recordEvery old: every acquisition, waiting attempt and
-// renewal calls it, so the record lives while the Client holds or waits for
+// last write is recordEvery old: every attempt to acquire (a waiter's
+// included) and every renewal calls it, so the record lives while the Client holds or waits for
 // anything, and costs one write per recordEvery, nothing per acquisition.
 func (e *engine) announce() {
 	now := time.Now().UnixNano()
@@ -154,7 +154,6 @@ func (a *acquirer) check(ctx context.Context, op string) error {
 		return errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
 	}
 	a.e.firstUse()
-	a.e.announce()
 	return nil
 }
 
@@ -246,7 +245,6 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		// Where the slot of the lock (and of its channel) lives, the attempt
 		// just asked: a move the server did not tell of shows now.
 		a.e.note.Check(ctx, t.g)
-		a.e.announce()
 		if l, err := t.sleep(ctx, pttl); l != nil || err != nil {
 			return l, err
 		}
@@ -474,6 +472,7 @@ func (a *acquirer) granted(ctx context.Context, owner string, m protocol.Wake, h
 // (never less than 1ms; the lock's own TTL if that is unknown) and the
 // script's answer (its fence floor and server time, if it tells them).
 func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.Time, register time.Duration, extra []any) (*Lease, time.Duration, protocol.AcquireResult, error) {
+	a.e.announce()
 	e := a.e
 	var r protocol.AcquireResult
 	var err error
