@@ -50,6 +50,7 @@ type engine struct {
 	// (Unix ns; 0: never, or the write failed).
 	name, nameKey string
 	announced     atomic.Int64
+	recordEvery   time.Duration // recordEvery, or a test's
 }
 
 // Times of a Client's record in Redis (WithClientName).
@@ -58,24 +59,45 @@ const (
 	recordEvery = recordTTL / 3
 )
 
-// announce writes the Client's record (its name) in the background if the
-// last write is recordEvery old: every attempt to acquire (a waiter's
-// included) and every renewal calls it, so the record lives while the Client holds or waits for
-// anything, and costs one write per recordEvery, nothing per acquisition.
+// announce writes the Client's record (its name) in the background if it is
+// due (dueRecord): every attempt to acquire, a waiter's included, calls it;
+// renewal rounds carry it themselves (leaseEvents.Record). So the record
+// lives while the Client holds or waits for anything, and costs one write
+// per recordEvery, nothing per acquisition.
 func (e *engine) announce() {
+	if rec := e.dueRecord(); rec != nil {
+		e.recorded(rec)
+	}
+}
+
+// dueRecord returns the Client's record to write if the last write was sent
+// recordEvery ago or more (or failed), and counts it as sent now; nil
+// otherwise.
+func (e *engine) dueRecord() *protocol.Record {
 	now := time.Now().UnixNano()
 	last := e.announced.Load()
-	if now-last < int64(recordEvery) || !e.announced.CompareAndSwap(last, now) {
+	if now-last < int64(e.recordEvery) || !e.announced.CompareAndSwap(last, now) {
+		return nil
+	}
+	return &protocol.Record{Key: e.nameKey, Value: e.name, TTL: recordTTL}
+}
+
+// recorded finishes the write of rec, from dueRecord: one that went nowhere
+// yet is sent in the background; one that failed is due again at once.
+func (e *engine) recorded(rec *protocol.Record) {
+	if !rec.Sent {
+		e.bg.goDo(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			rec.Err, rec.Sent = e.backend.Announce(ctx, rec.Key, rec.Value, rec.TTL), true
+			e.recorded(rec)
+		})
 		return
 	}
-	e.bg.goDo(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := e.backend.Announce(ctx, e.nameKey, e.name, recordTTL); err != nil {
-			e.announced.CompareAndSwap(now, 0) // the next call tries again
-			e.log.Debug("dlock: writing the Client's name failed", "key", e.nameKey, "err", err)
-		}
-	})
+	if rec.Err != nil {
+		e.announced.Store(0)
+		e.log.Debug("dlock: writing the Client's name failed", "key", rec.Key, "err", rec.Err)
+	}
 }
 
 // check looks at Redis's eviction policy (Client.Check).

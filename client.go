@@ -98,11 +98,13 @@ func newClient(b protocol.Backend, cfg config, op string, closing chan struct{})
 		own:     ":" + hexID,
 		name:    cfg.clientName,
 		nameKey: clientKey(cfg.prefix, hexID),
+
+		recordEvery: cfg.recordEvery,
 	}
 	if e.name == "" {
 		e.name = defaultClientName()
 	}
-	e.ren = renew.New(b, cfg.logger, leaseEvents{cfg.hooks, events, e.announce})
+	e.ren = renew.New(b, cfg.logger, leaseEvents{cfg.hooks, events, e})
 	return &Client{e: e, cfg: cfg, events: events}, nil
 }
 

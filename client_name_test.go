@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // TestClientName: Inspect names the Client of every holder and waiter, as
@@ -116,4 +118,106 @@ func (c setCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (setCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
+}
+
+// TestClientNameRenewedWithRounds: while a Client holds a lease, its record
+// is written by the renewal rounds, in the same pipeline as their extends,
+// not by requests of its own; it lives as long as the Client holds.
+func TestClientNameRenewedWithRounds(t *testing.T) {
+	t.Parallel()
+	for _, wait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("WithWaitReplicas %v", wait), func(t *testing.T) {
+			t.Parallel()
+			var srv *redistest.Server
+			opts := []dlock.Option{dlock.WithClientName("renewer"), dlock.WithRecordEvery(300 * time.Millisecond)}
+			if wait {
+				srv, _ = replicated(t, 1)
+				opts = append(opts, dlock.WithWaitReplicas(1, time.Second))
+			} else {
+				srv = redistest.Start(t)
+			}
+			rdb := srv.Client(t)
+			rc := &recordCounter{}
+			rdb.AddHook(rc)
+			c := clientOn(t, rdb, opts...)
+			ctx := context.Background()
+			// Two leases, so that each round is a pipeline of two extends.
+			var leases []*dlock.Lease
+			for _, name := range []string{"a", "b"} {
+				l, err := c.Mutex(name, dlock.WithTTL(600*time.Millisecond)).Lock(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				leases = append(leases, l)
+			}
+			time.Sleep(2 * time.Second)
+			alone, withRound := rc.counts()
+			switch {
+			case !wait && (alone != 1 || withRound < 3):
+				t.Errorf("record written %d times on its own and %d times with a renewal round; want once on its own (the first acquisition), then with the rounds", alone, withRound)
+			case wait && alone < 4:
+				// With WAIT, the round's pipeline is the leases' server's:
+				// the record goes beside it, on its own connection.
+				t.Errorf("record written %d times over 2s of rounds, want one per round", alone)
+			}
+			if v := srv.Client(t).Get(ctx, "dlock:client:"+c.ID()).Val(); v != "renewer" {
+				t.Errorf("record %q after 2s of renewals", v)
+			}
+			for _, l := range leases {
+				l.Unlock(ctx)
+			}
+		})
+	}
+}
+
+// recordCounter counts the writes of Clients' records a go-redis client
+// sends: on their own, or in a pipeline with a script call.
+type recordCounter struct {
+	mu              sync.Mutex
+	alone, withCall int
+}
+
+func (rc *recordCounter) counts() (int, int) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.alone, rc.withCall
+}
+
+func isRecordSet(cmd redis.Cmder) bool {
+	if cmd.Name() != "set" {
+		return false
+	}
+	key, _ := cmd.Args()[1].(string)
+	return strings.HasPrefix(key, "dlock:client:")
+}
+
+func (*recordCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (rc *recordCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isRecordSet(cmd) {
+			rc.mu.Lock()
+			rc.alone++
+			rc.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (rc *recordCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		set, call := false, false
+		for _, cmd := range cmds {
+			set = set || isRecordSet(cmd)
+			call = call || cmd.Name() == "evalsha" || cmd.Name() == "eval"
+		}
+		if set {
+			rc.mu.Lock()
+			if call {
+				rc.withCall++
+			} else {
+				rc.alone++
+			}
+			rc.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
 }

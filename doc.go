@@ -378,8 +378,9 @@
 // Each Client in use keeps one key of its own, whatever it locks:
 // "dlock:client:<id>", its name (WithClientName), which Inspect and the
 // dlock command show beside its owner ids. It is written at the Client's
-// first acquisition and at most every 20s after while it holds, waits or
-// renews, expires a minute after its last use, and Close removes it.
+// first acquisition and at most every 20s after, with the renewal rounds
+// while it holds and by its attempts while it waits; it expires a minute
+// after the last write, and Close removes it.
 //
 // The other primitives keep their keys in namespaces of their own, so that
 // they never collide with a Mutex of the same name: "dlock:fair:{N}..." for a

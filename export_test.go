@@ -159,6 +159,12 @@ func WithUnsubscribeHook(f func()) Option {
 	return testOption("WithUnsubscribeHook", func(c *config) { c.notify.BeforeUnsubscribe = f })
 }
 
+// WithRecordEvery makes the Client write its record (its name) at most every
+// d instead of every 20s.
+func WithRecordEvery(d time.Duration) Option {
+	return testOption("WithRecordEvery", func(c *config) { c.recordEvery = d })
+}
+
 // WithLostSUnsubscribe makes the Client's notifier pass over the SUNSUBSCRIBE
 // a server sends when a channel's slot moves, as if it were lost.
 func WithLostSUnsubscribe() Option {

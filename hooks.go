@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/renew"
 	"sync"
 	"time"
@@ -139,9 +140,14 @@ func (d *dispatcher) close() {
 type leaseEvents struct {
 	hooks *Hooks // nil if none
 	d     *dispatcher
-	// renewed runs on every renewal: it keeps the Client's record.
-	renewed func()
+	e     *engine // whose record (its name) renewal rounds keep
 }
+
+// Record is the Client's record, if it is due: the round writes it.
+func (e leaseEvents) Record() *protocol.Record { return e.e.dueRecord() }
+
+// Recorded handles the write of the Client's record by a round.
+func (e leaseEvents) Recorded(rec *protocol.Record) { e.e.recorded(rec) }
 
 func (e leaseEvents) Lost(t *renew.Term, err error) {
 	if h := e.hooks; h != nil && h.Lost != nil {
@@ -150,7 +156,6 @@ func (e leaseEvents) Lost(t *renew.Term, err error) {
 }
 
 func (e leaseEvents) Extended(t *renew.Term) {
-	e.renewed()
 	if h := e.hooks; h != nil && h.Extended != nil {
 		e.d.post(func() { h.Extended(context.Background(), lockInfo(t), t.Fence) })
 	}

@@ -68,6 +68,9 @@ type config struct {
 	scripts *protocol.ScriptSet
 	// notify: the notifier's tuning. Default: notify.DefaultConfig.
 	notify notify.Config
+	// recordEvery: how often the Client's record is written at most.
+	// Default: recordEvery.
+	recordEvery time.Duration
 }
 
 func defaultConfig() config {
@@ -77,8 +80,9 @@ func defaultConfig() config {
 		ttl:    DefaultTTL,
 		renew:  true,
 
-		scripts: &protocol.DefaultScripts,
-		notify:  notify.DefaultConfig,
+		scripts:     &protocol.DefaultScripts,
+		notify:      notify.DefaultConfig,
+		recordEvery: recordEvery,
 	}
 }
 
@@ -148,9 +152,11 @@ func WithPrefix(prefix string) Option {
 // bytes. Client only. Default: the host name and the process id, "host:pid".
 //
 // The name costs one key per Client, <prefix>client:<Client.ID>, written at
-// its first acquisition and refreshed at most every 20s while it holds or
-// waits for locks; it expires a minute after the Client's last use, and Close
-// removes it. Nothing is written per acquisition.
+// its first acquisition and refreshed at most every 20s after: by the
+// renewal rounds while it holds locks (in their pipeline, no request of its
+// own, except with WithWaitReplicas, whose rounds go to the leases' server),
+// and by its attempts while it waits. It expires a minute after the last
+// refresh, and Close removes it. Nothing is written per acquisition.
 func WithClientName(name string) Option {
 	return Option{name: "WithClientName", clientOnly: true, apply: func(c *config) error {
 		switch {

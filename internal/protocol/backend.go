@@ -13,6 +13,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Record is a string key a renewal round writes beside its extends (a
+// Client's name): Key holds Value for TTL. The backend sets Sent if the
+// write went with the round, and Err to its failure.
+type Record struct {
+	Key, Value string
+	TTL        time.Duration
+	Sent       bool
+	Err        error
+}
+
 // Backend is where a Client's locks are held: every request the floors above
 // make, one method each, with typed arguments and replies. A plain, Sentinel
 // or Cluster deployment is a Node; WithWait wraps a Node in a WaitNode; a
@@ -33,9 +43,10 @@ type Backend interface {
 	// freed the lock answers CodeAfter, read from the lock's own keys.
 	Release(ctx context.Context, k Keys, owner string, fence FenceArg, mode ReleaseMode, ttl time.Duration, count int) (int64, error)
 	// Extend runs extend.lua once over items; extendAll runs it once per
-	// call, all in one round trip per server.
+	// call, all in one round trip per server, and writes rec there too if
+	// it is not nil and the backend can (rec.Sent).
 	Extend(ctx context.Context, items []ExtendItem) ([]int64, error)
-	ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error)
+	ExtendAll(ctx context.Context, calls [][]ExtendItem, rec *Record) ([][]int64, []error)
 	// TTL tells whether owner holds its lease on k and how long it has left.
 	TTL(ctx context.Context, k Keys, owner string) (left time.Duration, code int64, err error)
 	// RaiseFence makes owner's fence on k at least fence.

@@ -835,9 +835,9 @@ func (n *Node) Extend(ctx context.Context, items []ExtendItem) ([]int64, error) 
 
 // ExtendAll runs extend.lua once per call, all in one pipeline: one round
 // trip per server. It returns the result codes and the error of each call.
-func (n *Node) ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error) {
+func (n *Node) ExtendAll(ctx context.Context, calls [][]ExtendItem, rec *Record) ([][]int64, []error) {
 	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
-	if len(calls) == 1 {
+	if len(calls) == 1 && rec == nil {
 		codes[0], errs[0] = n.Extend(ctx, calls[0])
 		return codes, errs
 	}
@@ -852,7 +852,17 @@ func (n *Node) ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, 
 				cmds[j] = n.scripts[ScriptExtend].EvalSha(ctx, pipe, ks, args...)
 			}
 		}
+		var set *redis.StatusCmd
+		if rec != nil && !rec.Sent {
+			// The record rides with the round (on a Cluster, with the
+			// batch of its own server), once.
+			set, rec.Sent = pipe.Set(ctx, rec.Key, rec.Value, rec.TTL), true
+		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
+		if set != nil && set.Err() != nil {
+			n.Failed(set.Err())
+			rec.Err = fmt.Errorf("write %s: %w", rec.Key, set.Err())
+		}
 		for j, i := range todo {
 			v, err := cmds[j].Int64Slice()
 			codes[i], errs[i] = n.extendResult(calls[i], v, err)

@@ -79,9 +79,22 @@ func (w *WaitNode) Extend(ctx context.Context, items []ExtendItem) ([]int64, err
 	return codes[0], errs[0]
 }
 
-// ExtendAll is node.extendAll followed by WAIT.
-func (w *WaitNode) ExtendAll(ctx context.Context, calls [][]ExtendItem) ([][]int64, []error) {
-	return w.extendWaited(ctx, calls)
+// ExtendAll is node.extendAll followed by WAIT. rec, if not nil, goes at the
+// same time on a connection of its own: the WAIT's pipeline is the leases'
+// server's, which may not be rec's.
+func (w *WaitNode) ExtendAll(ctx context.Context, calls [][]ExtendItem, rec *Record) ([][]int64, []error) {
+	if rec == nil {
+		return w.extendWaited(ctx, calls)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rec.Err = w.Announce(ctx, rec.Key, rec.Value, rec.TTL)
+	}()
+	rec.Sent = true
+	codes, errs := w.extendWaited(ctx, calls)
+	<-done
+	return codes, errs
 }
 
 // runAcquireWaited runs k's acquire script followed by WAIT, pipelined: one

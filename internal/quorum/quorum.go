@@ -183,7 +183,7 @@ func (q *quorum) unsupported(what string, k protocol.Keys) error {
 
 // Extend extends items on a majority of the members (extendAll).
 func (q *quorum) Extend(ctx context.Context, items []protocol.ExtendItem) ([]int64, error) {
-	codes, errs := q.ExtendAll(ctx, [][]protocol.ExtendItem{items})
+	codes, errs := q.ExtendAll(ctx, [][]protocol.ExtendItem{items}, nil)
 	return codes[0], errs[0]
 }
 
@@ -751,7 +751,9 @@ func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, fen
 // could have; it is stale (codeStale) when the refusals and the members
 // that ran a later Extend leave none; otherwise its call fails, to be tried
 // again.
-func (q *quorum) ExtendAll(ctx context.Context, calls [][]protocol.ExtendItem) ([][]int64, []error) {
+// A record is not written with the round (rec.Sent stays false): the caller
+// writes it with Announce, on every member.
+func (q *quorum) ExtendAll(ctx context.Context, calls [][]protocol.ExtendItem, _ *protocol.Record) ([][]int64, []error) {
 	n := len(q.members)
 	ok := make([][]int, len(calls))
 	not := make([][]int, len(calls))
@@ -775,7 +777,7 @@ func (q *quorum) ExtendAll(ctx context.Context, calls [][]protocol.ExtendItem) (
 	}
 	replies := fanOut(ctx, q, fan[answer]{
 		call: func(ctx context.Context, i int, m protocol.Backend) (answer, error) {
-			codes, errs := m.ExtendAll(ctx, calls)
+			codes, errs := m.ExtendAll(ctx, calls, nil)
 			q.retakeGone(ctx, i, calls, codes, errs)
 			return answer{codes, errs}, nil
 		},

@@ -150,6 +150,10 @@ type Events interface {
 	Lost(t *Term, err error)
 	Extended(t *Term)
 	ExtendFailed(ts []*Term, err error)
+	// Record returns a record to write with the next round (a Client's
+	// name), or nil; Recorded gets it back after the round.
+	Record() *protocol.Record
+	Recorded(rec *protocol.Record)
 }
 
 func New(b protocol.Backend, log *slog.Logger, events Events) *Renewer {
@@ -532,11 +536,15 @@ func (r *Renewer) renewCalls(calls [][]*Term) {
 		defer close(fired)
 		r.stalled(calls, busy)
 	})
-	codes, errs := r.backend.ExtendAll(ctx, items)
+	rec := r.events.Record()
+	codes, errs := r.backend.ExtendAll(ctx, items, rec)
 	if !timer.Stop() {
 		<-fired
 	}
 	cancel()
+	if rec != nil {
+		r.events.Recorded(rec)
+	}
 	for i, batch := range calls {
 		r.renewed(batch, busy[i], items[i], sent, codes[i], errs[i])
 	}
