@@ -165,11 +165,11 @@ func (c *Client) Close() error {
 			}
 			e.ren.End(t, errs.Op(ErrClosed, nil, "lock %q ended by Close", t.K.Name), nil)
 		}
+		e.bg.close() // a write of the record in flight lands first
 		if e.announced.Load() != 0 {
 			// Best effort: otherwise the record expires by itself.
 			_ = e.backend.Announce(ctx, e.nameKey, "", 0)
 		}
-		e.bg.close()
 		c.events.close()
 		e.note.Close()
 		e.backend.Settle()
