@@ -571,7 +571,23 @@ func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, key str
 	clear(a)
 	*p = a[:0]
 	evalArgs.Put(p)
-	return evalReply{v, err}
+	return evalReply{v, refused(err)}
+}
+
+// refused says what Redis's refusal of a client that has not authenticated
+// means. Redis answers a request of many arguments from such a client with
+// "Protocol error: unauthenticated multibulk length", not NOAUTH, and closes
+// the connection: every script call is such a request.
+func refused(err error) error {
+	var rerr redis.Error
+	if err == nil || !errors.As(err, &rerr) {
+		return err
+	}
+	if msg := rerr.Error(); strings.Contains(msg, "unauthenticated") ||
+		strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") {
+		return errs.Op(nil, err, "Redis refuses the client: no password or a wrong one (go-redis's Options.Username and Password)")
+	}
+	return err
 }
 
 // evalArgs holds argument slices for eval to reuse.
