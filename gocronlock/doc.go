@@ -5,10 +5,11 @@
 //
 //   - NewElector makes an Elector (gocron.WithDistributedElector): the
 //     instances elect a leader with a dlock Election, and only the leader
-//     runs jobs. It is the stronger choice: a tick runs wherever the leader
-//     is, whatever the instances' clocks say; a leader that dies is
+//     runs jobs, whatever the instances' clocks say. A leader that dies is
 //     replaced within the Election's TTL, one that shuts down (Close) at
-//     once.
+//     once; around such a change a tick may be run by the old leader and
+//     again by the new one, if their schedulers fire it further apart than
+//     the change took, or by neither.
 //   - NewLocker makes a Locker (gocron.WithDistributedLocker): every instance
 //     fires every job, and a dlock Mutex per job lets one of them run each
 //     tick. As gocron asks for the job's lock by name, not by tick, the lock
