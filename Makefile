@@ -19,10 +19,13 @@ chaos:
 # that acknowledged dies with the primary. Then 10 rounds of each test that
 # the suite runs with one failover or a few restarts: a holder told of a lock
 # lost in a lossy failover (Sentinel and Cluster) and fences rising across
-# restarts. About 35 minutes.
+# restarts; and 10 rounds of each Election failover test (a leader whose grant
+# a Cluster failover lost, a leader that keeps leading across a Sentinel
+# failover with WithWaitReplicas). About 40 minutes.
 failover:
 	bash -o pipefail -c "DLOCK_FAILOVER_ROUNDS=100 go test -race -run 'TestSentinelWait(Rounds|NotConsensus)' -count=1 -timeout 90m -v . | grep -v '^redis: '"
 	bash -o pipefail -c "DLOCK_FAILOVER_ROUNDS=10 go test -race -run 'Test(SentinelLossyFailover|ClusterLossyFailoverFences|SentinelRestartFences)$$' -count=1 -timeout 30m -v . | grep -v '^redis: '"
+	bash -o pipefail -c "DLOCK_FAILOVER_ROUNDS=10 go test -race -run 'TestElection(Cluster|Sentinel)Failover$$' -count=1 -timeout 30m -v . | grep -v '^redis: '"
 
 # dlock next to redsync, redislock, rueidislock and raw go-redis, in one run on
 # a private redis-server: bench/results/full.md, latest.json and latest.svg.

@@ -352,8 +352,10 @@ type Eviction struct {
 // only from the owners given), whoever they are: for the people on call,
 // when a holder is stuck and its lease keeps being renewed. Each hold is
 // released as its holder's own release would release it, so the next
-// waiter is granted the lock or woken at once; Redis's fence is then moved
-// above every evicted hold's (Eviction.Fence). An evicted holder learns at
+// waiter is granted the lock or woken at once, in the same script and with a
+// fence above the evicted hold's (an Election's next leader: a higher term);
+// Redis's fence is then moved to at least Eviction.Fence, above every evicted
+// hold's. An evicted holder learns at
 // its next renewal: its Lease's Done closes, with ErrLockLost. Until then it
 // may still act; only fences stop it, which is why the fence moves.
 //

@@ -163,7 +163,10 @@ func (c *Client) Close() error {
 			if _, rerr := e.backend.Release(ctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseLast, e.ren.TTLOf(t), 0); rerr != nil {
 				failed = append(failed, rerr)
 			}
-			e.ren.End(t, errs.Op(ErrClosed, nil, "lock %q ended by Close", t.K.Name), nil)
+			cause := errs.Op(ErrClosed, nil, "lock %q ended by Close", t.K.Name)
+			if e.ren.End(t, cause, nil) {
+				e.leadershipEnded(context.Background(), t, cause)
+			}
 		}
 		e.bg.close() // a write of the record in flight lands first
 		if e.announced.Load() != 0 {

@@ -498,6 +498,9 @@ func (ld *Leadership) Resign(ctx context.Context) error {
 		ld.resign = &resignation{done: make(chan struct{}), deadline: e.ren.DeadlineOf(t)}
 	}
 	ld.mu.Unlock()
+	if r == nil {
+		e.leadershipEnded(ctx, t, errResigned)
+	}
 	if r != nil {
 		return r.wait(ctx, t.K.Name)
 	}

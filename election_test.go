@@ -551,6 +551,69 @@ func TestElectionAdmin(t *testing.T) {
 	}
 }
 
+// TestElectionForceReleaseTerm: a forced release of a leader moves the term
+// on, as for a lock: the candidate it hands the lease to, and a candidate
+// that campaigns after a forced release that found nobody in line, lead in a
+// term above the evicted leader's and at least Eviction.Fence, even when the
+// terms have run ahead of the server's clock (as after a failover to a server
+// whose clock is behind the old one's), so that a term taken from the clock
+// alone would fall below the evicted one.
+func TestElectionForceReleaseTerm(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, rdb, _ := newClient(t, dlock.WithTTL(time.Second))
+	ahead := time.Now().Add(time.Hour).UnixMicro()
+	if err := rdb.Set(ctx, "dlock:election:{ahead}:fence", ahead, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	el := c.Election("ahead")
+	a, err := el.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Term() <= ahead {
+		t.Fatalf("term %d: not above the fence %d", a.Term(), ahead)
+	}
+
+	// Handed to the candidate in line.
+	next := campaignAsync(ctx, clientOn(t, rdb).Election("ahead"), "b")
+	candidatesInLine(t, rdb, "ahead", 1)
+	ev, err := c.ForceRelease(ctx, dlock.KindElection, "ahead")
+	if err != nil || len(ev.Evicted) != 1 || ev.Evicted[0].Fence != a.Term() {
+		t.Fatalf("ForceRelease: %+v, %v; want the leader of term %d evicted", ev, err, a.Term())
+	}
+	r := <-next
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	b := r.ld
+	if b.Term() <= a.Term() || b.Term() < ev.Fence {
+		t.Fatalf("the next leader's term %d, after a forced release of term %d (Eviction.Fence %d): want above %d and at least %d",
+			b.Term(), a.Term(), ev.Fence, a.Term(), ev.Fence)
+	}
+	mustLead(t, el, "b", b.Term())
+	if !closedWithin(a.Done(), 2*time.Second) || !errors.Is(a.Err(), dlock.ErrLockLost) {
+		t.Errorf("the evicted leadership's Err: %v, want ErrLockLost", a.Err())
+	}
+
+	// Nobody in line: the next Campaign's term.
+	ev, err = c.ForceRelease(ctx, dlock.KindElection, "ahead")
+	if err != nil || len(ev.Evicted) != 1 {
+		t.Fatalf("ForceRelease: %+v, %v", ev, err)
+	}
+	mustHaveNoLeader(t, el)
+	d, err := el.Campaign(ctx, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Term() <= b.Term() || d.Term() < ev.Fence {
+		t.Fatalf("the term after a forced release of term %d with nobody in line: %d (Eviction.Fence %d)", b.Term(), d.Term(), ev.Fence)
+	}
+	if err := d.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestElectionRedLock: on a RedLock Client every call of an Election
 // returns an error matching errors.ErrUnsupported.
 func TestElectionRedLock(t *testing.T) {

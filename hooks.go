@@ -49,6 +49,14 @@ type Hooks struct {
 	ExtendFailed func(ctx context.Context, l LockInfo, fence int64, err error)
 	// Lost is called when a lease is lost; err matches ErrLockLost.
 	Lost func(ctx context.Context, l LockInfo, fence int64, err error)
+	// LeadershipEnded is called when a Leadership of an Election ends, with
+	// its term and why (what Leadership.Err returns): resigned (ErrNotHeld),
+	// lost (ErrLockLost) or ended by Client.Close (ErrClosed); once per
+	// Leadership. It is called on the goroutine of the Resign or the Close
+	// that ended the Leadership (Resign: before it sends anything), and for a
+	// loss as Lost is, right after it. A Leadership begins where LockEnd
+	// of a "campaign" has a nil Err, its Fence being the term.
+	LeadershipEnded func(ctx context.Context, l LockInfo, term int64, err error)
 }
 
 // LockInfo names the lock an event is about.
@@ -152,6 +160,18 @@ func (e leaseEvents) Recorded(rec *protocol.Record) { e.e.recorded(rec) }
 func (e leaseEvents) Lost(t *renew.Term, err error) {
 	if h := e.hooks; h != nil && h.Lost != nil {
 		e.d.post(func() { h.Lost(context.Background(), lockInfo(t), t.Fence, err) })
+	}
+	if h := e.hooks; h != nil && h.LeadershipEnded != nil && t.K.Kind == protocol.ElectionKind {
+		e.d.post(func() { e.e.leadershipEnded(context.Background(), t, err) })
+	}
+}
+
+// leadershipEnded calls the LeadershipEnded hook for t, which has ended with
+// cause, if t is a Leadership's term. A loss calls it through Lost; Resign and
+// Close, which end a term otherwise, call it themselves.
+func (e *engine) leadershipEnded(ctx context.Context, t *renew.Term, cause error) {
+	if h := e.hooks; h != nil && h.LeadershipEnded != nil && t.K.Kind == protocol.ElectionKind {
+		h.LeadershipEnded(ctx, lockInfo(t), t.Fence, cause)
 	}
 }
 

@@ -17,11 +17,12 @@
 //	dlock.lock.handoffs          Counter     {acquisition}  dlock.lock.kind, dlock.op
 //	dlock.lease.renewals         Counter     {renewal}      dlock.lock.kind, dlock.outcome
 //	dlock.lease.lost             Counter     {lease}        dlock.lock.kind
+//	dlock.election.terms         Counter     {term}         dlock.outcome
 //
 // dlock.lock.acquire.duration records every acquisition when it ends, with
 // the time it took (LockResult.Waited): each Lock, TryLock, RLock, TryRLock,
-// Acquire and TryAcquire, re-entries included; a MultiLock records one per
-// name. Its dlock.outcome is one of:
+// Acquire, TryAcquire and Campaign, re-entries included; a MultiLock records
+// one per name. Its dlock.outcome is one of:
 //
 //	acquired      the lock was acquired
 //	reentered     a lease the context carried was re-entered
@@ -47,16 +48,29 @@
 // failed for a reason that may pass, to be retried (error). dlock.lease.lost
 // counts the leases lost (dlock.ErrLockLost), however they were lost.
 //
-// dlock.lock.kind is LockInfo.Kind: Mutex, FairMutex, RWMutex or Semaphore.
-// dlock.op names the acquisition: lock, trylock, rlock, tryrlock, acquire or
-// tryacquire. The name of a lock is never a metric attribute: names are
-// unbounded ("order:42"), and every one would make a series of its own.
+// dlock.election.terms counts the terms of leadership of the Client's
+// Election candidates, with dlock.outcome:
+//
+//	gained    a Campaign won: a term began
+//	resigned  a term ended by Leadership.Resign, or by Client.Close (which resigns what its Client leads)
+//	lost      a term lost (dlock.ErrLockLost): its lease was not renewed in time, or found gone
+//
+// So gained, less resigned and lost, is how many Leaderships the Clients
+// that share the hooks hold. The ends come from the hook
+// dlock.Hooks.LeadershipEnded.
+//
+// dlock.lock.kind is LockInfo.Kind: Mutex, FairMutex, RWMutex, Semaphore or
+// Election. dlock.op names the acquisition: lock, trylock, rlock, tryrlock,
+// acquire, tryacquire or campaign. The name of a lock is never a metric
+// attribute: names are unbounded ("order:42"), and every one would make a
+// series of its own.
 //
 // The histograms advise bucket boundaries from 0.5ms to 60s (acquisitions)
 // and from 1ms to 1h (holds); a View of the MeterProvider can replace them.
 //
 // There is no count of the leases held: a lease that Client.Close ends is
-// told of by no hook, so such a count would drift.
+// told of by no hook, so such a count would drift. Elections are the
+// exception: Close's end of a Leadership is told (dlock.election.terms).
 //
 // # Spans
 //

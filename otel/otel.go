@@ -38,6 +38,9 @@ const (
 	outcomeCanceled    = "canceled"
 	outcomeOK          = "ok"
 	outcomeError       = "error"
+	outcomeGained      = "gained"
+	outcomeResigned    = "resigned"
+	outcomeLost        = "lost"
 )
 
 // Bucket boundaries, in seconds, advised for the histograms.
@@ -107,6 +110,8 @@ func Hooks(opts ...Option) dlock.Hooks {
 			"Renewals and extensions of leases, and renewals that failed and are retried."),
 		lost: counter(m, "dlock.lease.lost", "{lease}",
 			"Leases lost."),
+		terms: counter(m, "dlock.election.terms", "{term}",
+			"Terms of leadership of Elections gained, resigned and lost by this process's candidates."),
 	}
 	return dlock.Hooks{
 		LockStart:    r.lockStart,
@@ -117,6 +122,8 @@ func Hooks(opts ...Option) dlock.Hooks {
 		Extended:     r.extended,
 		ExtendFailed: r.extendFailed,
 		Lost:         r.leaseLost,
+
+		LeadershipEnded: r.leadershipEnded,
 	}
 }
 
@@ -152,6 +159,7 @@ type recorder struct {
 	handoffs    metric.Int64Counter
 	renewals    metric.Int64Counter
 	lost        metric.Int64Counter
+	terms       metric.Int64Counter
 }
 
 // call is what a Start hook hands its End hook through the context.
@@ -197,6 +205,9 @@ func (r *recorder) lockEnd(ctx context.Context, l dlock.LockInfo, res dlock.Lock
 	r.acquire.Record(ctx, res.Waited.Seconds(), metric.WithAttributes(append(attrs, keyOutcome.String(outcome))...))
 	if res.HandedOff {
 		r.handoffs.Add(ctx, 1, metric.WithAttributes(attrs...))
+	}
+	if l.Kind == string(dlock.KindElection) && res.Err == nil {
+		r.terms.Add(ctx, 1, metric.WithAttributes(keyOutcome.String(outcomeGained)))
 	}
 	if c == nil {
 		return
@@ -269,4 +280,14 @@ func (r *recorder) extendFailed(ctx context.Context, l dlock.LockInfo, _ int64, 
 
 func (r *recorder) leaseLost(ctx context.Context, l dlock.LockInfo, _ int64, _ error) {
 	r.lost.Add(ctx, 1, metric.WithAttributes(keyKind.String(l.Kind)))
+}
+
+// leadershipEnded counts a term that ended: lost, or resigned (by Resign,
+// or by Client.Close, which resigns what its Client leads).
+func (r *recorder) leadershipEnded(ctx context.Context, _ dlock.LockInfo, _ int64, err error) {
+	outcome := outcomeResigned
+	if errors.Is(err, dlock.ErrLockLost) {
+		outcome = outcomeLost
+	}
+	r.terms.Add(ctx, 1, metric.WithAttributes(keyOutcome.String(outcome)))
 }

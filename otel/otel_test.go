@@ -483,3 +483,70 @@ func TestLost(t *testing.T) {
 		t.Errorf("unlock spans %v, want 1 with status error", unlocks)
 	}
 }
+
+// TestElectionTerms: dlock.election.terms counts each term a Campaign
+// gained, each one Resign or Close resigned and each one lost, here to a
+// ForceRelease, which the leader learns of at its next renewal.
+func TestElectionTerms(t *testing.T) {
+	e := newEnv(t, dlock.WithTTL(300*time.Millisecond))
+	const name = "scheduler"
+	ctx := context.Background()
+	el := e.c.Election(name)
+	terms := func(want map[string]int64) {
+		t.Helper()
+		got := e.collect(t, name)
+		for _, p := range got["dlock.election.terms"] {
+			o, _ := p.attrs["dlock.outcome"].(string)
+			if len(p.attrs) != 1 || p.value != want[o] {
+				t.Errorf("dlock.election.terms %v = %d, want %d", p.attrs, p.value, want[o])
+			}
+			delete(want, o)
+		}
+		for o, n := range want {
+			if n != 0 {
+				t.Errorf("dlock.election.terms: no point with outcome %s, want %d", o, n)
+			}
+		}
+	}
+
+	a, err := el.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms(map[string]int64{"gained": 1})
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Counted on Resign's goroutine, before it returned.
+	terms(map[string]int64{"gained": 1, "resigned": 1})
+
+	b, err := el.Campaign(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.ForceRelease(ctx, dlock.KindElection, name); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the leadership taken away by ForceRelease did not end")
+	}
+	if !errors.Is(b.Err(), dlock.ErrLockLost) {
+		t.Fatalf("Err of the evicted leadership: %v, want ErrLockLost", b.Err())
+	}
+
+	if _, err := el.Campaign(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	e.c.Close() // resigns c, and waits for the hook calls of the loss
+	terms(map[string]int64{"gained": 3, "resigned": 2, "lost": 1})
+	got := e.collect(t, name)
+	if p := only(t, got, "dlock.lease.lost", map[string]any{"dlock.lock.kind": "Election"}); p.value != 1 {
+		t.Errorf("lost %d, want 1", p.value)
+	}
+	p, ok := find(t, got, "dlock.lock.acquire.duration", map[string]any{"dlock.lock.kind": "Election", "dlock.op": "campaign", "dlock.outcome": "acquired"})
+	if !ok || p.count != 3 {
+		t.Errorf("acquire.duration: %v, want count 3 campaigns acquired", got["dlock.lock.acquire.duration"])
+	}
+}

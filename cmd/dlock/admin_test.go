@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -317,47 +318,9 @@ func TestWatchPiped(t *testing.T) {
 // place as the lock changes hands.
 func TestWatchTerminal(t *testing.T) {
 	t.Parallel()
-	tmux, err := exec.LookPath("tmux")
-	if err != nil {
-		t.Fatal("tmux is needed to test watch in a terminal (apt-get install tmux)")
-	}
 	ctx := context.Background()
 	c, rdb, flags := admin(t)
-	bin := filepath.Join(t.TempDir(), "dlock")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	sock := filepath.Join(t.TempDir(), "tmux.sock")
-	session := "watch"
-	tm := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command(tmux, append([]string{"-S", sock}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("tmux %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	tm("new-session", "-d", "-s", session, "-x", "120", "-y", "30",
-		strings.Join(append(append([]string{bin, "watch", "--interval", "50ms"}, flags...), "tmux-lock"), " ")+"; sleep 60")
-	t.Cleanup(func() { exec.Command(tmux, "-S", sock, "kill-server").Run() })
-	screen := func(want ...string) string {
-		t.Helper()
-		var s string
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			s = tm("capture-pane", "-p", "-t", session)
-			ok := true
-			for _, w := range want {
-				ok = ok && strings.Contains(s, w)
-			}
-			if ok {
-				return s
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("the pane never showed %q; it shows:\n%s", want, s)
-		return ""
-	}
+	screen := watchPane(t, append(append([]string{"--interval", "50ms"}, flags...), "tmux-lock")...)
 	screen(`Mutex "tmux-lock"`, "holders  none: free", "hand-offs: 0 seen")
 	l, err := c.Mutex("tmux-lock").Lock(ctx)
 	if err != nil {
@@ -384,6 +347,53 @@ func TestWatchTerminal(t *testing.T) {
 	}
 	if n := strings.Count(s, "dlock watch"); n != 1 {
 		t.Errorf("the view is drawn %d times on the screen, want once, in place:\n%s", n, s)
+	}
+}
+
+// watchPane runs dlock watch with args in a terminal, a tmux pane 120
+// columns wide and 30 lines high, and returns a function that waits until the
+// pane shows each of want at once, and returns what it shows. The command is
+// this test binary, which TestMain makes behave as dlock.
+func watchPane(t *testing.T, args ...string) (screen func(want ...string) string) {
+	t.Helper()
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Fatal("tmux is needed to test watch in a terminal (apt-get install tmux)")
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "tmux.sock")
+	const session = "watch"
+	tm := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(tmux, append([]string{"-S", sock}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	cmd := append([]string{"env", workerEnv + "=1", bin, "watch"}, args...)
+	tm("new-session", "-d", "-s", session, "-x", "120", "-y", "30", strings.Join(cmd, " ")+"; sleep 60")
+	t.Cleanup(func() { exec.Command(tmux, "-S", sock, "kill-server").Run() })
+	return func(want ...string) string {
+		t.Helper()
+		var s string
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			s = tm("capture-pane", "-p", "-t", session)
+			ok := true
+			for _, w := range want {
+				ok = ok && strings.Contains(s, w)
+			}
+			if ok {
+				return s
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("the pane never showed %q; it shows:\n%s", want, s)
+		return ""
 	}
 }
 

@@ -19,19 +19,23 @@ type election struct {
 	Time time.Time `json:"time"` // the Redis server's clock when it was read
 	// Leader is nil when nobody leads.
 	Leader *leader `json:"leader"`
-	// Candidates are the live candidates in line, first to lead first;
-	// Queued counts every registration, lapsed ones no request has dropped
-	// yet included.
+	// Candidates are the live candidates in line, first to lead first (at
+	// most dlock.InspectLimit). Queued counts the entries of the line as
+	// LockState.Queued does: lapsed registrations no request has dropped yet
+	// included, and the leader's own while it leads, if a Resign or an
+	// ended term handed it the lease (it keeps its place, as a FairMutex's
+	// grantee does).
 	Candidates []dlock.Waiter `json:"candidates"`
 	Queued     int            `json:"queued"`
 }
 
 type leader struct {
-	Owner string        `json:"owner"`
-	Term  int64         `json:"term"`
-	Since time.Time     `json:"since"`
-	Value string        `json:"value"`
-	TTL   time.Duration `json:"ttl"` // what its lease has left unless renewed
+	Owner      string        `json:"owner"`
+	ClientName string        `json:"client_name,omitempty"` // as dlock.Holder's
+	Term       int64         `json:"term"`
+	Since      time.Time     `json:"since"`
+	Value      string        `json:"value"`
+	TTL        time.Duration `json:"ttl"` // what its lease has left unless renewed
 }
 
 // runLeader prints who leads an election.
@@ -77,7 +81,7 @@ func readElection(ctx context.Context, c *dlock.Client, name string) (*election,
 		el = &election{Name: name, Time: s.Time, Candidates: s.Waiters, Queued: s.Queued}
 		if len(s.Holders) == 1 && err == nil {
 			h := s.Holders[0]
-			el.Leader = &leader{Owner: h.Owner, Term: l.Term, Since: l.Since, Value: l.Value, TTL: h.TTL}
+			el.Leader = &leader{Owner: h.Owner, ClientName: h.ClientName, Term: l.Term, Since: l.Since, Value: l.Value, TTL: h.TTL}
 			if h.Fence == l.Term {
 				break
 			}
@@ -92,23 +96,23 @@ func readElection(ctx context.Context, c *dlock.Client, name string) (*election,
 func printElection(w io.Writer, el *election) {
 	fmt.Fprintf(w, "Election %q at %s\n", el.Name, el.Time.UTC().Format("15:04:05.000"))
 	if l := el.Leader; l == nil {
-		fmt.Fprintln(w, "  leader      none")
+		fmt.Fprintln(w, "  leader      none: nobody leads")
 	} else {
-		fmt.Fprintf(w, "  leader      %s\n", l.Owner)
+		fmt.Fprintf(w, "  leader      %s\n", ownerWord(l.Owner, l.ClientName))
 		fmt.Fprintf(w, "  term        %d\n", l.Term)
 		fmt.Fprintf(w, "  since       %s (%s ago)\n", l.Since.UTC().Format("15:04:05.000"), roundDuration(el.Time.Sub(l.Since)))
 		fmt.Fprintf(w, "  value       %q\n", l.Value)
 		fmt.Fprintf(w, "  TTL         %s\n", roundDuration(l.TTL))
 	}
-	if el.Queued == 0 {
+	if len(el.Candidates) == 0 {
 		fmt.Fprintln(w, "  candidates  none in line")
 		return
 	}
-	fmt.Fprintf(w, "  candidates  %d in line", el.Queued)
-	if len(el.Candidates) < el.Queued {
-		fmt.Fprintf(w, " (%d live listed)", len(el.Candidates))
+	if len(el.Candidates) == dlock.InspectLimit && el.Queued > len(el.Candidates) {
+		fmt.Fprintf(w, "  candidates  %d listed, up to %d in line\n", len(el.Candidates), el.Queued)
+	} else {
+		fmt.Fprintf(w, "  candidates  %d in line\n", len(el.Candidates))
 	}
-	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "    #\tOWNER\tWAITING\tREGISTERED FOR")
 	for i, c := range el.Candidates {
@@ -116,7 +120,7 @@ func printElection(w io.Writer, el *election) {
 		if !c.Since.IsZero() {
 			waiting = roundDuration(el.Time.Sub(c.Since)).String()
 		}
-		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\n", i+1, c.Owner, waiting, roundDuration(c.TTL))
+		fmt.Fprintf(tw, "    %d\t%s\t%s\t%s\n", i+1, ownerWord(c.Owner, c.ClientName), waiting, roundDuration(c.TTL))
 	}
 	tw.Flush()
 }

@@ -24,7 +24,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	kindS := kindFlag(fs)
 	every := fs.Duration("interval", 100*time.Millisecond, "how often to look at the lock")
 	plain := fs.Bool("plain", false, "print a line at every change even in a terminal (the default when the output is not one)")
-	rest, err := parseFlags(fs, args, "dlock watch [flags] NAME\n\nFollows the lock NAME until interrupted: its holders, its queue and the hand-offs per second, looked at every --interval. In a terminal the view is redrawn in place; piped, a line is printed at every change. A hand-off is a new holder seen; holders that come and go between two looks are not seen.", stdout)
+	rest, err := parseFlags(fs, args, "dlock watch [flags] NAME\n\nFollows the lock NAME until interrupted: its holders, its queue and the hand-offs per second, looked at every --interval; with --kind Election, who leads (as dlock leader prints it), the candidates in line and the leader changes. In a terminal the view is redrawn in place; piped, a line is printed at every change. A hand-off is a new holder seen; holders that come and go between two looks are not seen.", stdout)
 	if err != nil {
 		return err
 	}
@@ -59,11 +59,19 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	t := time.NewTicker(*every)
 	defer t.Stop()
 	for {
-		s, err := c.Inspect(ctx, kind, name)
-		if ctx.Err() != nil {
-			return nil
+		if kind == dlock.KindElection {
+			el, err := readElection(ctx, c, name)
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.showElection(el, err)
+		} else {
+			s, err := c.Inspect(ctx, kind, name)
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.show(s, err)
 		}
-		w.show(s, err)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -88,41 +96,90 @@ type watcher struct {
 
 // show takes one look's result.
 func (w *watcher) show(s *dlock.LockState, err error) {
-	now := time.Now()
-	if err != nil {
-		if w.tty {
-			fmt.Fprintf(w.out, "\x1b[H\x1b[2Jdlock watch: %v\n(retrying every %v)\n", err, w.every)
-		} else if !w.failing {
-			fmt.Fprintf(w.out, "%s error: %v\n", now.UTC().Format("15:04:05.000"), err)
-		}
-		w.failing = true
+	if w.failed(err) {
 		return
 	}
-	w.failing = false
 	held := make(map[string]int64, len(s.Holders))
 	for _, h := range s.Holders {
 		held[h.Owner] = h.Fence
-		if _, was := w.held[h.Owner]; w.started && !was {
+	}
+	rate := w.count(held)
+	if w.tty {
+		var b strings.Builder
+		fmt.Fprintf(&b, "\x1b[H\x1b[2Jdlock watch %s %q every %v (Ctrl-C to stop)\n", s.Kind, s.Name, w.every)
+		fmt.Fprintf(&b, "hand-offs: %d seen, %.1f/s over the last %v\n\n", w.seen, rate, handoffWindow)
+		printState(&b, s)
+		io.WriteString(w.out, b.String())
+		return
+	}
+	w.line(fmt.Sprintf("holders=%s fence=%s waiters=%d", holdersCell(s), fenceCell(s.Fence), s.Queued), "handoffs", rate)
+}
+
+// showElection takes one look's result at an election: who leads, and the
+// candidates in line. A new leader seen counts as a hand-off, which the view
+// calls a leader change.
+func (w *watcher) showElection(el *election, err error) {
+	if w.failed(err) {
+		return
+	}
+	held := make(map[string]int64, 1)
+	if l := el.Leader; l != nil {
+		held[l.Owner] = l.Term
+	}
+	rate := w.count(held)
+	if w.tty {
+		var b strings.Builder
+		fmt.Fprintf(&b, "\x1b[H\x1b[2Jdlock watch Election %q every %v (Ctrl-C to stop)\n", el.Name, w.every)
+		fmt.Fprintf(&b, "leader changes: %d seen, %.1f/s over the last %v\n\n", w.seen, rate, handoffWindow)
+		printElection(&b, el)
+		io.WriteString(w.out, b.String())
+		return
+	}
+	lead := "leader=none"
+	if l := el.Leader; l != nil {
+		lead = fmt.Sprintf("leader=%s term=%d value=%q", ownerWord(l.Owner, l.ClientName), l.Term, l.Value)
+	}
+	w.line(fmt.Sprintf("%s candidates=%d", lead, len(el.Candidates)), "changes", rate)
+}
+
+// failed handles a look that failed, if err is not nil, and reports whether
+// it did.
+func (w *watcher) failed(err error) bool {
+	if err == nil {
+		w.failing = false
+		return false
+	}
+	if w.tty {
+		fmt.Fprintf(w.out, "\x1b[H\x1b[2Jdlock watch: %v\n(retrying every %v)\n", err, w.every)
+	} else if !w.failing {
+		fmt.Fprintf(w.out, "%s error: %v\n", time.Now().UTC().Format("15:04:05.000"), err)
+	}
+	w.failing = true
+	return true
+}
+
+// count takes the holders of one look (owner -> fence), counts those new
+// since the last look as hand-offs, and returns the hand-offs per second
+// over the last handoffWindow.
+func (w *watcher) count(held map[string]int64) float64 {
+	now := time.Now()
+	for o := range held {
+		if _, was := w.held[o]; w.started && !was {
 			w.seen++
 			w.handoffs = append(w.handoffs, now)
 		}
 	}
 	w.held, w.started = held, true
 	w.handoffs = slices.DeleteFunc(w.handoffs, func(t time.Time) bool { return now.Sub(t) > handoffWindow })
-	rate := float64(len(w.handoffs)) / handoffWindow.Seconds()
-	if w.tty {
-		var b strings.Builder
-		b.WriteString("\x1b[H\x1b[2J")
-		fmt.Fprintf(&b, "dlock watch %s %q every %v (Ctrl-C to stop)\n", s.Kind, s.Name, w.every)
-		fmt.Fprintf(&b, "hand-offs: %d seen, %.1f/s over the last %v\n\n", w.seen, rate, handoffWindow)
-		printState(&b, s)
-		io.WriteString(w.out, b.String())
-		return
-	}
-	line := fmt.Sprintf("holders=%s fence=%s waiters=%d", holdersCell(s), fenceCell(s.Fence), s.Queued)
+	return float64(len(w.handoffs)) / handoffWindow.Seconds()
+}
+
+// line prints, piped, what a look saw if it differs from the last line, with
+// the hand-offs counted (as what).
+func (w *watcher) line(line, what string, rate float64) {
 	if line == w.last {
 		return
 	}
 	w.last = line
-	fmt.Fprintf(w.out, "%s %s handoffs=%d rate=%.1f/s\n", now.UTC().Format("15:04:05.000"), line, w.seen, rate)
+	fmt.Fprintf(w.out, "%s %s %s=%d rate=%.1f/s\n", time.Now().UTC().Format("15:04:05.000"), line, what, w.seen, rate)
 }
