@@ -95,13 +95,12 @@ func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel con
 	}
 }
 
-// Unlock releases the hold this Lease stands for; the lock is free once its
-// owner's last hold is released. Renewal stops first, so an unlocked lease is
-// never renewed again. Unlock works with a cancelled ctx. A second Unlock, or
-// one after the lease ended, changes nothing and returns an error matching
-// ErrNotHeld (and ErrLockLost if it was lost). If Redis cannot be reached, the
-// Client retries in the background until the TTL has run out: there is
-// nothing to retry.
+// Unlock releases the hold this Lease stands for; once its owner's last hold
+// is released the lock is free and never renewed again. Unlock works with a
+// cancelled ctx. A second Unlock, or one after the lease ended, changes
+// nothing and returns an error matching ErrNotHeld (and ErrLockLost if it was
+// lost). If Redis cannot be reached, Unlock returns that error and the Client
+// retries in the background until the TTL has run out: do not retry it.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil || l.h == nil {
 		return errNilLease
