@@ -206,7 +206,9 @@ func (c *Client) acquirer(k *protocol.Kind, name string, opts []Option) acquirer
 
 // nameErr is the error of a name no call may use: empty, or longer than
 // MaxNameLen. what says whose name it is. The error does not quote a name too
-// long: it may be huge.
+// long: it may be huge. The bound exists because every key holds the prefix
+// and the name: an unbounded one would let a single call make Redis hold as
+// much memory as it was given.
 func nameErr(what, name string) error {
 	switch {
 	case name == "":
