@@ -99,8 +99,9 @@ func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel con
 // is released the lock is free and never renewed again. Unlock works with a
 // cancelled ctx. A second Unlock, or one after the lease ended, changes
 // nothing and returns an error matching ErrNotHeld (and ErrLockLost if it was
-// lost). If Redis cannot be reached, Unlock returns that error and the Client
-// retries in the background until the TTL has run out: do not retry it.
+// lost). If Redis cannot be reached, Unlock returns that error, but the hold
+// counts as released (the Client retries a last hold's release in the
+// background until the TTL has run out): do not retry it.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil || l.h == nil {
 		return errNilLease
