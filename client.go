@@ -19,14 +19,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Client is what every primitive of this package runs on: it holds the Redis
-// client, renews the leases of every lock acquired through it with one
-// goroutine, and receives release notifications on one shared pub/sub
-// connection.
-//
-// Create a Client with New and share it: it is safe for concurrent use, and
-// primitives made from it are cheap. Close it when done; Close releases the
-// locks it still holds and stops its goroutines. The zero Client is not usable.
+// Client runs this package's primitives on one Redis deployment and renews
+// the leases acquired through them. Make one with New or NewRedLock, share it
+// (it is safe for concurrent use), and Close it when done.
 type Client struct {
 	e         *engine
 	cfg       config
@@ -34,31 +29,14 @@ type Client struct {
 	closeOnce sync.Once
 }
 
-// New returns a Client working on rdb, which may be a *redis.Client or a
-// *redis.FailoverClient (Sentinel). The options set the defaults of every
-// primitive made from this Client; the Client-only ones (WithPrefix,
-// WithLogger, WithHooks, WithAutoPipeline, WithWaitReplicas) configure the
-// Client itself. New does not contact Redis. A nil rdb is an error, and so
-// is a nil pointer (a *redis.Client variable never set) or a zero go-redis
-// client.
+// New returns a Client on rdb: a *redis.Client (plain, or Sentinel's from
+// redis.NewFailoverClient) or a *redis.ClusterClient. It does not contact
+// Redis; a nil or zero rdb is an error. The options set the defaults of every
+// primitive made from the Client, and the Client-only ones configure it.
 //
-// A Lock returns when its context ends even if Redis has stalled. Unless rdb
-// gives up requests at their deadline by itself (made with
-// ContextTimeoutEnabled, and WithAutoPipeline not given), the Client waits for
-// each acquire on another goroutine to make that so, which costs a goroutine
-// hand-off per acquire; a Redis client made with ContextTimeoutEnabled avoids
-// it.
-//
-// The acquires and releases of goroutines that lock at once share round
-// trips, unless rdb was made with ContextTimeoutEnabled: while a few requests
-// (4 per GOMAXPROCS) are in flight, those made meanwhile wait and go together
-// in one pipeline when one of them is answered. A lone caller's request goes
-// at once, as without batching. Redis then reads and answers many requests
-// at a time, which is most of what a short script costs it; with 64
-// goroutines on distinct locks the bench module's runs made about twice the
-// operations per second of sending each request alone. go-redis hooks see
-// those requests as pipelines (ProcessPipelineHook), and a pipeline that
-// fails on the network is retried whole, which every script allows.
+// A Lock returns when its ctx ends, even if Redis stalls. Concurrent acquires
+// and releases may share a pipeline, which go-redis hooks see as one
+// (ProcessPipelineHook), unless rdb was made with ContextTimeoutEnabled.
 func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if why := unusable(rdb); why != "" {
 		return nil, errs.Op(nil, nil, "New: the Redis client is %s", why)
@@ -70,6 +48,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if cfg.nodeTimeout > 0 {
 		return nil, errors.New("dlock: New: WithNodeTimeout applies to NewRedLock only")
 	}
+	// Unless rdb gives up a request at its context's end by itself
+	// (ContextTimeoutEnabled, no autopipeliner), the node batches the
+	// requests of concurrent callers (protocol's batcher), and each acquire
+	// waits for its request on another goroutine so that it can return at
+	// its context's end (within).
 	n, err := protocol.NewNode(rdb, cfg.autoPipeline, cfg.scripts)
 	if err != nil {
 		return nil, errs.Op(nil, err, "New: WithAutoPipeline")
@@ -120,9 +103,8 @@ func defaultClientName() string {
 	return host + ":" + strconv.Itoa(os.Getpid())
 }
 
-// Name returns the Client's name: WithClientName's, or "host:pid". Inspect,
-// Locks and the dlock command show it beside the owner ids of its holds and
-// waits.
+// Name returns the Client's name (WithClientName, default "host:pid"), which
+// Inspect, Locks and the dlock command show beside its owner ids.
 func (c *Client) Name() string {
 	if c == nil || c.e == nil {
 		return ""
@@ -130,10 +112,8 @@ func (c *Client) Name() string {
 	return c.e.name
 }
 
-// ID returns the Client's id: random, made by New, and the first part of the
-// owner id of every lease taken through it (Lease.Owner). The Client logs it
-// at Info on its first use (WithLogger), so that the people on call can tell
-// which process holds a lock that `dlock ls` or Inspect shows.
+// ID returns the Client's random id, which starts the owner id of every lease
+// taken through it (Lease.Owner). The Client logs it at Info on first use.
 func (c *Client) ID() string {
 	if c == nil || c.e == nil {
 		return ""
@@ -141,12 +121,11 @@ func (c *Client) ID() string {
 	return c.e.id
 }
 
-// Close releases every lock still held through c (best effort, bounded by a
-// few seconds), ends their leases with an error matching ErrClosed, wakes every
-// waiting Lock (which returns ErrClosed once it has left the lock's queue in
-// Redis), and stops c's goroutines, waiting for them and for every hook call
-// in flight. It does not close the Redis client. Calling Close again does
-// nothing.
+// Close releases the locks still held through c (best effort, for a few
+// seconds), ends their leases with ErrClosed, makes waiting calls return
+// ErrClosed, and stops c's goroutines, waiting for them and for hook calls in
+// flight. It returns the releases' errors, and does not close the Redis
+// client. Calling Close again does nothing.
 func (c *Client) Close() error {
 	if c == nil || c.e == nil {
 		return errors.New("dlock: Close of a nil or zero Client")
@@ -181,17 +160,11 @@ func (c *Client) Close() error {
 	return err
 }
 
-// Check asks Redis whether it can keep this package's promises, and returns
-// an error that says why not: Redis cannot be reached, or refuses the Redis
-// client's requests (no password or a wrong one: NOAUTH, WRONGPASS), its
-// maxmemory-policy is not noeviction (see Eviction in the package
-// documentation), or, with WithWaitReplicas(n), a primary has fewer than n
-// replicas connected. A policy Redis will not tell while it serves the client
-// (CONFIG GET refused to an ACL user, or renamed, as some managed services
-// do) is not an error. So Check is fit for a readiness probe.
-//
-// New does not contact Redis; the Client runs Check once, in the background,
-// when it is first used, and logs a warning if it fails.
+// Check returns an error if Redis cannot keep this package's promises: it
+// cannot be reached or refuses the client, its maxmemory-policy is not
+// noeviction, or, with WithWaitReplicas(n), a primary has fewer than n
+// replicas connected. A policy Redis does not disclose is not an error, so
+// Check suits a readiness probe.
 func (c *Client) Check(ctx context.Context) error {
 	switch {
 	case c == nil || c.e == nil:
@@ -236,7 +209,9 @@ func (c *Client) acquirer(k *protocol.Kind, name string, opts []Option) acquirer
 
 // nameErr is the error of a name no call may use: empty, or longer than
 // MaxNameLen. what says whose name it is. The error does not quote a name too
-// long: it may be huge.
+// long: it may be huge. The bound exists because every key holds the prefix
+// and the name: an unbounded one would let a single call make Redis hold as
+// much memory as it was given.
 func nameErr(what, name string) error {
 	switch {
 	case name == "":

@@ -8,25 +8,15 @@ import (
 	"time"
 )
 
-// CountDownLatch lets any number of processes wait until others have done a
-// set number of things: it opens when its count, set with TrySetCount, has
-// been counted down to zero, by CountDown calls from anywhere.
+// CountDownLatch lets processes wait until a count, set with TrySetCount, has
+// been counted down to zero by CountDown calls from anywhere; the latch is
+// then open until TrySetCount arms it again.
 //
-// A CountDownLatch is a cheap, immutable name for a latch in Redis: make one
-// wherever it is needed, or share one between goroutines; it is safe for
-// concurrent use. The zero CountDownLatch is not usable; get one from
-// Client.CountDownLatch.
-//
-// A latch with no count is open, and stays open until TrySetCount arms it
-// again. It keeps no generations: a Wait that has not yet seen it open when
-// it is armed again waits for the new count. Count downs are not owned: any
-// caller may count down, and one that a crashed process never made is
-// missing for good (Delete opens a latch that can no longer reach zero). Each
-// call counts once and answers as it did, even when go-redis runs it again
-// after a lost reply; the latch's own keys tell a retry, and no call leaves a
-// key of its own. The count has no expiry: an armed latch lasts until it
-// reaches zero or is deleted. The package documentation (Keys) says what it
-// keeps in Redis.
+// A CountDownLatch is immutable and safe for concurrent use. Count downs are
+// not owned, and one that a crashed process never made is missing for good:
+// Delete opens a latch that cannot reach zero. An armed latch has no expiry.
+// A Wait that has not seen the latch open before it is armed again waits for
+// the new count.
 type CountDownLatch struct {
 	e   *engine
 	k   protocol.Keys
@@ -40,9 +30,8 @@ const (
 	latchMaxRecheck = 5 * time.Second
 )
 
-// CountDownLatch returns the latch called name. Any byte string of at most
-// MaxNameLen bytes is a valid name but the empty one; an invalid name is an
-// error returned by every call on the latch.
+// CountDownLatch returns the latch called name, valid as for Client.Mutex; an
+// invalid name is the error of every call.
 func (c *Client) CountDownLatch(name string) *CountDownLatch {
 	if c == nil || c.e == nil {
 		return &CountDownLatch{k: protocol.Keys{Name: name}, err: errors.New("dlock: CountDownLatch of a nil or zero Client")}
@@ -65,9 +54,8 @@ func (l *CountDownLatch) Name() string {
 	return l.k.Name
 }
 
-// TrySetCount sets the latch's count to count, which must be above zero, if
-// the latch has none (it was never set, or it reached zero). It reports
-// whether it set it. One round trip.
+// TrySetCount arms the latch with count, above zero, if it has no count, and
+// reports whether it did.
 func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, error) {
 	const op = "set count of latch"
 	if err := l.check(ctx, op); err != nil {
@@ -80,9 +68,8 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 	return v == 1, err
 }
 
-// CountDown decrements the latch's count by one. When it reaches zero the
-// latch opens: the count is deleted and every waiter is woken. Counting down
-// a latch that has no count does nothing. One round trip.
+// CountDown decrements the count; at zero the latch opens and every waiter
+// returns. It does nothing to a latch with no count.
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx, "count down latch"); err != nil {
 		return err
@@ -91,10 +78,8 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	return err
 }
 
-// Delete removes the latch's count, which opens it: every waiter is woken and
-// returns. It reports whether there was a count. Use it for a latch that can
-// no longer reach zero, or to remove an armed latch from Redis (the record of
-// its opening stays 10s, as after any opening). One round trip.
+// Delete removes the latch's count, which opens it, and reports whether there
+// was one.
 func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx, "delete latch"); err != nil {
 		return false, err
@@ -111,14 +96,9 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	return l.e.backend.LatchCount(ctx, l.k)
 }
 
-// Wait returns nil once the latch is open: at once if it has no count,
-// otherwise when its count reaches zero. A waiting Wait sleeps until told
-// over pub/sub that the latch opened, and also checks again after 100ms,
-// then after twice as long each time up to 5s, in case that message was
-// lost. It writes nothing to Redis.
-//
-// If ctx ends first, the error matches ctx.Err(); if the Client is closed,
-// it matches ErrClosed.
+// Wait blocks until the latch is open, or ctx is done (an error matching
+// ctx.Err()), or the Client is closed (ErrClosed). It writes nothing to Redis,
+// and rides out a Redis outage.
 func (l *CountDownLatch) Wait(ctx context.Context) error {
 	const op = "wait for latch"
 	if err := l.check(ctx, op); err != nil {

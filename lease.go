@@ -10,20 +10,13 @@ import (
 	"time"
 )
 
-// Lease is one successful acquisition of a lock: the handle its holder keeps
-// to release it, read its fence and learn whether it is still held.
+// Lease is one successful acquisition of a lock: the handle that releases it,
+// carries its fence and tells of its loss. It is safe for concurrent use.
 //
-// A Lease is safe for concurrent use. Unlock may be called from any goroutine,
-// not only the one that acquired it; ownership is not tied to goroutines.
-//
-// While a Lease is held its lock is renewed in the background (unless the
-// lock was made WithoutRenewal). If the lease is lost anyway (another owner
-// took the lock after it expired, or renewal failed until the local deadline)
-// Done is closed and Err matches ErrLockLost. A lease can always be lost
-// without the holder noticing in time (a paused process notices nothing); use
-// Fence to let the protected resource reject a stale holder.
-//
-// The methods of a nil *Lease return errors, or a closed Done channel.
+// A held lease is renewed in the background (unless WithoutRenewal); if it is
+// lost anyway, Done is closed and Err matches ErrLockLost. A paused holder may
+// learn of a loss too late to stop its writes: pass Fence to the resource (see
+// docs/failure-model.md). A nil *Lease's methods return errors or a closed Done.
 type Lease struct {
 	h         *hold
 	reentered bool // re-entered an existing hold; Unlock gives back one hold count
@@ -42,9 +35,8 @@ func (l *Lease) Name() string {
 	return l.h.t.K.Name
 }
 
-// Owner returns the lease's owner id, as Redis keeps it and as Inspect and
-// the dlock command's ls and inspect show it: the Client's ID, ':' and a
-// number.
+// Owner returns the lease's owner id, as Inspect and the dlock command show
+// it: the Client's ID, ':' and a number.
 func (l *Lease) Owner() string {
 	if l == nil || l.h == nil {
 		return ""
@@ -52,11 +44,9 @@ func (l *Lease) Owner() string {
 	return l.h.t.Owner
 }
 
-// Fence returns the lease's fencing token: a number that is strictly greater
-// than that of every earlier acquisition of the same lock name, by any holder,
-// in any process. A re-entered Lease has the fence of the hold it re-entered.
-// Hand it to the resource the lock protects, and have the resource reject any
-// write whose fence is lower than the highest it has accepted.
+// Fence returns the lease's fencing token, greater than that of every earlier
+// acquisition of the same name; a re-entered Lease has its hold's. Have the
+// resource reject a write whose fence is below the highest it accepted.
 func (l *Lease) Fence() int64 {
 	if l == nil || l.h == nil {
 		return 0
@@ -83,12 +73,10 @@ func (l *Lease) Err() error {
 	return l.h.t.Ending.Cause()
 }
 
-// Context returns a copy of parent that is cancelled when parent is, or when
-// the lease ends (context.Cause then tells why, as Err does), and that carries
-// the lease: LeaseFromContext returns it, and a Lock or TryLock of the same
-// name on the same Client with this context (or one derived from it)
-// re-enters the held lock instead of waiting for it. Call cancel when done, as
-// with context.WithCancel. A nil parent is taken as context.Background().
+// Context returns a copy of parent that is cancelled, with Err's cause, when
+// parent is or the lease ends, and that carries the lease: for LeaseFromContext,
+// and so that a Lock of the same lock on the same Client re-enters it. Call
+// cancel when done; a nil parent is taken as context.Background().
 func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
 	if parent == nil {
 		parent = context.Background()
@@ -107,19 +95,13 @@ func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel con
 	}
 }
 
-// Unlock gives the lock back: the hold this Lease stands for is released, and
-// when it was the last hold of its owner the lock becomes free and one waiter
-// is woken. Renewal has stopped before Unlock sends anything to Redis, so a
-// lock given up is never renewed again, whatever happens next.
-//
-// Unlock still works when ctx is already cancelled: the release runs with ctx's
-// values under a timeout of its own. A second Unlock of the same Lease, or an
-// Unlock after the lease ended, returns an error matching ErrNotHeld (and
-// ErrLockLost if the lease had been lost) and changes nothing in Redis. If
-// Redis could not be reached, the error says so; the Lease counts as unlocked
-// all the same, and the Client keeps trying to release the lock in the
-// background until it succeeds or the lease's TTL has run out (after which
-// Redis has freed the lock by itself), so there is nothing to retry.
+// Unlock releases the hold this Lease stands for; once its owner's last hold
+// is released the lock is free and never renewed again. Unlock works with a
+// cancelled ctx. A second Unlock, or one after the lease ended, changes
+// nothing and returns an error matching ErrNotHeld (and ErrLockLost if it was
+// lost). If Redis cannot be reached, Unlock returns that error, but the hold
+// counts as released (the Client retries a last hold's release in the
+// background until the TTL has run out): do not retry it.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil || l.h == nil {
 		return errNilLease
@@ -137,19 +119,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // permits of a Semaphore.
 func (l *Lease) Release(ctx context.Context) error { return l.Unlock(ctx) }
 
-// Extend sets the lease to expire ttl from now, and makes ttl the lease's TTL
-// for the renewals that follow. It is one round trip. For a lease made
-// WithoutRenewal, it is how the holder asks for more time; a ttl shorter than
-// what is left shortens the lease. If the lease was found lost, the error
-// matches ErrNotHeld and ErrLockLost.
-//
-// The newest intent is what Redis keeps: no renewal or Extend sent before
-// this one undoes it, however late Redis runs it (a lost reply retried, a
-// script sent again) or its reply comes. While it is in flight, and after
-// it failed, the lease counts as ending no later than the shorter of the old
-// and the new TTL allow. If its reply comes after the lease it asked for has
-// run out, the lease is lost, and the error matches ErrLockLost. An Extend
-// during Unlock returns an error matching ErrNotHeld.
+// Extend sets the lease to expire ttl (at least MinTTL) from now, and makes
+// ttl its TTL for later renewals; a ttl shorter than what is left shortens it.
+// No renewal or Extend sent before it undoes it, however late it runs. If the
+// lease was lost, or its reply came after ttl ran out, the error matches
+// ErrLockLost; during Unlock or once the lease ended, it matches ErrNotHeld.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil || l.h == nil {
 		return errNilLease
@@ -214,15 +188,10 @@ func doLocked[L heldLock](ctx context.Context, op string, fn func(context.Contex
 	return fn(lctx)
 }
 
-// LeaseFromContext returns the Lease ctx carries, and whether it carries one.
-// The function Do runs gets the Lease in its context, as do the handlers of
-// lockhttp and idempotency, so that they can hand its Fence to the resource
-// the lock protects. A context carries the Lease of each Lease.Context it was
-// derived from; LeaseFromContext returns the innermost. It reports false if
-// ctx carries none, or if the innermost is a MultiLease's (MultiLock.Do,
-// MultiLease.Context), which has a lease per name, or a Leadership's
-// (Leadership.Context), which ends by Resign. A Lease that has ended is
-// returned all the same: its Err says why.
+// LeaseFromContext returns the innermost Lease ctx carries (from Do,
+// Lease.Context, lockhttp or idempotency), and whether there is one. It
+// reports false when the innermost is a MultiLease's or a Leadership's. A
+// Lease that has ended is returned all the same: its Err says why.
 func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 	if ctx == nil {
 		return nil, false

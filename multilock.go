@@ -10,46 +10,25 @@ import (
 	"time"
 )
 
-// MultiLock is a lock over several names at once, taken all or nothing: a
-// successful Lock holds the Mutex of every name, a failed one holds none.
+// MultiLock is a lock over several names, taken all or nothing: a successful
+// Lock or TryLock holds the Mutex of every name and returns a MultiLease; a
+// failed one holds none.
 //
-// A MultiLock is a cheap, immutable description: its names, de-duplicated and
-// sorted, and the options of their Mutexes. It holds no state and is safe for
-// concurrent use; each successful Lock or TryLock returns a MultiLease, which
-// is what is unlocked, from any goroutine. The zero MultiLock is not usable;
-// get one from Client.MultiLock.
-//
-// Every MultiLock takes its names one Mutex at a time in one global order,
-// bytewise by name, whatever order they were given in. So two MultiLocks over
-// overlapping names never deadlock: whoever holds a name waits only for names
-// after it, and the holder of the last name in any such chain waits for
-// nobody. The guarantee covers acquisitions that start holding nothing; a
-// caller that holds one name (through a Lease or a re-entry context) and then
-// takes a MultiLock including names before it can deadlock, as with any lock
-// order. The lock of each name is that name's Mutex, so Mutex holders and
-// MultiLocks of the same names exclude each other.
-//
-// Each name is a lock of its own, with its own keys, lease and fence, taken
-// and released by scripts that touch that name's keys only. On Redis Cluster
-// each name is therefore a single-slot lock, and the names of one MultiLock
-// may live in different slots.
-//
-// Waiting is that of Mutex.Lock for each name in turn, so the fairness is
-// per name. While a MultiLock waits for one name it already holds the names
-// before it. The MultiLock is not atomic across names in Redis: an observer
-// may see some of its names held while it is still waiting for the others,
-// and a holder's names may be lost separately (see MultiLease.Done).
+// A MultiLock is immutable and safe for concurrent use. It takes its names one
+// at a time in bytewise order, so MultiLocks over overlapping names never
+// deadlock each other; a caller that already holds one of the names can. It is
+// not atomic in Redis: while it waits for a name it holds those before it, and
+// its names can be lost separately (see MultiLease). The names may live in
+// different Redis Cluster slots.
 type MultiLock struct {
 	names []string
 	locks []*Mutex
 	err   error // a bad name list or option, returned by every call
 }
 
-// MultiLock returns the lock over every one of names. Names may repeat and
-// come in any order; any non-empty byte string of at most MaxNameLen bytes is
-// a valid name. An empty list, an invalid name or an invalid option is an
-// error returned by every call on the MultiLock. The options apply to the
-// Mutex of every name.
+// MultiLock returns the lock over names, which may repeat and come in any
+// order, each valid as for Client.Mutex; the options apply to every name's
+// Mutex. An empty list or an invalid name or option is the error of every call.
 func (c *Client) MultiLock(names []string, opts ...Option) *MultiLock {
 	if c == nil {
 		return &MultiLock{err: errors.New("dlock: MultiLock of a nil Client")}
@@ -81,36 +60,24 @@ func (ml *MultiLock) Names() []string {
 	return slices.Clone(ml.names)
 }
 
-// Lock acquires every name's Mutex in order, each waiting as Mutex.Lock
-// waits, until all are held or ctx is done. ctx bounds the wait only, never
-// the leases.
-//
-// If ctx ends or any acquire fails, every name already taken is unlocked
-// before Lock returns (also when ctx is cancelled by then), and nothing is
-// held. When ctx ended, the error matches both ErrNotAcquired and ctx.Err().
-// If ctx carries leases of some of the names (see MultiLease.Context and
-// Lease.Context), Lock re-enters those.
+// Lock acquires every name's Mutex in order, as Mutex.Lock does, until all are
+// held or ctx is done; ctx bounds the wait only. On failure it unlocks what it
+// took before it returns; if ctx ended, the error matches ErrNotAcquired and
+// ctx.Err(). The leases of the names that ctx carries are re-entered.
 func (ml *MultiLock) Lock(ctx context.Context) (*MultiLease, error) {
 	return ml.lock(ctx, "lock", (*Mutex).Lock)
 }
 
-// TryLock makes one attempt per name, in order, one round trip each. At the
-// first name held by another owner it unlocks the names it took and returns
-// an error matching ErrNotAcquired. If ctx carries leases of some of the
-// names, TryLock re-enters those.
+// TryLock tries each name once, in order; at the first it cannot take, it
+// unlocks those it took and the error matches ErrNotAcquired. It re-enters as
+// Lock does.
 func (ml *MultiLock) TryLock(ctx context.Context) (*MultiLease, error) {
 	return ml.lock(ctx, "trylock", (*Mutex).TryLock)
 }
 
-// Do acquires every name as Lock does, runs fn, and unlocks them all, also
-// when fn panics. fn's context is cancelled when any of the leases ends
-// (context.Cause then tells why), and it carries every lease, so that a Lock
-// of any of the names, or of a MultiLock over some of them, within fn
-// re-enters instead of deadlocking; LeaseFromContext reports none there, as
-// no single Lease stands for them (Lock returns the MultiLease, whose Fences
-// are one per name). Do returns fn's error joined with Unlock's; an Unlock
-// error matching ErrNotHeld means fn ran, at least at the end, without one of
-// the locks.
+// Do runs fn holding every name, as Mutex.Do does. fn's ctx is cancelled when
+// any lease ends and carries every lease for re-entry, but LeaseFromContext
+// finds none in it: to pass fences on, use Lock and MultiLease.Fences.
 func (ml *MultiLock) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	return doLocked(ctx, "MultiLock.Do", fn, ml.Lock)
 }
@@ -151,14 +118,10 @@ func unlockAll(ctx context.Context, leases []*Lease) error {
 	return errors.Join(errs...)
 }
 
-// MultiLease is one successful acquisition of a MultiLock: a Lease for each
-// name, held together, and the handle its holder keeps to release them all.
-//
-// A MultiLease is safe for concurrent use, and may be unlocked from any
-// goroutine. Each of its leases is renewed on its own and can be lost on its
-// own; Done closes, and Err tells why, as soon as any of them ends. Work that
-// needs all the names must stop then: it is no longer protected by all of
-// them. The methods of a nil *MultiLease return errors, or a closed Done.
+// MultiLease is one acquisition of a MultiLock: a Lease per name, released
+// together. It is safe for concurrent use. Its leases are renewed and can be
+// lost separately: once Done is closed, work that needs every name is no
+// longer protected. A nil *MultiLease's methods return errors or a closed Done.
 type MultiLease struct {
 	names  []string
 	leases []*Lease
@@ -202,10 +165,8 @@ func (l *MultiLease) Leases() []*Lease {
 	return slices.Clone(l.leases)
 }
 
-// Fences returns the fence of each name's lease, in Names order (see
-// Lease.Fence). Each fence rises per name: a resource guarded by one of the
-// names checks that name's fence, and fences of different names are not
-// comparable.
+// Fences returns the fence of each name's lease, in Names order. Fences of
+// different names are not comparable: a resource checks its own name's.
 func (l *MultiLease) Fences() []int64 {
 	if l == nil {
 		return nil
@@ -226,10 +187,8 @@ func (l *MultiLease) Done() <-chan struct{} {
 	return l.ctx.Done()
 }
 
-// Err returns nil while every lease is held. After Done is closed it returns
-// why, as Lease.Err does for the first lease that ended: an error matching
-// ErrLockLost if it was lost, ErrNotHeld if the MultiLease was unlocked,
-// ErrClosed if the Client was closed.
+// Err returns nil while every lease is held; after Done is closed, why the
+// first lease ended, as Lease.Err does: ErrLockLost, ErrNotHeld or ErrClosed.
 func (l *MultiLease) Err() error {
 	if l == nil || l.ctx == nil {
 		return errNilMultiLease
@@ -240,12 +199,9 @@ func (l *MultiLease) Err() error {
 	return context.Cause(l.ctx)
 }
 
-// Context returns a copy of parent that is cancelled when parent is, or when
-// any of the leases ends (context.Cause then tells why, as Err does), and that
-// carries every lease for re-entry: a Lock or TryLock with this context (or
-// one derived from it) of any of the names, or of a MultiLock over any of
-// them, on the same Client re-enters the held locks instead of waiting. Call
-// cancel when done. A nil parent is taken as context.Background().
+// Context returns a copy of parent that is cancelled when parent is or any
+// lease ends, and that carries every lease for re-entry, as Lease.Context
+// does. Call cancel when done; a nil parent is taken as context.Background().
 func (l *MultiLease) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
 	if parent == nil {
 		parent = context.Background()
@@ -270,13 +226,9 @@ func (l *MultiLease) Context(parent context.Context) (ctx context.Context, cance
 	}
 }
 
-// Unlock unlocks every lease, in reverse order, and returns their errors
-// joined: one matching ErrNotHeld and ErrLockLost tells of a lease that had
-// been lost, and the others are unlocked all the same. Unlock still works when
-// ctx is already cancelled. A release that could not reach Redis is retried
-// by the Client in the background, as Lease.Unlock says; the error says so,
-// and there is nothing to retry. Another Unlock returns an error matching
-// ErrNotHeld and changes nothing in Redis.
+// Unlock unlocks every lease, in reverse order, as Lease.Unlock does, even
+// with a cancelled ctx, and returns their errors joined. A second Unlock
+// returns an error matching ErrNotHeld.
 func (l *MultiLease) Unlock(ctx context.Context) error {
 	if l == nil || l.ctx == nil {
 		return errNilMultiLease

@@ -14,32 +14,25 @@ import (
 const (
 	// DefaultTTL is the lease TTL when WithTTL is not given.
 	DefaultTTL = 30 * time.Second
-	// MinTTL is the smallest TTL accepted. Below it a lease cannot be renewed
-	// reliably: the time between renewals leaves too little room for one round
-	// trip, a scheduling delay and the clock drift allowance.
+	// MinTTL is the smallest TTL accepted: below it a renewal period leaves too
+	// little room for a round trip and the clock allowance.
 	MinTTL = 100 * time.Millisecond
 	// DefaultNodeTimeout bounds each request to one node of a RedLock
 	// (NewRedLock) when WithNodeTimeout is not given.
 	DefaultNodeTimeout = 100 * time.Millisecond
 	// DefaultPrefix starts every key and channel name unless WithPrefix says otherwise.
 	DefaultPrefix = "dlock:"
-	// MaxNameLen is the longest name, in bytes, of a lock, a semaphore or a
-	// latch, and the longest prefix WithPrefix accepts: every key holds the
-	// prefix and the name, so an unbounded one would let a single call make
-	// Redis hold as much memory as it was given. A longer one is an error of
-	// every call, returned before anything is sent to Redis.
+	// MaxNameLen is the longest name of a primitive, and the longest prefix, in
+	// bytes. A longer name is an error of every call, before anything is sent.
 	MaxNameLen = 1024
-	// MaxValueLen is the longest value, in bytes, that the library keeps in
-	// Redis for a caller: a Client's name (WithClientName), an Election
-	// candidate's value. A longer one is an error, returned before anything
-	// is sent.
+	// MaxValueLen is the longest value, in bytes, kept in Redis for a caller (a
+	// Client's name, an Election candidate's value); a longer one is an error.
 	MaxValueLen = 4096
 )
 
-// Option configures a Client (given to New, it sets the default for every
-// primitive of that Client) or one primitive (given to Client.Mutex, it
-// overrides the Client's default for that primitive). Options that make sense
-// only for a Client say so; giving them to a primitive is an error.
+// Option configures a Client, given to New, or one primitive, given to the
+// Client method that makes it, over the Client's default. A Client-only
+// option given to a primitive is an error.
 type Option struct {
 	name       string
 	clientOnly bool
@@ -103,10 +96,8 @@ func (cfg config) with(opts []Option, forClient bool) (config, error) {
 	return cfg, nil
 }
 
-// WithTTL sets the lease TTL: how long a lock outlives a holder that stopped
-// renewing it (crashed, paused or cut off). While the lock is held it is
-// renewed, unless WithoutRenewal is given. Default: DefaultTTL
-// (30s). It must be at least MinTTL (100ms).
+// WithTTL sets the lease TTL, how long a lock outlives a holder that stopped
+// renewing it. It must be at least MinTTL. Default: DefaultTTL (30s).
 func WithTTL(ttl time.Duration) Option {
 	return Option{name: "WithTTL", apply: func(c *config) error {
 		if ttl < MinTTL {
@@ -117,10 +108,9 @@ func WithTTL(ttl time.Duration) Option {
 	}}
 }
 
-// WithoutRenewal makes every lease a fixed one: it expires TTL after it was
-// acquired (or last extended with Lease.Extend), whether or not the holder is
-// done. When that time passes the lease counts as lost. Default: leases are
-// renewed while held.
+// WithoutRenewal makes leases fixed: each expires its TTL after it was
+// acquired or last extended (Lease.Extend), and then counts as lost. Default:
+// leases are renewed while held.
 func WithoutRenewal() Option {
 	return Option{name: "WithoutRenewal", apply: func(c *config) error {
 		c.renew = false
@@ -128,9 +118,8 @@ func WithoutRenewal() Option {
 	}}
 }
 
-// WithPrefix sets the text that starts every Redis key and channel name the
-// Client uses, so that several applications can share one Redis. It must not
-// contain '{' or '}', which delimit the hash tag, nor be longer than
+// WithPrefix sets the start of every Redis key and channel name the Client
+// uses, so that applications can share a Redis: no '{' or '}', at most
 // MaxNameLen bytes. Client only. Default: DefaultPrefix ("dlock:").
 func WithPrefix(prefix string) Option {
 	return Option{name: "WithPrefix", clientOnly: true, apply: func(c *config) error {
@@ -145,18 +134,9 @@ func WithPrefix(prefix string) Option {
 	}}
 }
 
-// WithClientName names the Client for the people on call: Redis keeps the
-// name while the Client is in use, and Inspect, Locks and the dlock command
-// show it beside the owner ids of its holds and waits (LockState's Holder and
-// Waiter, ClientName). It must not be empty, nor longer than MaxValueLen
-// bytes. Client only. Default: the host name and the process id, "host:pid".
-//
-// The name costs one key per Client, <prefix>client:<Client.ID>, written at
-// its first acquisition and refreshed at most every 20s after: by the
-// renewal rounds while it holds locks (in their pipeline, no request of its
-// own, except with WithWaitReplicas, whose rounds go to the leases' server),
-// and by its attempts while it waits. It expires a minute after the last
-// refresh, and Close removes it. Nothing is written per acquisition.
+// WithClientName names the Client for the people on call: Inspect, Locks and
+// the dlock command show the name beside its owner ids. It must be non-empty
+// and at most MaxValueLen bytes. Client only. Default: "host:pid".
 func WithClientName(name string) Option {
 	return Option{name: "WithClientName", clientOnly: true, apply: func(c *config) error {
 		switch {
@@ -192,19 +172,11 @@ func WithHooks(h Hooks) Option {
 	}}
 }
 
-// WithAutoPipeline sends the Client's lock requests (acquire, release,
-// renewal) through go-redis's autopipeliner (redis.Client.AutoPipeline), which
-// batches the requests of concurrent goroutines into pipelines. The Client
-// batches its acquires and releases by itself already (see New), with fewer
-// allocations, and did as well or better than the autopipeliner in the bench
-// module's runs with 64 goroutines on distinct locks; this option is for
-// a Redis client made with ContextTimeoutEnabled, whose requests the Client
-// does not batch. The autopipeliner is shared with every
-// other user of the Redis client and configured by its
-// Options.AutoPipelineOptions; go-redis marks it experimental, and it does not
-// give up a request at its context's deadline, so the Client waits for each
-// acquire on another goroutine. New fails if that configuration is invalid.
-// Client only. Default: the Client's own batching (see New).
+// WithAutoPipeline sends the Client's lock requests through go-redis's
+// autopipeliner (experimental, shared with the Redis client's other users and
+// set by its Options.AutoPipelineOptions), for an rdb made with
+// ContextTimeoutEnabled, whose requests the Client does not batch itself.
+// Client only. Default: the Client's own batching.
 func WithAutoPipeline() Option {
 	return Option{name: "WithAutoPipeline", clientOnly: true, apply: func(c *config) error {
 		c.autoPipeline = true
@@ -212,31 +184,15 @@ func WithAutoPipeline() Option {
 	}}
 }
 
-// WithWaitReplicas makes every write that grants or lengthens a hold (an
-// acquire, a re-entry, a renewal, Lease.Extend) wait until n replicas have
-// acknowledged it, for at most timeout: the script and a WAIT go to the
-// server that owns the lock in one pipeline on one connection (never through
-// the autopipeliner), so it costs no extra round trip, only the time the
-// replicas take.
-//
-// An acquire that fewer than n replicas acknowledged is undone, and its error
-// matches ErrNotAcquired and ErrNotReplicated; Lock returns it rather than
-// waiting on. A renewal that fewer than n acknowledged does not lengthen the
-// lease on the client: it is retried, and if no renewal is acknowledged
-// before the lease's local deadline the lease is lost (Done, Err matching
-// ErrLockLost and ErrNotReplicated). Lease.Extend returns an error matching
-// ErrNotReplicated.
-//
-// It narrows, and does not close, the window in which a failover to a
-// replica grants a lock a second time: an acknowledged write can still be
-// lost (a replica acknowledges what it received, not what it has made
-// durable, and the failover may promote another replica), and WAIT is not
-// consensus. See "Sentinel, replicas and WAIT" in the package documentation.
-//
-// n must not be negative (0 turns WAIT off); timeout must be positive and at
-// most half the Redis client's ReadTimeout, which bounds a pipeline's reply.
-// It needs a *redis.Client (plain or Sentinel's FailoverClient) or a
-// *redis.ClusterClient. Client only. Default: no WAIT.
+// WithWaitReplicas makes every write that grants or lengthens a hold wait, in
+// the same round trip, until n replicas acknowledged it or timeout passed. An
+// acquire they do not acknowledge is undone and fails, Lock's too, with an
+// error matching ErrNotAcquired and ErrNotReplicated; a lease whose renewals
+// go unacknowledged until its local deadline is lost, and Lease.Extend's error
+// matches ErrNotReplicated. It narrows, and does not close, the window in which
+// a failover grants a lock twice (see docs/failure-model.md). n must not be
+// negative (0: no WAIT); timeout must be positive and at most half the Redis
+// client's ReadTimeout. Client only. Default: no WAIT.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return Option{name: "WithWaitReplicas", clientOnly: true, apply: func(c *config) error {
 		switch {
@@ -250,12 +206,9 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 	}}
 }
 
-// WithNodeTimeout bounds each request to one node of a RedLock (NewRedLock):
-// a node that has not answered within d counts as not having granted,
-// extended or released, so a slow or dead node costs a call at most d, and
-// none when a majority answers sooner. Keep d well below the TTL: an acquire
-// whose majority took longer than the TTL less the drift allowance is
-// undone. Client only, NewRedLock only. Default: DefaultNodeTimeout (100ms).
+// WithNodeTimeout bounds each request to one node of a RedLock: a node that
+// has not answered within d counts as not having done it. Keep d well below
+// the TTL. NewRedLock only. Default: DefaultNodeTimeout (100ms).
 func WithNodeTimeout(d time.Duration) Option {
 	return Option{name: "WithNodeTimeout", clientOnly: true, apply: func(c *config) error {
 		if d <= 0 {

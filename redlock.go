@@ -11,30 +11,16 @@ import (
 )
 
 // NewRedLock returns a Client whose locks are held on a majority of nodes,
-// N independent Redis deployments (N odd, at least 3): the Redlock
-// algorithm, with fences, renewal and waiting. Losing a minority of the
-// nodes (crashed, unreachable, paused) loses no lock and blocks no Lock.
+// independent Redis primaries (an odd number, at least 3), so that losing a
+// minority of them loses no lock and blocks no Lock. Only Mutex and MultiLock
+// are supported (the other primitives' calls return errors.ErrUnsupported);
+// waiters are not served in order, and WithWaitReplicas is an error.
 //
-// Only Mutex, and MultiLock (built on it), are supported; FairMutex,
-// RWMutex, Semaphore and CountDownLatch return errors matching
-// errors.ErrUnsupported from every call. WithWaitReplicas is not supported:
-// the nodes are meant to be primaries without failover.
-//
-// A Mutex on a RedLock keeps the whole Mutex contract, with these
-// differences, all in "RedLock" in the package documentation: an acquire is
-// two round trips (every node at once, then the fence written back to the
-// majority); a release does not hand the lock to the next waiter but wakes
-// it, and it acquires by majority; each request to a node is bounded by
-// WithNodeTimeout. Give each node's Redis client a ReadTimeout (or
-// ContextTimeoutEnabled) that is short too: a request the Client no longer
-// waits for holds a connection until go-redis gives it up, and Close waits
-// for it.
-//
-// Each node is one primary: a *redis.Client, or a FailoverClient of its own
-// Sentinel deployment. The nodes must be distinct: nil (or nil pointer, or
-// zero go-redis client), duplicate (the same client twice, or two clients of
-// the same address and database), Cluster or Ring nodes, too few nodes or an
-// even number of them are errors. NewRedLock does not contact Redis.
+// Each node is one primary: a *redis.Client, plain or Sentinel's. Nil,
+// duplicate (the same client, or the same address and database), Cluster and
+// Ring nodes are errors. Give each a short ReadTimeout: Close waits for
+// requests that a node has not answered. NewRedLock does not contact Redis.
+// See docs/failure-model.md for what a majority promises.
 func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) {
 	switch {
 	case len(nodes) < 3:
