@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -625,28 +624,6 @@ func TestLatchKilledWaiter(t *testing.T) {
 	if keys := latchKeys(t, rdb); len(keys) != 0 {
 		t.Errorf("keys left after the latch opened: %q", keys)
 	}
-}
-
-func ExampleCountDownLatch() {
-	var c *dlock.Client // from dlock.New
-	ctx := context.Background()
-	shards := c.CountDownLatch("reindex:2024-06:shards")
-
-	// The coordinator arms the latch for 3 shards; another coordinator that
-	// comes too late finds it armed and leaves it alone.
-	if _, err := shards.TrySetCount(ctx, 3); err != nil {
-		log.Fatal(err)
-	}
-	// Each shard's worker, in whatever process, counts down when it is done:
-	//
-	//	err := c.CountDownLatch("reindex:2024-06:shards").CountDown(ctx)
-
-	ctx, cancel := context.WithTimeout(ctx, time.Hour)
-	defer cancel()
-	if err := shards.Wait(ctx); err != nil {
-		log.Fatal(err) // matches context.DeadlineExceeded after an hour
-	}
-	fmt.Println("every shard is reindexed")
 }
 
 // replied is a go-redis hook that signals, without blocking, after each reply

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -844,28 +843,6 @@ func TestMultiLockKilledHolder(t *testing.T) {
 }
 
 // Examples and benchmarks.
-
-// A transfer between two accounts takes both accounts' locks, always in the
-// same order whatever order they are named in, so two opposite transfers
-// cannot deadlock.
-func ExampleMultiLock() {
-	var c *dlock.Client // from dlock.New
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-
-	from, to := "account:7", "account:3"
-	err := c.MultiLock([]string{from, to}).Do(ctx, func(ctx context.Context) error {
-		// Both accounts are held; ctx is cancelled if either lock is lost.
-		return transfer(ctx, from, to, 100)
-	})
-	if errors.Is(err, dlock.ErrNotAcquired) {
-		log.Print("an account stayed busy; nothing was locked")
-	} else if err != nil {
-		log.Fatal(err)
-	}
-}
-
-func transfer(context.Context, string, string, int) error { return nil }
 
 // BenchmarkMultiLock measures MultiLock.Lock + MultiLease.Unlock.
 //

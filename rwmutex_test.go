@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -1137,54 +1136,6 @@ func TestRWMutexChurn(t *testing.T) {
 			rdb.ZRange(ctx, "dlock:rw:{churn}:waiters", 0, -1).Val(), rdb.HGetAll(ctx, "dlock:rw:{churn}:alive").Val())
 	}
 	t.Logf("%d acquisitions, %d gave up", acquired.Load(), gaveUp.Load())
-}
-
-func ExampleRWMutex() {
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
-	defer rdb.Close()
-	c, err := dlock.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer c.Close()
-	ctx := context.Background()
-	prices := c.RWMutex("prices")
-
-	// Many processes may read at once.
-	err = prices.RDo(ctx, func(ctx context.Context) error {
-		return nil // read the prices
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-
-	// One writes; then it downgrades to a read, with no writer in between,
-	// to publish what it wrote.
-	w, err := prices.Lock(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	// ... update the prices, passing w.Fence() to the store ...
-	wctx, cancel := w.Context(ctx)
-	r, err := prices.RLock(wctx) // a writer may read
-	cancel()
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := w.Unlock(ctx); err != nil {
-		log.Fatal(err)
-	}
-	// ... publish the prices, still protected from writers ...
-	if err := r.Unlock(ctx); err != nil {
-		log.Fatal(err)
-	}
-
-	// A reader cannot upgrade: unlock the read lease first.
-	err = prices.RDo(ctx, func(ctx context.Context) error {
-		_, err := prices.Lock(ctx)
-		return err
-	})
-	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
 }
 
 // BenchmarkRWMutexUncontended measures one goroutine taking and releasing a
