@@ -1,5 +1,5 @@
 # Shortcuts for the commands in README.md.
-.PHONY: test chaos failover bench bench-quick microbench demo vet
+.PHONY: test chaos failover bench bench-quick microbench demo vet readme
 
 test:
 	go test -race -count=1 -p 1 ./... ./otel/... ./examples/flashsale/... ./gocronlock/...
@@ -41,6 +41,11 @@ microbench:
 
 demo:
 	go run ./cmd/dlock demo
+
+# Copies examples/quickstart/main.go into README.md between its markers; a test
+# (TestREADME) fails when the two differ.
+readme:
+	go test -count=1 -run '^TestREADME$$' ./examples/quickstart -update
 
 vet:
 	gofmt -l . && go vet ./... ./otel/... ./examples/flashsale/... ./gocronlock/... && cd bench && go vet ./...
