@@ -191,6 +191,57 @@ func TestInspect(t *testing.T) {
 	})
 }
 
+// TestInspectFairGrantee: a FairMutex's grantee keeps its place in the
+// line while it holds, and Inspect counts it as the holder, not as a
+// waiter: after a hand-off with nobody else waiting, nobody is queued.
+func TestInspectFairGrantee(t *testing.T) {
+	t.Parallel()
+	c, rdb, _ := newClient(t)
+	other := clientOn(t, rdb)
+	ctx := context.Background()
+	first, err := c.FairMutex("fg").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		l, err := other.FairMutex("fg").Lock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	for {
+		s, err := c.Inspect(ctx, dlock.KindFairMutex, "fg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Waiters) == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := <-got
+	if second == nil {
+		return
+	}
+	s, err := c.Inspect(ctx, dlock.KindFairMutex, "fg")
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case len(s.Holders) != 1 || s.Holders[0].Owner != second.Owner():
+		t.Fatalf("holders %+v, want the grantee %s", s.Holders, second.Owner())
+	case s.Queued != 0 || len(s.Waiters) != 0:
+		t.Fatalf("queued %d, waiters %+v; want none: the grantee holds", s.Queued, s.Waiters)
+	}
+	if err := second.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLocks: SCAN finds every lock under the prefix once, whatever its name,
 // filtered by a pattern; a key that holds no lock's state (a call's marker,
 // another prefix's) makes none appear; on a Cluster, locks on every primary.

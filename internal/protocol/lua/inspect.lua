@@ -19,7 +19,7 @@
 --            "w" (the lock, or an RWMutex's write), "r" (a read hold) or a
 --            Semaphore holder's permits; -1 where a field is unknown
 --   queued   how many waiters are registered, counting lapsed ones no
---            script has dropped yet
+--            script has dropped yet, and not a holder that keeps its place
 --   waiters  {owner, ttl ms of the registration, arrival µs or -1, what} per
 --            live waiter, first served first; what is "w", "r" or the
 --            permits wanted
@@ -103,6 +103,13 @@ local queued, total, used = 0, -1, 0
 if kind == 'fair' then
   hash_holders(nil)
   queued = queue_waiters(KEYS[3], KEYS[4], 'w') -- after the lapse, the waiter's grant lease
+  -- A FairMutex's or an Election's grantee keeps its place while it holds:
+  -- it is no waiter.
+  for _, h in ipairs(holders) do
+    if redis.call('ZSCORE', KEYS[3], h[1]) then
+      queued = queued - 1
+    end
+  end
 elseif kind == 'rw' then
   hash_holders(KEYS[6])
   zset_holders(KEYS[5], function(o)
