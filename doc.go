@@ -118,7 +118,7 @@
 //	wake-up connection        pinged after 30s of silence, replaced after 5s more without an answer
 //
 // So a dead waiter holds a FairMutex's line up for at most TTL/2 (its
-// registration), and a Mutex's for at most the grant lease plus one
+// registration; 150 ms under a 300 ms TTL), and a Mutex's for at most the grant lease plus one
 // keep-alive.
 //
 // # Keys
