@@ -123,7 +123,8 @@ func (l *Lease) Release(ctx context.Context) error { return l.Unlock(ctx) }
 // ttl its TTL for later renewals; a ttl shorter than what is left shortens it.
 // No renewal or Extend sent before it undoes it, however late it runs. If the
 // lease was lost, or its reply came after ttl ran out, the error matches
-// ErrLockLost; during Unlock or once the lease ended, it matches ErrNotHeld.
+// ErrLockLost; during Unlock, once the lease ended or once this Lease was
+// unlocked (a re-entered one, whose other holds remain), it matches ErrNotHeld.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil || l.h == nil {
 		return errNilLease
@@ -133,12 +134,17 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return errs.Op(nil, nil, "extend %q: nil context", l.Name())
 	case ttl < MinTTL:
 		return errs.Op(nil, nil, "extend %q by %v: the TTL must be at least %v", l.Name(), ttl, MinTTL)
+	case l.unlocked.Load():
+		// A re-entered Lease shares its lock with the holds that remain:
+		// once unlocked, it no longer speaks for them.
+		return errs.Op(ErrNotHeld, nil, "extend %q: this Lease was unlocked", l.Name())
 	}
 	return l.h.e.ren.Extend(ctx, l.h.t, ttl)
 }
 
 // TTL returns how long the lock has left before it expires, as Redis sees it.
-// If the lease is no longer held, the error matches ErrNotHeld.
+// If the lease is no longer held, or this Lease was unlocked, the error
+// matches ErrNotHeld.
 func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	if l == nil || l.h == nil {
 		return 0, errNilLease
@@ -146,6 +152,9 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	t := l.h.t
 	if ctx == nil {
 		return 0, errs.Op(nil, nil, "ttl %q: nil context", t.K.Name)
+	}
+	if l.unlocked.Load() {
+		return 0, errs.Op(ErrNotHeld, nil, "ttl %q: this Lease was unlocked", t.K.Name)
 	}
 	if err := t.EndedErr("ttl"); err != nil {
 		return 0, err

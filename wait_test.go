@@ -273,6 +273,17 @@ func TestReentry(t *testing.T) {
 		if got := count(); got != "1" {
 			t.Errorf("hold count %s after a repeated unlock, want 1", got)
 		}
+		// An unlocked re-entry no longer speaks for the holds that remain.
+		before := rdb.PTTL(ctx, "dlock:{re}").Val()
+		if err := inner.Extend(ctx, time.Hour); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("Extend of an unlocked re-entry: %v, want ErrNotHeld", err)
+		}
+		if after := rdb.PTTL(ctx, "dlock:{re}").Val(); after > before {
+			t.Errorf("Extend of an unlocked re-entry moved the lock's expiry from %v to %v", before, after)
+		}
+		if _, err := inner.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+			t.Errorf("TTL of an unlocked re-entry: %v, want ErrNotHeld", err)
+		}
 		// Another lock inside is a different lock: no re-entry.
 		other, err := c.Mutex("other").TryLock(ctx)
 		if err != nil {
