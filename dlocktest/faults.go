@@ -45,9 +45,12 @@ import (
 // matches dlock.ErrLockLost ("not renewed before its deadline"). After
 // Restore the Client works again; a lost lease stays lost.
 //
-// A dlock Client sends more than its caller's requests: renewals, the
-// Client's name record, a first look at the server's eviction policy. The
-// reply LoseNextReply loses is that of whichever request comes first.
+// The reply LoseNextReply loses is that of whichever request comes first,
+// and more is sent than the caller's requests: go-redis opens a connection
+// with a handshake (HELLO, whose lost reply go-redis takes as a failed dial
+// and tries again), and a dlock Client sends renewals, its name record and,
+// on first use, a look at the server's eviction policy. Warm the Client up
+// first (Client.Check, or a first lock) to aim at a request of your own.
 type Faults struct {
 	// Addr is the switch's address, for go-redis's Options.Addr: 127.0.0.1
 	// and a free port.
