@@ -16,10 +16,12 @@ const checkTimeout = 10 * time.Second
 // Lose makes the lease lost, as if it had expired: it frees the lock in
 // Redis, then has the lease's Client ask Redis about the lease at once, as a
 // renewal would, and returns after the lease's Done is closed. Err then
-// matches dlock.ErrLockLost, the Client's hooks and log report the loss, and
-// a context from the lease's Context (the one Do hands its function) is
-// cancelled. This holds whether or not the lease renews (WithoutRenewal), and
-// without waiting for a renewal.
+// matches dlock.ErrLockLost, and the Client's hooks and log report the loss.
+// This holds whether or not the lease renews (WithoutRenewal), and without
+// waiting for a renewal. A context from the lease's Context (the one Do
+// hands its function, a lockhttp handler's) is cancelled a moment later, on
+// a goroutine of its own, as with context.AfterFunc: to see it cancelled,
+// wait for its Done rather than read its Err once.
 //
 // The lease may be a *dlock.Lease of a Mutex, FairMutex, RWMutex (read or
 // write hold) or Semaphore, or a *dlock.Leadership of an Election. The lock
