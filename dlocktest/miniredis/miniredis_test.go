@@ -26,6 +26,8 @@ const (
 	// No SSUBSCRIBE: a waiting Lock cannot subscribe to be woken, and keeps
 	// trying until its context ends.
 	noWake = "gave up waiting: context deadline exceeded"
+	// No SSUBSCRIBE: Observe subscribes before it reads, and yields nothing.
+	noObserve = "yielded nothing"
 )
 
 // scenario is one use of dlock, run on a real server and on miniredis: want
@@ -155,6 +157,17 @@ var scenarios = []scenario{
 			return err
 		}
 		return ld.Resign(ctx)
+	}},
+	{name: "Election.Observe", redis: "", miniredis: noObserve, run: func(ctx context.Context, t *testing.T, e env) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		for l, err := range e.client(t).Election("observed").Observe(ctx) {
+			if err != nil || l.Term != 0 {
+				return fmt.Errorf("first state: %+v, %v; want no leader", l, err)
+			}
+			return nil
+		}
+		return errors.New("Observe yielded nothing before its context ended")
 	}},
 	{name: "Client.Inspect", redis: "", miniredis: roTime, run: func(ctx context.Context, t *testing.T, e env) error {
 		c := e.client(t)
