@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +144,41 @@ func TestSchedulerStepsDown(t *testing.T) {
 	leader, err := srv.Client.Election("scheduler").Leader(ctx)
 	if err != nil || leader.Value == "node-1" {
 		t.Fatalf("leader after stepping down: %+v, %v", leader, err)
+	}
+}
+
+// TestDocsInSync: every Go block of docs/testing.md is code of this
+// package's tests or examples, word for word (leading tabs aside), so that
+// the page's code compiles and passes with them.
+func TestDocsInSync(t *testing.T) {
+	page, err := os.ReadFile("../docs/testing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code strings.Builder
+	for _, f := range []string{"docs_test.go", "example_test.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code.Write(b)
+	}
+	flat := func(s string) string {
+		var b strings.Builder
+		for line := range strings.Lines(s) {
+			b.WriteString(strings.TrimLeft(line, "\t"))
+		}
+		return b.String()
+	}
+	src := flat(code.String())
+	blocks := strings.Split(string(page), "```go\n")[1:]
+	if len(blocks) == 0 {
+		t.Fatal("no Go blocks in docs/testing.md")
+	}
+	for _, b := range blocks {
+		block, _, _ := strings.Cut(b, "```")
+		if !strings.Contains(src, flat(block)) {
+			t.Errorf("docs/testing.md has code that is not in the tests:\n%s", block)
+		}
 	}
 }
