@@ -9,7 +9,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlocktest"
-	"github.com/redis/go-redis/v9"
 )
 
 // held is a lease of any kind dlocktest takes away.
@@ -127,19 +126,7 @@ var kinds = []kind{
 }
 
 // rivalOf returns a second Client of srv, closed when the test ends.
-func rivalOf(t *testing.T, srv *dlocktest.Server) *dlock.Client {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	c, err := dlock.New(rdb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Close()
-		_ = rdb.Close()
-	})
-	return c
-}
+func rivalOf(t *testing.T, srv *dlocktest.Server) *dlock.Client { return newClient(t, srv.Addr) }
 
 // shortCtx is for a rival's Election Campaign, which waits in line: it
 // returns once it leads, or fails when ctx ends.
