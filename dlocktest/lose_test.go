@@ -175,6 +175,11 @@ func TestLose(t *testing.T) {
 				if len(st.Holders) != 0 {
 					t.Fatalf("holders after Lose: %+v", st.Holders)
 				}
+				if k.kind == dlock.KindElection {
+					if l, err := srv.Client.Election(name).Leader(ctx); !errors.Is(err, dlock.ErrNoLeader) {
+						t.Fatalf("leader after Lose: %+v, %v; want ErrNoLeader", l, err)
+					}
+				}
 				fence, err := k.rival(shortCtx(t), rival, name)
 				if err != nil {
 					t.Fatalf("rival after Lose: %v", err)
