@@ -2,7 +2,7 @@
 .PHONY: test chaos failover bench bench-quick microbench demo vet readme
 
 test:
-	go test -race -count=1 -p 1 ./... ./otel/... ./examples/flashsale/... ./gocronlock/...
+	go test -race -count=1 -p 1 ./... ./dlocktest/miniredis/... ./otel/... ./examples/flashsale/... ./gocronlock/...
 
 # Worker processes take one lock through a fault proxy that loses, delays and
 # holds back requests and replies, cuts, refuses and pauses connections, while
@@ -48,4 +48,4 @@ readme:
 	go test -count=1 -run '^TestREADME$$' ./examples/quickstart -update
 
 vet:
-	gofmt -l . && go vet ./... ./otel/... ./examples/flashsale/... ./gocronlock/... && cd bench && go vet ./...
+	gofmt -l . && go vet ./... ./dlocktest/miniredis/... ./otel/... ./examples/flashsale/... ./gocronlock/... && cd bench && go vet ./...

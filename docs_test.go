@@ -11,14 +11,6 @@ import (
 	"unicode"
 )
 
-// pendingPages are pages that README and docs/README.md link to and that
-// are written in other branches. A link to one is accepted while it does not
-// exist; once it does, its links and anchors are checked like any other.
-var pendingPages = map[string]bool{
-	"docs/testing.md":  true,
-	"docs/election.md": true,
-}
-
 // TestDocLinks checks that every relative link in the repository's Markdown
 // files (outside bench/results, which the benchmark writes) leads to a file
 // or directory that exists and, when it names an anchor in a Markdown file,
@@ -112,9 +104,7 @@ func checkLinks(files []string) []string {
 				}
 				where := fmt.Sprintf("%s:%d: link %q", file, n+1, target)
 				if _, err := os.Stat(dest); err != nil {
-					if !pendingPages[filepath.ToSlash(dest)] {
-						bad = append(bad, where+" leads to no file")
-					}
+					bad = append(bad, where+" leads to no file")
 					continue
 				}
 				if anchor == "" || !strings.HasSuffix(dest, ".md") {

@@ -214,7 +214,7 @@ var (
 
 // Keys names everything in Redis that belongs to one lock. Every name carries
 // the same {hash tag}, so they share a Redis Cluster slot and one script can
-// touch them all; the package documentation lists them.
+// touch them all; docs/failure-model.md lists them.
 type Keys struct {
 	Kind    *Kind
 	Name    string // as the caller gave it
