@@ -75,10 +75,11 @@ end
 
 -- The live waiters of a queue scored by arrival (µs) whose entries in the
 -- hash alive read "<lapse ms>" or "<lapse ms>|<what>", first to arrive
--- first, up to limit; a FairMutex's grantee, which keeps its place while it
--- holds the lock hash KEYS[1], is a holder, not a waiter.
+-- first, up to limit; and how many are queued. A FairMutex's grantee, which
+-- keeps its place while it holds the lock hash KEYS[1], is a holder, not a
+-- waiter, and is not counted (if it is among the entries read).
 local function queue_waiters(queue, alive, only)
-  local from = 0
+  local from, holding = 0, 0
   while #waiters < limit do
     local q = redis.call('ZRANGE', queue, from, from + 99, 'WITHSCORES')
     if #q == 0 then
@@ -86,7 +87,9 @@ local function queue_waiters(queue, alive, only)
     end
     for i = 1, #q, 2 do
       local v = redis.call('HGET', alive, q[i])
-      if v and redis.call('HEXISTS', KEYS[1], q[i]) == 0 then
+      if v and redis.call('HEXISTS', KEYS[1], q[i]) == 1 then
+        holding = holding + 1 -- a grantee that keeps its place: no waiter
+      elseif v then
         local lapse, what = string.match(v, '^(%d+)|?(.*)$')
         what = only or what
         if lapse and tonumber(lapse) > now and #waiters < limit then
@@ -96,20 +99,13 @@ local function queue_waiters(queue, alive, only)
     end
     from = from + 100
   end
-  return redis.call('ZCARD', queue)
+  return redis.call('ZCARD', queue) - holding
 end
 
 local queued, total, used = 0, -1, 0
 if kind == 'fair' then
   hash_holders(nil)
   queued = queue_waiters(KEYS[3], KEYS[4], 'w') -- after the lapse, the waiter's grant lease
-  -- A FairMutex's or an Election's grantee keeps its place while it holds:
-  -- it is no waiter.
-  for _, h in ipairs(holders) do
-    if redis.call('ZSCORE', KEYS[3], h[1]) then
-      queued = queued - 1
-    end
-  end
 elseif kind == 'rw' then
   hash_holders(KEYS[6])
   zset_holders(KEYS[5], function(o)
