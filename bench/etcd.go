@@ -168,6 +168,29 @@ func (s *etcdServer) stop() {
 	_ = os.RemoveAll(s.dir)
 }
 
+// cpu returns the CPU time the etcd process has used, in seconds (utime +
+// stime of /proc/PID/stat, in clock ticks of 1/100 s, Linux's USER_HZ); 0 if
+// it cannot be read.
+func (s *etcdServer) cpu() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and may
+	// hold spaces: state is field 3, utime 14 and stime 15.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
+}
+
 // freePorts returns n distinct loopback ports the kernel offered as free.
 func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
@@ -326,8 +349,8 @@ func runEtcd(cfg config, stops *stopper, rounds etcdRounds) ([]result, *etcdOut,
 
 	vs := []variant{
 		{lib: "dlock", name: "default", open: openDlock()},
-		{lib: "etcd", name: "fsync", open: openEtcdMutex(servers["fsync"].endpoint)},
-		{lib: "etcd", name: "no-fsync", open: openEtcdMutex(servers["no-fsync"].endpoint)},
+		{lib: "etcd", name: "fsync", open: openEtcdMutex(servers["fsync"].endpoint), serverCPU: servers["fsync"].cpu},
+		{lib: "etcd", name: "no-fsync", open: openEtcdMutex(servers["no-fsync"].endpoint), serverCPU: servers["no-fsync"].cpu},
 	}
 	c := cfg
 	c.noFloors = true
@@ -355,11 +378,13 @@ func runEtcd(cfg config, stops *stopper, rounds etcdRounds) ([]result, *etcdOut,
 }
 
 // etcdRow leaves the Redis figures out of an etcd row: Redis did none of
-// its work. Its requests are etcd's unary RPCs.
+// its work. Its requests are etcd's unary RPCs, and the CPU the harness
+// measured is the etcd process's.
 func etcdRow(r result) result {
 	if r.Library != "etcd" {
 		return r
 	}
+	r.ServerCPUusPerOp = r.RedisCPUusPerOp // serverCPU: the etcd process's
 	r.RedisCommandsPerOp, r.RedisCPUusPerOp, r.RedisWorkUsPerOp = nil, nil, nil
 	r.NotCounted = slices.DeleteFunc(r.NotCounted, func(s string) bool { return s == "redis_work_us_per_op" })
 	return r

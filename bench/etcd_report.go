@@ -71,8 +71,11 @@ func etcdSection(o output) string {
 		w("| %s | %s | %s | %d | %s | %s–%s | %.3g | %s | %s |\n", how, r.System, setting, r.Rounds, msFmt(r.MedianMs), msFmt(r.MinMs), msFmt(r.MaxMs),
 			r.MedianTTLs, vs(r, find(r.How, "fsync")), vs(r, find(r.How, "no-fsync")))
 	}
-	w("\nA killed leader's lease must run out before anyone else may lead: in both systems the next leader waits for the rest of the TTL " +
-		"from the killed leader's last renewal (both renew every third of it). A resigning leader hands over at once.\n")
+	w("\nA resigning leader hands over at once. A killed leader's lease must run out before another candidate may lead, so the kill rows " +
+		"are set by the TTL and by where in the renewal period the kill fell: dlock renews every third of the TTL, so its next leader comes " +
+		"2/3 to 1 TTL after the kill; etcd's client sends a keep-alive once a third of the TTL has passed since the last answer, looking every " +
+		"500 ms, and etcd revokes expired leases every 500 ms, so there it comes from about TTL − (TTL/3 + 500 ms) to TTL + 500 ms after. " +
+		"Read the kill rows' min–max before their ratios.\n")
 
 	un, _ := pick(o.Results, "etcd-uncontended")
 	co, _ := pick(o.Results, "etcd-contended")
@@ -85,13 +88,16 @@ func etcdSection(o output) string {
 		"uncontended, one goroutine, acquire + release of a free key, the three interleaved in %.0f ms slices in rotating order (ops/s and p50: median over %d slices, "+
 		"min–max; p99 over all); contended, 16 contenders on one key, each its own client (and session), a small computation and a non-atomic counter "+
 		"under the lock, mutual exclusion checked, %s. Requests (client): dlock's Redis requests as in section 1; etcd's unary RPCs, counted by "+
-		"a gRPC interceptor (the watch and lease keep-alive streams' messages are not counted).\n\n",
+		"a gRPC interceptor (the watch and lease keep-alive streams' messages are not counted). An etcd waiter watches the key ahead of it "+
+		"from the revision it read, and etcd delivers the events of such a watcher every 100 ms until it has caught up: a waiter whose turn "+
+		"comes sooner than that after it joined can wait for that loop. Server CPU: the redis-server's (INFO cpu) for dlock, the etcd process's "+
+		"(utime + stime from /proc, in 10 ms ticks) for etcd, over the same slices or windows, per op.\n\n",
 		e.SliceMs, samples(un), plural(samples(co), "round"))
-	w("| library | setting | ops/s | p50 µs | p99 µs | requests/op (client) | allocs/op | bytes/op |\n|---|---|---|---|---|---|---|---|\n")
+	w("| library | setting | ops/s | p50 µs | p99 µs | requests/op (client) | server CPU µs/op | allocs/op | bytes/op |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range un {
-		w("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Library, mutexSetting(r), rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Library, mutexSetting(r), rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax),
 			numSpread(r.P50us, r.P50usMin, r.P50usMax, "%.0f"), num(r.P99us, "%.0f"), counted(r, r.RequestsPerOp, "requests_per_op"),
-			num(r.AllocsPerOp, "%.0f"), num(r.BytesPerOp, "%.0f"))
+			num(serverCPU(r), "%.1f"), num(r.AllocsPerOp, "%.0f"), num(r.BytesPerOp, "%.0f"))
 	}
 	d := findVariant(o.Results, "etcd-uncontended", "dlock", "default")
 	ef, en := findVariant(o.Results, "etcd-uncontended", "etcd", "fsync"), findVariant(o.Results, "etcd-uncontended", "etcd", "no-fsync")
@@ -99,19 +105,19 @@ func etcdSection(o output) string {
 		w("\np50 dlock / etcd (ratio of the medians): %s beside etcd with fsync, %s beside etcd without.\n",
 			ratio(d.P50us, ef.P50us), ratio(d.P50us, en.P50us))
 	}
-	w("\n| library | setting | mutex ok | CS/s | gap p50 µs | gap p99 µs | same holder again | mean wait µs | max wait µs | max/mean | share min–max | requests/CS (client) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("\n| library | setting | mutex ok | CS/s | gap p50 µs | gap p99 µs | same holder again | mean wait µs | max wait µs | max/mean | share min–max | requests/CS (client) | server CPU µs/CS |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range co {
 		ok := r.MutexOK != nil && *r.MutexOK
 		switch {
 		case !ok:
-			w("| %s | %s | **NO — MUTUAL EXCLUSION BROKEN, figures withheld** | | | | | | | | | |\n", r.Library, mutexSetting(r))
+			w("| %s | %s | **NO — MUTUAL EXCLUSION BROKEN, figures withheld** | | | | | | | | | | |\n", r.Library, mutexSetting(r))
 		case r.OpsPerS == nil:
-			w("| %s | %s | yes | no critical section completed | | | | | | | | |\n", r.Library, mutexSetting(r))
+			w("| %s | %s | yes | no critical section completed | | | | | | | | | |\n", r.Library, mutexSetting(r))
 		default:
-			w("| %s | %s | yes | %s | %s | %.0f | %.0f%% | %s | %s | %s | %s–%s | %s |\n", r.Library, mutexSetting(r),
+			w("| %s | %s | yes | %s | %s | %.0f | %.0f%% | %s | %s | %s | %s–%s | %s | %s |\n", r.Library, mutexSetting(r),
 				rateSpread(r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax), numSpread(r.GapP50us, r.GapP50usMin, r.GapP50usMax, "%.0f"), r.gapP99, r.selfPct,
 				num(r.MeanWaitus, "%.0f"), num(r.MaxWaitus, "%.0f"), maxMean(r), num(r.ShareMin, "%.2f"), num(r.ShareMax, "%.2f"),
-				counted(r, r.RequestsPerOp, "requests_per_op"))
+				counted(r, r.RequestsPerOp, "requests_per_op"), num(serverCPU(r), "%.1f"))
 		}
 	}
 	d = findVariant(o.Results, "etcd-contended", "dlock", "default")
@@ -136,4 +142,13 @@ func mutexSetting(r result) string {
 		return "Redis, no persistence"
 	}
 	return r.Variant
+}
+
+// serverCPU is a Mutex row's server CPU per op: Redis's for dlock, etcd's
+// for etcd.
+func serverCPU(r result) *float64 {
+	if r.Library == "etcd" {
+		return r.ServerCPUusPerOp
+	}
+	return r.RedisCPUusPerOp
 }

@@ -76,6 +76,9 @@ type result struct {
 	RoundTripsPerOp    *float64 `json:"round_trips_per_op,omitempty"`
 	RedisCommandsPerOp *float64 `json:"redis_commands_per_op,omitempty"`
 	RedisCPUusPerOp    *float64 `json:"redis_cpu_us_per_op,omitempty"`
+	// ServerCPUusPerOp (etcd rows): the CPU time of the etcd process per op
+	// (utime + stime from /proc), where the Redis rows have RedisCPUusPerOp.
+	ServerCPUusPerOp *float64 `json:"server_cpu_us_per_op,omitempty"`
 	// RedisWorkUsPerOp is the commandstats time of the commands the client
 	// sent (a script's includes the commands it calls), per op.
 	RedisWorkUsPerOp  *float64 `json:"redis_work_us_per_op,omitempty"`
