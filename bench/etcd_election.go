@@ -124,7 +124,7 @@ func (s electionSystem) waiting(name string) (count func(context.Context) (int, 
 	return nil, nil, fmt.Errorf("no election system %q", s.system)
 }
 
-// label names the row: "dlock (Redis, no persistence)", "etcd (fsync)".
+// label names the row: "dlock/redis", "etcd/fsync", "etcd/no-fsync".
 func (s electionSystem) label() string { return s.system + "/" + s.setting }
 
 type dlockCandidate struct {
