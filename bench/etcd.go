@@ -60,6 +60,8 @@ type etcdServer struct {
 	dir      string
 	cmd      *exec.Cmd
 	exited   chan struct{}
+	// done stops the server once, for its user or for the run's stops.
+	done func()
 }
 
 // etcdArgs are the settings each etcd runs with, apart from its data
@@ -77,7 +79,7 @@ func etcdArgs(setting string) []string {
 // startEtcd starts a single-member etcd with setting's arguments in a
 // temporary directory of its own, on two free loopback ports (client and
 // peer), and returns once it answers a read. It tries five pairs of ports.
-// stops kills it and removes its directory.
+// Its done, or stops, kills it and removes its directory.
 func startEtcd(setting string, stops *stopper) (*etcdServer, error) {
 	bin, err := etcdBinary()
 	if err != nil {
@@ -90,11 +92,11 @@ func startEtcd(setting string, stops *stopper) (*etcdServer, error) {
 			return nil, err
 		}
 		s := &etcdServer{setting: setting, args: etcdArgs(setting), dir: dir, exited: make(chan struct{})}
-		stop := stops.add(s.stop)
+		s.done = stops.add(s.stop)
 		if lastErr = s.start(bin); lastErr == nil {
 			return s, nil
 		}
-		stop()
+		s.done()
 	}
 	return nil, fmt.Errorf("start etcd (%s): %w", setting, lastErr)
 }
@@ -319,7 +321,7 @@ func runEtcd(cfg config, stops *stopper, rounds etcdRounds) ([]result, *etcdOut,
 		if err != nil {
 			return nil, nil, err
 		}
-		defer s.stop()
+		defer s.done()
 		servers[setting] = s
 		out.Version = s.version
 		out.Servers = append(out.Servers, etcdServerOut{Setting: setting, Args: s.args})
