@@ -109,7 +109,7 @@ func main() {
 	if role := os.Getenv(workerEnv); role != "" {
 		os.Exit(runWorker(role, os.Args[1:]))
 	}
-	quick := flag.Bool("quick", false, "short run (about two minutes)")
+	quick := flag.Bool("quick", false, "short run (about 2.5 minutes)")
 	addr := flag.String("redis", "", "use this redis-server (host:port) instead of starting one; it must be private")
 	out := flag.String("out", "", "also write the Markdown report to this file")
 	jsonPath := flag.String("json", "results/latest.json", "write JSON results here (empty: skip)")
