@@ -33,6 +33,9 @@ type variant struct {
 	retryOnly bool
 	// open makes one instance on addr; every client it opens is counted by rc.
 	open func(addr string, rc *reqCounter) (locker, error)
+	// serverCPU, if set, reads the CPU time (s) of the server the variant
+	// runs on, when that is not the redis-server of cfg.admin (etcd).
+	serverCPU func() float64
 }
 
 func (v variant) label() string { return v.lib + "/" + v.name }

@@ -76,6 +76,9 @@ type result struct {
 	RoundTripsPerOp    *float64 `json:"round_trips_per_op,omitempty"`
 	RedisCommandsPerOp *float64 `json:"redis_commands_per_op,omitempty"`
 	RedisCPUusPerOp    *float64 `json:"redis_cpu_us_per_op,omitempty"`
+	// ServerCPUusPerOp (etcd rows): the CPU time of the etcd process per op
+	// (utime + stime from /proc), where the Redis rows have RedisCPUusPerOp.
+	ServerCPUusPerOp *float64 `json:"server_cpu_us_per_op,omitempty"`
 	// RedisWorkUsPerOp is the commandstats time of the commands the client
 	// sent (a script's includes the commands it calls), per op.
 	RedisWorkUsPerOp  *float64 `json:"redis_work_us_per_op,omitempty"`
@@ -99,20 +102,45 @@ type output struct {
 	Cluster  *clusterOut       `json:"cluster,omitempty"`
 	Queues   []queueResult     `json:"queues,omitempty"`
 	Keys     *keysOut          `json:"keys,omitempty"`
+	Etcd     *etcdOut          `json:"etcd,omitempty"`
 }
 
 func main() {
-	quick := flag.Bool("quick", false, "short run (about two minutes)")
+	if role := os.Getenv(workerEnv); role != "" {
+		os.Exit(runWorker(role, os.Args[1:]))
+	}
+	quick := flag.Bool("quick", false, "short run (about 2.5 minutes)")
 	addr := flag.String("redis", "", "use this redis-server (host:port) instead of starting one; it must be private")
 	out := flag.String("out", "", "also write the Markdown report to this file")
 	jsonPath := flag.String("json", "results/latest.json", "write JSON results here (empty: skip)")
 	svgPath := flag.String("svg", "results/latest.svg", "write the SVG chart here (empty: skip)")
 	stall := flag.Duration("stall", 0, "stop with every goroutine's stack when one section runs this long (0: 20m, 5m with -quick)")
+	only := flag.String("only", "", `run one section alone: "etcd" (results/latest.json and latest.svg are then left alone unless -json or -svg is given)`)
 	flag.Parse()
+	if *only != "" && *only != "etcd" {
+		fatal(fmt.Errorf("-only %q: the section that runs alone is \"etcd\"", *only))
+	}
+	if *only != "" {
+		given := map[string]bool{}
+		flag.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+		if !given["json"] {
+			*jsonPath = ""
+		}
+		if !given["svg"] {
+			*svgPath = ""
+		}
+	}
+	// The etcd section cannot run without etcd: say so now, not after the
+	// sections before it.
+	if _, err := etcdBinary(); err != nil {
+		fatal(fmt.Errorf("etcd section: %w", err))
+	}
 
 	cfg := config{slice: 300 * time.Millisecond, perVariant: 6 * time.Second, csWindow: 3 * time.Second, csRounds: 3, periods: 10, scaleLocks: 10000, clusterLocks: 10000}
+	etcdN := etcdRounds{resign: 20, kill: 10}
 	if *quick {
 		cfg = config{slice: 200 * time.Millisecond, perVariant: 1200 * time.Millisecond, csWindow: 600 * time.Millisecond, csRounds: 2, periods: 3, scaleLocks: 10000, clusterLocks: 1000}
+		etcdN = etcdRounds{resign: 5, kill: 2}
 	}
 	// stops kills the redis-servers this program starts and removes their
 	// dirs: at the end, on a fatal error or on an interrupt. With -redis the
@@ -158,101 +186,117 @@ func main() {
 	vs := allVariants()
 	var res []result
 
-	section("uncontended + floors")
-	r, fl, err := runUncontended(cfg, vs)
-	if err != nil {
-		exitErr(err)
-	}
-	res = append(res, r...)
-	section("parallel")
-	r, err = runParallel(cfg, vs, 64)
-	if err != nil {
-		exitErr(err)
-	}
-	res = append(res, r...)
-	for _, think := range []bool{false, true} {
-		settle(cfg.admin)
-		section(fmt.Sprint("contended, think = ", think))
-		r, err = runContended(cfg, vs, 16, think)
+	var (
+		fl     floors
+		queues []queueResult
+		scales []scaleResult
+		keys   *keysOut
+		clu    *clusterOut
+	)
+	if *only == "" {
+		var r []result
+		var err error
+		section("uncontended + floors")
+		r, fl, err = runUncontended(cfg, vs)
 		if err != nil {
 			exitErr(err)
 		}
 		res = append(res, r...)
-	}
-	settle(cfg.admin)
-	section("multilock")
-	mr, err := runMulti(cfg, 8, 4)
-	if err != nil {
-		exitErr(err)
-	}
-	res = append(res, mr)
-	section("long queues")
-	reps := 9
-	if *quick {
-		reps = 3
-	}
-	queues, err := runQueues(cfg, 10, 10000, reps)
-	if err != nil {
-		exitErr(err)
-	}
-	section("scale")
-	var scales []scaleResult
-	sd, err := runScale(cfg, "dlock", "default", openDlock(dlock.WithTTL(3*time.Second)), time.Second)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "scale dlock:", err)
-	} else {
-		scales = append(scales, sd)
-	}
-	sr, err := runScale(cfg, "rueidislock", "aggressive", openRueidis(rueidislock.LockerOption{
-		KeyMajority: 1, NoLoopTracking: true, KeyValidity: 3 * time.Second, ExtendInterval: time.Second}), time.Second)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "scale rueidislock:", err)
-	} else {
-		scales = append(scales, sr)
-	}
-	for _, s := range scales {
-		r := result{Scenario: "scale", Library: s.lib, Variant: s.variant,
-			RedisCommandsPerOp: f(s.cmdsPerPeriod / float64(s.locks)), MutexOK: ptrBool(s.lost == 0)}
-		if s.reqPerPeriod >= 0 {
-			r.RequestsPerOp = f(s.reqPerPeriod / float64(s.locks))
-		} else {
-			r.NotCounted = append(r.NotCounted, "requests_per_op")
+		section("parallel")
+		r, err = runParallel(cfg, vs, 64)
+		if err != nil {
+			exitErr(err)
 		}
-		if s.rtPerPeriod >= 0 {
-			r.RoundTripsPerOp = f(s.rtPerPeriod / float64(s.locks))
-		} else {
-			r.NotCounted = append(r.NotCounted, "round_trips_per_op")
+		res = append(res, r...)
+		for _, think := range []bool{false, true} {
+			settle(cfg.admin)
+			section(fmt.Sprint("contended, think = ", think))
+			r, err = runContended(cfg, vs, 16, think)
+			if err != nil {
+				exitErr(err)
+			}
+			res = append(res, r...)
 		}
-		res = append(res, r)
+		settle(cfg.admin)
+		section("multilock")
+		mr, err := runMulti(cfg, 8, 4)
+		if err != nil {
+			exitErr(err)
+		}
+		res = append(res, mr)
+		section("long queues")
+		reps := 9
+		if *quick {
+			reps = 3
+		}
+		queues, err = runQueues(cfg, 10, 10000, reps)
+		if err != nil {
+			exitErr(err)
+		}
+		section("scale")
+		sd, err := runScale(cfg, "dlock", "default", openDlock(dlock.WithTTL(3*time.Second)), time.Second)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "scale dlock:", err)
+		} else {
+			scales = append(scales, sd)
+		}
+		sr, err := runScale(cfg, "rueidislock", "aggressive", openRueidis(rueidislock.LockerOption{
+			KeyMajority: 1, NoLoopTracking: true, KeyValidity: 3 * time.Second, ExtendInterval: time.Second}), time.Second)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "scale rueidislock:", err)
+		} else {
+			scales = append(scales, sr)
+		}
+		for _, s := range scales {
+			r := result{Scenario: "scale", Library: s.lib, Variant: s.variant,
+				RedisCommandsPerOp: f(s.cmdsPerPeriod / float64(s.locks)), MutexOK: ptrBool(s.lost == 0)}
+			if s.reqPerPeriod >= 0 {
+				r.RequestsPerOp = f(s.reqPerPeriod / float64(s.locks))
+			} else {
+				r.NotCounted = append(r.NotCounted, "requests_per_op")
+			}
+			if s.rtPerPeriod >= 0 {
+				r.RoundTripsPerOp = f(s.rtPerPeriod / float64(s.locks))
+			} else {
+				r.NotCounted = append(r.NotCounted, "round_trips_per_op")
+			}
+			res = append(res, r)
+		}
+		settle(cfg.admin)
+		section("keys")
+		// Each library's load runs 20 s: keys that an operation writes for 10 s
+		// (a key per release, as dlock's release markers were) expire in numbers
+		// only some seconds after that, and their expiry is what stalls Redis (at
+		// 25k operations a second, this machine's expire cycle first ran long
+		// after 16 to 20 s).
+		// The quick run's 4 s shows how many keys there are, not what expiring
+		// them costs.
+		keysIdle, keysLoadFor := 3*time.Second, 20*time.Second
+		if *quick {
+			keysIdle, keysLoadFor = time.Second, 4*time.Second
+		}
+		keys, r, err = runKeys(cfg, keysIdle, keysLoadFor)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "keys:", err)
+		}
+		res = append(res, r...)
+		section("cluster")
+		r, clu, err = runCluster(cfg, stops)
+		if err != nil {
+			exitErr(fmt.Errorf("cluster: %w", err))
+		}
+		res = append(res, r...)
+		section("redlock")
+		r, err = runRedLock(cfg, stops)
+		if err != nil {
+			exitErr(fmt.Errorf("redlock: %w", err))
+		}
+		res = append(res, r...)
 	}
-	settle(cfg.admin)
-	section("keys")
-	// Each library's load runs 20 s: keys that an operation writes for 10 s
-	// (a key per release, as dlock's release markers were) expire in numbers
-	// only some seconds after that, and their expiry is what stalls Redis (at
-	// 25k operations a second, this machine's expire cycle first ran long
-	// after 16 to 20 s).
-	// The quick run's 4 s shows how many keys there are, not what expiring
-	// them costs.
-	keysIdle, keysLoadFor := 3*time.Second, 20*time.Second
-	if *quick {
-		keysIdle, keysLoadFor = time.Second, 4*time.Second
-	}
-	keys, r, err := runKeys(cfg, keysIdle, keysLoadFor)
+	section("etcd")
+	r, eo, err := runEtcd(cfg, stops, etcdN)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "keys:", err)
-	}
-	res = append(res, r...)
-	section("cluster")
-	r, clu, err := runCluster(cfg, stops)
-	if err != nil {
-		exitErr(fmt.Errorf("cluster: %w", err))
-	}
-	res = append(res, r...)
-	section("redlock")
-	r, err = runRedLock(cfg, stops)
-	if err != nil {
-		exitErr(fmt.Errorf("redlock: %w", err))
+		exitErr(fmt.Errorf("etcd: %w", err))
 	}
 	res = append(res, r...)
 	section("report")
@@ -272,8 +316,12 @@ func main() {
 		Cluster:  clu,
 		Queues:   queues,
 		Keys:     keys,
+		Etcd:     eo,
 	}
 	md := report(o, scales)
+	if *only != "" {
+		md = etcdReport(o)
+	}
 	fmt.Print(md)
 	if *out != "" {
 		writeFile(*out, []byte(md))
@@ -310,7 +358,7 @@ func versions() map[string]string {
 	for _, d := range bi.Deps {
 		switch d.Path {
 		case "github.com/dlock-go/dlock", "github.com/go-redsync/redsync/v4", "github.com/bsm/redislock",
-			"github.com/redis/rueidis", "github.com/redis/go-redis/v9":
+			"github.com/redis/rueidis", "github.com/redis/go-redis/v9", "go.etcd.io/etcd/client/v3":
 			ver := d.Version
 			if d.Replace != nil {
 				ver += " => " + d.Replace.Path

@@ -105,6 +105,16 @@ func mustSnapshot(rdb *redis.Client) stats {
 	return st
 }
 
+// serverSnapshot is mustSnapshot, except that the CPU is that of v's own
+// server when v has one (v.serverCPU).
+func serverSnapshot(rdb *redis.Client, v *variant) stats {
+	st := mustSnapshot(rdb)
+	if v != nil && v.serverCPU != nil {
+		st.cpu = v.serverCPU()
+	}
+	return st
+}
+
 // settle waits, for at most 15 s, until at most 1,000 keys with an expiry
 // are left on the server: the keys a section leaves to expire (the peers'
 // locks, dlock's fences) then expire before the next section starts

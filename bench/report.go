@@ -99,19 +99,7 @@ func report(o output, scales []scaleResult) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("# dlock vs peers: one run, one redis-server\n\n")
-	w("## Environment\n\n")
-	w("- command: `%v`\n", o.Machine["command"])
-	w("- %v, GOMAXPROCS=%v, NumCPU=%v, %v/%v\n", o.Machine["go"], o.Machine["gomaxprocs"], o.Machine["num_cpu"], o.Machine["goos"], o.Machine["goarch"])
-	w("- redis-server %v (loopback, --save \"\" --appendonly no)\n", o.Machine["redis_server"])
-	keys := make([]string, 0, len(o.Versions))
-	for k := range o.Versions {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		w("- %s %s\n", k, o.Versions[k])
-	}
-	w("- started %v, took %.0f s, quick=%v\n\n", o.Machine["started"], o.Machine["duration_s"], o.Machine["quick"])
+	w("%s", environment(o))
 
 	w("## 4. Floor\n\nPING on one go-redis connection, interleaved with the uncontended slices: p50 %.0f µs, p99 %.0f µs (1 RTT; over all its slices).\n\n",
 		o.Machine["ping_p50_us"], o.Machine["ping_p99_us"])
@@ -203,7 +191,28 @@ func report(o output, scales []scaleResult) string {
 	w("%s", keysSection(o))
 	w("%s", clusterSection(o))
 	w("%s", redLockSection(o))
+	w("%s", etcdSection(o))
 	w(howToRead)
+	return b.String()
+}
+
+// environment renders the run's "Environment" section.
+func environment(o output) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("## Environment\n\n")
+	w("- command: `%v`\n", o.Machine["command"])
+	w("- %v, GOMAXPROCS=%v, NumCPU=%v, %v/%v\n", o.Machine["go"], o.Machine["gomaxprocs"], o.Machine["num_cpu"], o.Machine["goos"], o.Machine["goarch"])
+	w("- redis-server %v (loopback, --save \"\" --appendonly no)\n", o.Machine["redis_server"])
+	keys := make([]string, 0, len(o.Versions))
+	for k := range o.Versions {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		w("- %s %s\n", k, o.Versions[k])
+	}
+	w("- started %v, took %.0f s, quick=%v\n\n", o.Machine["started"], o.Machine["duration_s"], o.Machine["quick"])
 	return b.String()
 }
 

@@ -221,7 +221,7 @@ func runUncontended(cfg config, vs []variant) (res []result, fl floors, err erro
 	for s := range slicesN {
 		for k := range runners {
 			r := runners[(k+s)%len(runners)]
-			before := mustSnapshot(cfg.admin)
+			before := serverSnapshot(cfg.admin, r.v)
 			rq := r.rc.snap()
 			ops0, lat0 := r.ops, len(r.lats)
 			if cap(r.lats)-len(r.lats) < 1<<16 {
@@ -249,7 +249,7 @@ func runUncontended(cfg config, vs []variant) (res []result, fl floors, err erro
 			r.bytes += m1.TotalAlloc - m0.TotalAlloc
 			r.dur += el
 			r.req = r.req.add(r.rc.since(rq))
-			r.delta.addDelta(mustSnapshot(cfg.admin).sub(before))
+			r.delta.addDelta(serverSnapshot(cfg.admin, r.v).sub(before))
 			r.sliceOps = append(r.sliceOps, float64(r.ops-ops0)/el.Seconds())
 			r.sliceP50 = append(r.sliceP50, us(pct(r.lats[lat0:], .5)))
 		}
@@ -487,7 +487,7 @@ func contendedWindow(cfg config, v *variant, n int, think bool, acc *csAcc) erro
 	acc.lastBy = -1
 	acc.counts = make([]int64, n)
 	cs0, gaps0 := acc.cs, len(acc.gaps)
-	before := mustSnapshot(cfg.admin)
+	before := serverSnapshot(cfg.admin, v)
 	rq := rc.snap()
 	start := time.Now()
 	end := start.Add(cfg.csWindow)
@@ -555,7 +555,7 @@ func contendedWindow(cfg config, v *variant, n int, think bool, acc *csAcc) erro
 	el := time.Since(start)
 	acc.dur += el
 	acc.req = acc.req.add(rc.since(rq))
-	acc.delta.addDelta(mustSnapshot(cfg.admin).sub(before))
+	acc.delta.addDelta(serverSnapshot(cfg.admin, v).sub(before))
 	if cs := acc.cs - cs0; cs > 0 {
 		mean := float64(cs) / float64(n)
 		acc.roundCS = append(acc.roundCS, float64(cs)/el.Seconds())
