@@ -556,9 +556,13 @@ func loopWorkers(lk locker, keys [][]string, d time.Duration, errs *atomic.Int64
 	var ops atomic.Int64
 	var wg sync.WaitGroup
 	end := time.Now().Add(d)
+	// A wait that never ends (rueidislock's, for a wake-up that never
+	// came, has no deadline of its own) ends 5s after the slice, as an
+	// error, rather than stalling the run.
+	ctx, cancel := context.WithDeadline(context.Background(), end.Add(5*time.Second))
+	defer cancel()
 	for _, names := range keys {
 		wg.Go(func() {
-			ctx := context.Background()
 			for i := 0; time.Now().Before(end); i++ {
 				rel, err := lk.lock(ctx, names[i%len(names)])
 				if err == nil {
