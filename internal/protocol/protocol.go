@@ -579,8 +579,11 @@ func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, key str
 // "Protocol error: unauthenticated multibulk length", not NOAUTH, and closes
 // the connection: every script call is such a request.
 func refused(err error) error {
+	if err == nil {
+		return nil // before rerr, which escapes: no allocation on success
+	}
 	var rerr redis.Error
-	if err == nil || !errors.As(err, &rerr) {
+	if !errors.As(err, &rerr) {
 		return err
 	}
 	if msg := rerr.Error(); strings.Contains(msg, "unauthenticated") ||
