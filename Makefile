@@ -2,7 +2,7 @@
 .PHONY: test chaos failover bench bench-quick microbench demo vet readme
 
 test:
-	go test -race -count=1 -p 1 ./... ./dlocktest/miniredis/... ./otel/... ./examples/flashsale/... ./gocronlock/...
+	go test -race -count=1 -p 1 -parallel 8 ./... ./dlocktest/miniredis/... ./otel/... ./examples/flashsale/... ./gocronlock/...
 
 # Worker processes take one lock through a fault proxy that loses, delays and
 # holds back requests and replies, cuts, refuses and pauses connections, while
