@@ -181,7 +181,7 @@ func chaos(t *testing.T, mutant string, p workerParams, restarts int) chaosRepor
 	}
 
 	// The faults are over: a Client gets the lock at once, and Redis is
-	// left with nothing once the TTL and the release markers have run out.
+	// left with nothing once the TTL has run out.
 	c := clientOn(t, lockSrv.Client(t), dlock.WithTTL(p.TTL))
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -127,14 +127,12 @@ func (r *scriptRecorder) record(cmd redis.Cmder) {
 }
 
 // suffixes are the key suffixes a header's key name may stand for, after the
-// lock's tag: the marker's is followed by an id; the key that carries a
-// lease is the lock hash or a sorted set of holders, by kind.
+// lock's tag: the key that carries a lease is the lock hash or a sorted set
+// of holders, by kind.
 func suffixes(name string) []string {
 	switch name {
 	case "lock", "semaphore", "count":
 		return []string{""}
-	case "marker":
-		return []string{":done:"}
 	case "lease":
 		return []string{"", ":readers", ":holders"}
 	}
@@ -213,7 +211,7 @@ func TestScriptHeaders(t *testing.T) {
 		for i, k := range call.keys {
 			ok := false
 			for _, s := range suffixes(h.keys[i]) {
-				ok = ok || k == tag+s || s == ":done:" && strings.HasPrefix(k, tag+s)
+				ok = ok || k == tag+s
 			}
 			if !ok {
 				t.Errorf("%s: KEYS[%d] is %q, its header names %s", name, i+1, k, h.keys[i])

@@ -120,10 +120,10 @@ func clientRecord(key string) bool {
 
 // TestNothingLeftBehind: 10,000 names used once and abandoned (holders
 // killed, waiters killed or cancelled, locks released, latches opened) leave
-// nothing in Redis after their TTLs and the 10s of the release markers and
-// of the records of the latches' openings, but
-// the state set on purpose: Semaphore totals set with SetPermits and armed
-// latches, which Delete removes. A name used again gets a higher fence.
+// nothing in Redis after their TTLs and the 10s of the records of the
+// latches' openings, but the state set on purpose: Semaphore totals set with
+// SetPermits and armed latches, which Delete removes. A name used again gets
+// a higher fence.
 func TestNothingLeftBehind(t *testing.T) {
 	t.Parallel()
 	const (
@@ -316,9 +316,8 @@ func TestNothingLeftBehind(t *testing.T) {
 	}
 	slices.Sort(want)
 	t.Logf("%d keys right after use", len(allKeys(t, rdb)))
-	// The release markers and the records of the latches' openings live
-	// 10s; every other key its TTL (1s) or a waiter's registration (3
-	// keep-alives of TTL/6).
+	// The records of the latches' openings live 10s; every other key its
+	// TTL (1s) or a waiter's registration (3 keep-alives of TTL/6).
 	if !within(10*time.Second+3*time.Second, func() bool { return slices.Equal(allKeys(t, rdb), want) }) {
 		left := allKeys(t, rdb)
 		extra := slices.DeleteFunc(slices.Clone(left), func(k string) bool { return slices.Contains(want, k) })

@@ -426,11 +426,10 @@ func (q *quorum) undoTimeout() time.Duration { return max(q.timeout, time.Second
 
 // undo gives back what owner may hold on member i after an acquisition sent
 // at sent: its registration and, if it holds the lock there, the lock
-// (passed on to that member's next waiter), without a release marker. If the
-// member does not answer, the undo is retried in the background
-// (retryRelease) until it does or the part's TTL from sent has run out, and
-// owner's later attempts keep off the member until then. It runs on a
-// goroutine q.wg counts.
+// (passed on to that member's next waiter). If the member does not answer,
+// the undo is retried in the background (retryRelease) until it does or the
+// part's TTL from sent has run out, and owner's later attempts keep off the
+// member until then. It runs on a goroutine q.wg counts.
 func (q *quorum) undo(k protocol.Keys, owner string, i int, ttl time.Duration, sent time.Time) {
 	release := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, q.undoTimeout())
