@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -173,4 +174,81 @@ func headingAnchors(file string) map[string]bool {
 		seen[slug]++
 	}
 	return anchors
+}
+
+// TestCommandCopies checks that the copies of README's test command agree
+// with it: the Makefile's test target and CONTRIBUTING's line run it as
+// written, and every vet command (the Makefile's, CONTRIBUTING's, .ci/run's)
+// vets the packages it tests.
+func TestCommandCopies(t *testing.T) {
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, bad := range commandCopies(read("README.md"), read("Makefile"), read("CONTRIBUTING.md"), read(".ci/run")) {
+		t.Error(bad)
+	}
+}
+
+// TestCommandCopiesCatchDrift checks that the check sees a copy that lost a
+// module, as CONTRIBUTING's once did.
+func TestCommandCopiesCatchDrift(t *testing.T) {
+	readme := "# x\n\ngo test -race -p 1 ./... ./a/... ./b/...  # the tests\n"
+	mk := "test:\n\tgo test -race -p 1 ./... ./a/... ./b/...\n\nvet:\n\tgofmt -l . && go vet ./... ./a/... ./b/... && cd bench && go vet ./...\n"
+	contributing := "go test -race -p 1 ./... ./b/...   # the test command\ngofmt -l . && go vet ./... ./b/...   # make vet\n"
+	ci := "go vet ./... ./a/... ./b/...\n"
+	bad := commandCopies(readme, mk, contributing, ci)
+	if len(bad) != 2 {
+		t.Fatalf("a CONTRIBUTING.md without ./a/... gave %d complaints, want 2 (its test and vet lines): %q", len(bad), bad)
+	}
+	for _, b := range bad {
+		t.Logf("caught, as it must be: %s", b)
+	}
+	if bad := commandCopies(readme, mk, strings.ReplaceAll(contributing, "./... ./b/...", "./... ./a/... ./b/..."), ci); len(bad) != 0 {
+		t.Errorf("copies that agree: %q", bad)
+	}
+}
+
+// commandCopies returns what is wrong with the copies of README's test
+// command (the first line that starts with "go test ", less its comment) in
+// the Makefile, CONTRIBUTING.md and .ci/run, whose texts it is given.
+func commandCopies(readme, makefile, contributing, ci string) []string {
+	var cmd string
+	for line := range strings.Lines(readme) {
+		if strings.HasPrefix(line, "go test ") {
+			cmd, _, _ = strings.Cut(strings.TrimSpace(line), "  #")
+			break
+		}
+	}
+	if cmd == "" {
+		return []string{`README.md has no line that starts with "go test "`}
+	}
+	var pkgs []string
+	for _, f := range strings.Fields(cmd)[2:] {
+		if strings.HasPrefix(f, "./") {
+			pkgs = append(pkgs, f)
+		}
+	}
+	vet := "go vet " + strings.Join(pkgs, " ")
+	var bad []string
+	has := func(file, text, want, what string) {
+		for line := range strings.Lines(text) {
+			if line = strings.TrimSpace(line); line == want || strings.HasPrefix(line, want+" ") {
+				return
+			}
+		}
+		bad = append(bad, fmt.Sprintf("%s has no line %s %q", file, what, want))
+	}
+	has("Makefile", makefile, cmd, "that is README's test command,")
+	has("CONTRIBUTING.md", contributing, cmd, "that is README's test command,")
+	has(".ci/run", ci, vet, "that vets what README's test command tests,")
+	for file, text := range map[string]string{"Makefile": makefile, "CONTRIBUTING.md": contributing} {
+		has(file, strings.ReplaceAll(text, "gofmt -l . && ", ""), vet, "that vets what README's test command tests,")
+	}
+	slices.Sort(bad)
+	return bad
 }
