@@ -56,23 +56,11 @@ local v = redis.call('GET', KEYS[1])
 -- with the least the script defines and calls, for every Lua call and every
 -- number turned into a string costs Redis time: one pattern, TIME and one
 -- SET. A free state that says nobody waits ("<fence>|0|0|0|") tells both;
--- with no state, the queue must be empty. The fence is the server time,
--- written as TIME gives it, unless fences ran ahead of the clock (as in
--- st_fence).
+-- with no state, the queue must be empty.
 if ARGV[3] ~= '1' and not KEYS[4] then
   local last = v and string.match(v, '^(%d+)|0|0|0|$')
   if last or (not v and redis.call('EXISTS', KEYS[2]) == 0) then
-    local t = redis.call('TIME')
-    local n = t[1] * 1000000 + t[2]
-    local f = t[2]
-    if #f < 6 then
-      f = string.sub('00000', #f) .. f
-    end
-    f = t[1] .. f
-    if last and last + 0 >= n then
-      n = last + 1
-      f = string.format('%.0f', n)
-    end
+    local f, n = st_fence(last and last + 0, redis.call('TIME'))
     redis.call('SET', KEYS[1], f .. '|1|0|0|' .. me, 'PX', ARGV[2])
     return n
   end
@@ -87,16 +75,16 @@ if ARGV[3] == '1' then
   st_write(KEYS[1], s)
   return 0
 end
-if s and s.o == me and st_live(s) then
+local t, now = server_time()
+if s and s.o == me and st_live(s, now) then
   -- A retry of a take that succeeded, or a lock a release granted the
   -- caller: its lease now lapses TTL from now.
-  st_lengthen(KEYS[1], s, ARGV[2], false)
+  st_lengthen(KEYS[1], s, ARGV[2], false, now)
   if KEYS[4] then
     at_least(KEYS[4], ARGV[2])
   end
   return s.f
 end
-local t, now = server_time()
 local floor = micros(t)
 if s and s.f > floor then
   floor = s.f

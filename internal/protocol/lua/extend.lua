@@ -65,12 +65,15 @@ for i = 1, #ARGV / 6 do
   else
     t = redis.call('TYPE', key).ok
   end
+  if s and s.u ~= 0 and not now then
+    now = now_ms() -- a lease that ends before its key: the clock, once per call
+  end
   if t == 'none' then
     res[i] = -1
   elseif (kind == 's' and not s) or (kind == 'h' and t ~= 'hash') or (kind == 'z' and t ~= 'zset') then
     res[i] = 0
-  elseif kind == 's' and not (s.o == owner and st_live(s)) then
-    if st_live(s) then
+  elseif kind == 's' and not (s.o == owner and st_live(s, now)) then
+    if st_live(s, now) then
       res[i] = 0
     else
       res[i] = -1
@@ -104,7 +107,7 @@ for i = 1, #ARGV / 6 do
   end
   if ok then
     if kind == 's' then
-      st_lengthen(key, s, ttl, gt)
+      st_lengthen(key, s, ttl, gt, now)
     elseif kind == 'h' then
       if gt then
         redis.call('PEXPIRE', key, ttl, 'GT')

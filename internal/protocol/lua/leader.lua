@@ -11,7 +11,8 @@
 -- least as long) says nothing.
 local r = redis.call('HMGET', KEYS[2], 'owner', 'term', 'since', 'value', 'seq')
 local s = st_read(KEYS[1])
-if r[1] and s and s.o == r[1] and st_live(s) then
-  return {st_left(KEYS[1], s), r[2], r[3], r[4], r[5]}
+local now = s and s.u ~= 0 and now_ms() or nil
+if r[1] and s and s.o == r[1] and st_live(s, now) then
+  return {st_left(KEYS[1], s, now), r[2], r[3], r[4], r[5]}
 end
 return {-2}

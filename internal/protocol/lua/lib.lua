@@ -285,7 +285,7 @@ local function st_read(key, v)
   end
   local s = st_parse(v)
   if not s then
-    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state'})
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
   end
   return s
 end
@@ -303,27 +303,30 @@ local function st_write(key, s, ms)
 end
 
 -- st_live tells whether the state s (nil: none) has a holder whose lease
--- runs.
-local function st_live(s)
+-- runs. now is the server time in ms if the caller has it; it is read only
+-- for a lease that ends before its key.
+local function st_live(s, now)
   if not s or s.o == '' then
     return false
   end
-  return s.u == 0 or s.u > now_ms()
+  return s.u == 0 or s.u > (now or now_ms())
 end
 
--- st_left returns what is left (ms) of the lease of the live state s at key.
-local function st_left(key, s)
+-- st_left returns what is left (ms) of the lease of the live state s at key;
+-- now as for st_live.
+local function st_left(key, s, now)
   if s.u == 0 then
     return redis.call('PTTL', key)
   end
-  return s.u - now_ms()
+  return s.u - (now or now_ms())
 end
 
 -- st_lengthen makes the lease of the live state s at key lapse ms from now;
 -- if gt, only if it would lapse sooner. A lease that ends with its key
 -- moves the key's expiry; one that ends before its key does (after a grant)
--- moves until, the key never lapsing sooner than it would have.
-local function st_lengthen(key, s, ms, gt)
+-- moves until, the key never lapsing sooner than it would have. now as for
+-- st_live.
+local function st_lengthen(key, s, ms, gt, now)
   ms = tonumber(ms)
   if s.u == 0 then
     if gt then
@@ -333,7 +336,7 @@ local function st_lengthen(key, s, ms, gt)
     end
     return
   end
-  local now = now_ms()
+  now = now or now_ms()
   if gt and s.u - now >= ms then
     return
   end
@@ -369,11 +372,11 @@ end
 -- fence, above last and at least the server time t (from TIME) in
 -- microseconds, which it returns as a string and as a number. If keep is
 -- true the key lives at least as long as it would have (a grant: the
--- releaser reads its fence until its lease's end). An Election's take passes its leader record rec, a hash, which then
--- says that owner leads: its term is the fence, its since t in microseconds,
--- its value value, its seq (the last Proclaim's) 0; it lapses with the
--- lease, and the change is published, as "*", on the shard channel named as
--- rec is.
+-- releaser reads its fence until its lease's end). An Election's take
+-- passes its leader record rec, a hash, which then says that owner leads:
+-- its term is the fence, its since t in microseconds, its value value, its
+-- seq (the last Proclaim's) 0; it lapses with the lease, and the change is
+-- published, as "*", on the shard channel named as rec is.
 local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
   local f, n = st_fence(last, t)
   if rec then
@@ -381,8 +384,8 @@ local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
     redis.call('PEXPIRE', rec, ms)
     redis.call('SPUBLISH', rec, '*')
   end
-  -- Written without turning a number into a string, which costs as much
-  -- as a Redis command: the common case writes strings only.
+  -- The common case writes strings only: a number turned into a string
+  -- costs Redis a formatting call.
   local p = -2
   if keep then
     p = redis.call('PTTL', key)
@@ -410,8 +413,7 @@ end
 -- st_free writes the state s at key free: no holder, nobody waiting (the
 -- caller knows the queue is empty), the fence kept, the key's expiry too.
 local function st_free(key, s)
-  s.o, s.c, s.m, s.u = '', 0, '0', 0
-  st_write(key, s)
+  redis.call('SET', key, s.fs .. '|0|0|0|', 'KEEPTTL')
 end
 
 -- st_give_back gives back holds of owner on the state key (s: its state,
@@ -427,12 +429,13 @@ end
 -- least as long as every lease it fenced, so it was not lost with the
 -- name's keys); 0 when another owner holds the lock; -1 when nobody does;
 -- or nil when owner's last hold goes and the caller is to free the lock.
-local function st_give_back(key, s, alive, owner, mode, count, myfence, held)
+-- now as for st_live.
+local function st_give_back(key, s, alive, owner, mode, count, myfence, held, now)
   if not held then
     if mode == '1' and evicted(alive, owner) then
       return 4
     end
-    local live = st_live(s)
+    local live = st_live(s, now)
     if mode ~= '0' and s and (s.f > tonumber(myfence) or (not live and s.f == tonumber(myfence))) then
       return 3
     end
@@ -447,7 +450,7 @@ local function st_give_back(key, s, alive, owner, mode, count, myfence, held)
     return 2
   end
   if mode == '3' then
-    evict(alive, owner, st_left(key, s))
+    evict(alive, owner, st_left(key, s, now))
   end
   return nil
 end

@@ -21,8 +21,9 @@
 -- nothing and answers 1, so a retry writes nothing twice and an earlier
 -- Proclaim that runs after a later one does not undo it.
 local s = st_read(KEYS[1])
-if not (s and s.o == ARGV[1] and st_live(s)) then
-  if not st_live(s) then
+local now = s and s.u ~= 0 and now_ms() or nil
+if not (s and s.o == ARGV[1] and st_live(s, now)) then
+  if not st_live(s, now) then
     return -1
   end
   return 0

@@ -27,7 +27,8 @@ if ARGV[4] == 's' then
     st_write(KEYS[1], {fs = ARGV[2], c = 0, m = '1', u = 0, o = ''}, ms)
     return 0
   end
-  local held = s.o ~= '' and s.o == ARGV[1] and st_live(s)
+  local now = s.u ~= 0 and now_ms() or nil
+  local held = s.o ~= '' and s.o == ARGV[1] and st_live(s, now)
   local p = redis.call('PTTL', KEYS[1])
   if s.f < want or (p >= 0 and p < ms) then
     if s.f < want then

@@ -77,7 +77,13 @@ end
 -- (shared functions the rest calls)
 local s = st_read(KEYS[1], v)
 local queued = redis.call('ZCARD', KEYS[2])
-local held = s ~= nil and s.o == ARGV[1] and st_live(s)
+-- The server's clock, read once: a grant needs it, and so does a lease that
+-- ends before its key.
+local t, now
+if queued > 0 or (s and s.u ~= 0) then
+  t, now = server_time()
+end
+local held = s ~= nil and s.o == ARGV[1] and st_live(s, now)
 if mode ~= '1' or ARGV[7] == '1' then
   -- A type check, before the writes to alive below: a Mutex's release
   -- reads alive first in the walk, or not at all.
@@ -90,7 +96,7 @@ if mode == '2' then
     return 0
   end
 else
-  local code = st_give_back(KEYS[1], s, KEYS[3], ARGV[1], mode, ARGV[5], ARGV[6], held)
+  local code = st_give_back(KEYS[1], s, KEYS[3], ARGV[1], mode, ARGV[5], ARGV[6], held, now)
   if code then
     return code
   end
@@ -102,7 +108,6 @@ if queued > 0 then
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('HDEL', KEYS[3], ARGV[1])
   end
-  local t, now = server_time()
   local pattern = '%d+' -- of what follows the lapse in a queue entry
   if KEYS[4] then
     pattern = '%d+|.*'

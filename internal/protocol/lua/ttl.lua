@@ -20,10 +20,11 @@ if ARGV[2] == 'z' then
 end
 if ARGV[2] == 's' then
   local s = st_read(KEYS[1])
-  if s and s.o == ARGV[1] and st_live(s) then
-    return st_left(KEYS[1], s)
+  local now = s and s.u ~= 0 and now_ms() or nil
+  if s and s.o == ARGV[1] and st_live(s, now) then
+    return st_left(KEYS[1], s, now)
   end
-  if st_live(s) then
+  if st_live(s, now) then
     return -3
   end
   return -2

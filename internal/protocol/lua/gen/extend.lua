@@ -47,19 +47,21 @@ local function st_write(key, s, ms)
 end
 
 -- st_live tells whether the state s (nil: none) has a holder whose lease
--- runs.
-local function st_live(s)
+-- runs. now is the server time in ms if the caller has it; it is read only
+-- for a lease that ends before its key.
+local function st_live(s, now)
   if not s or s.o == '' then
     return false
   end
-  return s.u == 0 or s.u > now_ms()
+  return s.u == 0 or s.u > (now or now_ms())
 end
 
 -- st_lengthen makes the lease of the live state s at key lapse ms from now;
 -- if gt, only if it would lapse sooner. A lease that ends with its key
 -- moves the key's expiry; one that ends before its key does (after a grant)
--- moves until, the key never lapsing sooner than it would have.
-local function st_lengthen(key, s, ms, gt)
+-- moves until, the key never lapsing sooner than it would have. now as for
+-- st_live.
+local function st_lengthen(key, s, ms, gt, now)
   ms = tonumber(ms)
   if s.u == 0 then
     if gt then
@@ -69,7 +71,7 @@ local function st_lengthen(key, s, ms, gt)
     end
     return
   end
-  local now = now_ms()
+  now = now or now_ms()
   if gt and s.u - now >= ms then
     return
   end
@@ -150,12 +152,15 @@ for i = 1, #ARGV / 6 do
   else
     t = redis.call('TYPE', key).ok
   end
+  if s and s.u ~= 0 and not now then
+    now = now_ms() -- a lease that ends before its key: the clock, once per call
+  end
   if t == 'none' then
     res[i] = -1
   elseif (kind == 's' and not s) or (kind == 'h' and t ~= 'hash') or (kind == 'z' and t ~= 'zset') then
     res[i] = 0
-  elseif kind == 's' and not (s.o == owner and st_live(s)) then
-    if st_live(s) then
+  elseif kind == 's' and not (s.o == owner and st_live(s, now)) then
+    if st_live(s, now) then
       res[i] = 0
     else
       res[i] = -1
@@ -189,7 +194,7 @@ for i = 1, #ARGV / 6 do
   end
   if ok then
     if kind == 's' then
-      st_lengthen(key, s, ttl, gt)
+      st_lengthen(key, s, ttl, gt, now)
     elseif kind == 'h' then
       if gt then
         redis.call('PEXPIRE', key, ttl, 'GT')

@@ -37,7 +37,7 @@ local function st_read(key, v)
   end
   local s = st_parse(v)
   if not s then
-    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state'})
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
   end
   return s
 end

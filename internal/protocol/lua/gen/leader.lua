@@ -38,26 +38,28 @@ local function st_read(key, v)
   end
   local s = st_parse(v)
   if not s then
-    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state'})
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
   end
   return s
 end
 
 -- st_live tells whether the state s (nil: none) has a holder whose lease
--- runs.
-local function st_live(s)
+-- runs. now is the server time in ms if the caller has it; it is read only
+-- for a lease that ends before its key.
+local function st_live(s, now)
   if not s or s.o == '' then
     return false
   end
-  return s.u == 0 or s.u > now_ms()
+  return s.u == 0 or s.u > (now or now_ms())
 end
 
--- st_left returns what is left (ms) of the lease of the live state s at key.
-local function st_left(key, s)
+-- st_left returns what is left (ms) of the lease of the live state s at key;
+-- now as for st_live.
+local function st_left(key, s, now)
   if s.u == 0 then
     return redis.call('PTTL', key)
   end
-  return s.u - now_ms()
+  return s.u - (now or now_ms())
 end
 
 -- leader.lua: read who leads an Election, writing nothing (EVALSHA_RO).
@@ -73,8 +75,9 @@ end
 -- least as long) says nothing.
 local r = redis.call('HMGET', KEYS[2], 'owner', 'term', 'since', 'value', 'seq')
 local s = st_read(KEYS[1])
-if r[1] and s and s.o == r[1] and st_live(s) then
-  return {st_left(KEYS[1], s), r[2], r[3], r[4], r[5]}
+local now = s and s.u ~= 0 and now_ms() or nil
+if r[1] and s and s.o == r[1] and st_live(s, now) then
+  return {st_left(KEYS[1], s, now), r[2], r[3], r[4], r[5]}
 end
 return {-2}
 

@@ -38,18 +38,19 @@ local function st_read(key, v)
   end
   local s = st_parse(v)
   if not s then
-    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state'})
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
   end
   return s
 end
 
 -- st_live tells whether the state s (nil: none) has a holder whose lease
--- runs.
-local function st_live(s)
+-- runs. now is the server time in ms if the caller has it; it is read only
+-- for a lease that ends before its key.
+local function st_live(s, now)
   if not s or s.o == '' then
     return false
   end
-  return s.u == 0 or s.u > now_ms()
+  return s.u == 0 or s.u > (now or now_ms())
 end
 
 -- proclaim.lua: set the value of an Election's leader, if the caller leads
@@ -75,8 +76,9 @@ end
 -- nothing and answers 1, so a retry writes nothing twice and an earlier
 -- Proclaim that runs after a later one does not undo it.
 local s = st_read(KEYS[1])
-if not (s and s.o == ARGV[1] and st_live(s)) then
-  if not st_live(s) then
+local now = s and s.u ~= 0 and now_ms() or nil
+if not (s and s.o == ARGV[1] and st_live(s, now)) then
+  if not st_live(s, now) then
     return -1
   end
   return 0

@@ -47,7 +47,7 @@ local function st_read(key, v)
   end
   local s = st_parse(v)
   if not s then
-    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state'})
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
   end
   return s
 end
@@ -65,12 +65,13 @@ local function st_write(key, s, ms)
 end
 
 -- st_live tells whether the state s (nil: none) has a holder whose lease
--- runs.
-local function st_live(s)
+-- runs. now is the server time in ms if the caller has it; it is read only
+-- for a lease that ends before its key.
+local function st_live(s, now)
   if not s or s.o == '' then
     return false
   end
-  return s.u == 0 or s.u > now_ms()
+  return s.u == 0 or s.u > (now or now_ms())
 end
 
 -- raise_fence.lua: make a lock's fence at least a given one. On one node of a
@@ -102,7 +103,8 @@ if ARGV[4] == 's' then
     st_write(KEYS[1], {fs = ARGV[2], c = 0, m = '1', u = 0, o = ''}, ms)
     return 0
   end
-  local held = s.o ~= '' and s.o == ARGV[1] and st_live(s)
+  local now = s.u ~= 0 and now_ms() or nil
+  local held = s.o ~= '' and s.o == ARGV[1] and st_live(s, now)
   local p = redis.call('PTTL', KEYS[1])
   if s.f < want or (p >= 0 and p < ms) then
     if s.f < want then

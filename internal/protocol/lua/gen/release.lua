@@ -149,7 +149,7 @@ local function st_read(key, v)
   end
   local s = st_parse(v)
   if not s then
-    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state'})
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
   end
   return s
 end
@@ -167,20 +167,22 @@ local function st_write(key, s, ms)
 end
 
 -- st_live tells whether the state s (nil: none) has a holder whose lease
--- runs.
-local function st_live(s)
+-- runs. now is the server time in ms if the caller has it; it is read only
+-- for a lease that ends before its key.
+local function st_live(s, now)
   if not s or s.o == '' then
     return false
   end
-  return s.u == 0 or s.u > now_ms()
+  return s.u == 0 or s.u > (now or now_ms())
 end
 
--- st_left returns what is left (ms) of the lease of the live state s at key.
-local function st_left(key, s)
+-- st_left returns what is left (ms) of the lease of the live state s at key;
+-- now as for st_live.
+local function st_left(key, s, now)
   if s.u == 0 then
     return redis.call('PTTL', key)
   end
-  return s.u - now_ms()
+  return s.u - (now or now_ms())
 end
 
 -- micros_string is t, a reply of TIME (two strings), in microseconds, as a
@@ -205,11 +207,11 @@ end
 -- fence, above last and at least the server time t (from TIME) in
 -- microseconds, which it returns as a string and as a number. If keep is
 -- true the key lives at least as long as it would have (a grant: the
--- releaser reads its fence until its lease's end). An Election's take passes its leader record rec, a hash, which then
--- says that owner leads: its term is the fence, its since t in microseconds,
--- its value value, its seq (the last Proclaim's) 0; it lapses with the
--- lease, and the change is published, as "*", on the shard channel named as
--- rec is.
+-- releaser reads its fence until its lease's end). An Election's take
+-- passes its leader record rec, a hash, which then says that owner leads:
+-- its term is the fence, its since t in microseconds, its value value, its
+-- seq (the last Proclaim's) 0; it lapses with the lease, and the change is
+-- published, as "*", on the shard channel named as rec is.
 local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
   local f, n = st_fence(last, t)
   if rec then
@@ -217,8 +219,8 @@ local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
     redis.call('PEXPIRE', rec, ms)
     redis.call('SPUBLISH', rec, '*')
   end
-  -- Written without turning a number into a string, which costs as much
-  -- as a Redis command: the common case writes strings only.
+  -- The common case writes strings only: a number turned into a string
+  -- costs Redis a formatting call.
   local p = -2
   if keep then
     p = redis.call('PTTL', key)
@@ -246,8 +248,7 @@ end
 -- st_free writes the state s at key free: no holder, nobody waiting (the
 -- caller knows the queue is empty), the fence kept, the key's expiry too.
 local function st_free(key, s)
-  s.o, s.c, s.m, s.u = '', 0, '0', 0
-  st_write(key, s)
+  redis.call('SET', key, s.fs .. '|0|0|0|', 'KEEPTTL')
 end
 
 -- st_give_back gives back holds of owner on the state key (s: its state,
@@ -263,12 +264,13 @@ end
 -- least as long as every lease it fenced, so it was not lost with the
 -- name's keys); 0 when another owner holds the lock; -1 when nobody does;
 -- or nil when owner's last hold goes and the caller is to free the lock.
-local function st_give_back(key, s, alive, owner, mode, count, myfence, held)
+-- now as for st_live.
+local function st_give_back(key, s, alive, owner, mode, count, myfence, held, now)
   if not held then
     if mode == '1' and evicted(alive, owner) then
       return 4
     end
-    local live = st_live(s)
+    local live = st_live(s, now)
     if mode ~= '0' and s and (s.f > tonumber(myfence) or (not live and s.f == tonumber(myfence))) then
       return 3
     end
@@ -283,7 +285,7 @@ local function st_give_back(key, s, alive, owner, mode, count, myfence, held)
     return 2
   end
   if mode == '3' then
-    evict(alive, owner, st_left(key, s))
+    evict(alive, owner, st_left(key, s, now))
   end
   return nil
 end
@@ -336,7 +338,13 @@ end
 
 local s = st_read(KEYS[1], v)
 local queued = redis.call('ZCARD', KEYS[2])
-local held = s ~= nil and s.o == ARGV[1] and st_live(s)
+-- The server's clock, read once: a grant needs it, and so does a lease that
+-- ends before its key.
+local t, now
+if queued > 0 or (s and s.u ~= 0) then
+  t, now = server_time()
+end
+local held = s ~= nil and s.o == ARGV[1] and st_live(s, now)
 if mode ~= '1' or ARGV[7] == '1' then
   -- A type check, before the writes to alive below: a Mutex's release
   -- reads alive first in the walk, or not at all.
@@ -349,7 +357,7 @@ if mode == '2' then
     return 0
   end
 else
-  local code = st_give_back(KEYS[1], s, KEYS[3], ARGV[1], mode, ARGV[5], ARGV[6], held)
+  local code = st_give_back(KEYS[1], s, KEYS[3], ARGV[1], mode, ARGV[5], ARGV[6], held, now)
   if code then
     return code
   end
@@ -361,7 +369,6 @@ if queued > 0 then
     redis.call('ZREM', KEYS[2], ARGV[1])
     redis.call('HDEL', KEYS[3], ARGV[1])
   end
-  local t, now = server_time()
   local pattern = '%d+' -- of what follows the lapse in a queue entry
   if KEYS[4] then
     pattern = '%d+|.*'
