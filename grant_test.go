@@ -80,6 +80,12 @@ func TestGrant(t *testing.T) {
 			}
 			key := kind.tag + "{g}"
 			got := inLine(t, rdb, kind.lock(waiter, "g", dlock.WithTTL(ttl)).Lock, key+":waiters", 1)
+			acq := map[string]string{"Mutex": "acquire", "FairMutex": "acquire", "RWMutex": "rw_acquire"}[kind.name]
+			// The waiter's attempts before it sleeps (try, subscribe, try
+			// again) are counted when their replies are in, which can be
+			// after the queue shows it: wait for both, so that none is
+			// counted as sent after the release.
+			within(2*time.Second, func() bool { return cmds.scripts(acq)[acq] >= 2 })
 			cmds.takeScripts()
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatal(err)
@@ -92,7 +98,6 @@ func TestGrant(t *testing.T) {
 				t.Fatal("waiter not granted the lock")
 			}
 			defer l2.Unlock(ctx)
-			acq := map[string]string{"Mutex": "acquire", "FairMutex": "acquire", "RWMutex": "rw_acquire"}[kind.name]
 			// lease returns what is left of the lease the lock key carries.
 			lease := func() time.Duration {
 				if kind.state {
