@@ -78,6 +78,12 @@ func TestGrant(t *testing.T) {
 			}
 			key := kind.tag + "{g}"
 			got := inLine(t, rdb, kind.lock(waiter, "g", dlock.WithTTL(ttl)).Lock, key+":waiters", 1)
+			// The waiter's attempts before it sleeps (try, subscribe, try
+			// again) are counted when their replies are in, which can be
+			// after the queue shows it: wait for both, so that none is
+			// counted as sent after the release.
+			acqName := map[string]string{"Mutex": "acquire", "FairMutex": "acquire", "RWMutex": "rw_acquire"}[kind.name]
+			within(2*time.Second, func() bool { return cmds.scripts(acqName)[acqName] >= 2 })
 			cmds.takeScripts()
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatal(err)
