@@ -169,13 +169,14 @@ func chaos(t *testing.T, mutant string, p workerParams, restarts int) chaosRepor
 		total.Accepted += rep.Accepted
 		total.Stale += rep.Stale
 		total.Noticed += rep.Noticed
+		total.Stopped += rep.Stopped
 		total.LostInside += rep.LostInside
 		total.Extends += rep.Extends
 		total.Unnoticed = append(total.Unnoticed, rep.Unnoticed...)
 		t.Logf("worker %d: lock errors %v, extend errors %v, unlock errors %v %s", i, rep.LockErrors, rep.ExtendErrs, rep.UnlockErrs, rep.FirstOther)
 	}
-	t.Logf("%d critical sections, %d Extends, %d fenced writes accepted, %d stale (%d noticed as lost), %d leases lost inside",
-		total.Sections, total.Extends, total.Accepted, total.Stale, total.Noticed, total.LostInside)
+	t.Logf("%d critical sections, %d Extends, %d fenced writes accepted, %d stale (%d noticed as lost, %d of them by a process stopped meanwhile), %d leases lost inside",
+		total.Sections, total.Extends, total.Accepted, total.Stale, total.Noticed, total.Stopped, total.LostInside)
 	if total.Sections < int64(p.For/time.Second) {
 		t.Errorf("only %d critical sections in %v", total.Sections, p.For)
 	}

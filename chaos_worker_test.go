@@ -23,7 +23,8 @@ type chaosReport struct {
 	ExtendErrs map[string]int64
 	Accepted   int64 // fenced writes the resource accepted
 	Stale      int64 // fenced writes it rejected: another holder had written with a higher fence
-	Noticed    int64 // stale writes whose lease was reported lost within TTL/3 + 300ms
+	Noticed    int64 // stale writes whose lease was reported lost within TTL/3 + 300ms of running
+	Stopped    int64 // of which the process was stopped between the write and the report
 	Unnoticed  []string
 	LostInside int64 // critical sections during which the lease was lost
 	LockErrors map[string]int64
@@ -38,7 +39,9 @@ type chaosReport struct {
 // another holder got the lock, with a higher fence, while this one thought
 // it held it: the lease must then be reported lost within one renewal period
 // (a third of the longest TTL it asked for) and a margin, or the client
-// believed longer than Redis held it.
+// believed longer than Redis held it. The period counts the time the process
+// ran: one that is stopped (the chaos test stops holders) notices nothing
+// until it runs again, however long ago its lease's deadline passed.
 func chaosWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
 	ctx := context.Background()
 	locks := []locker{p.lock(c)}
@@ -70,6 +73,8 @@ func chaosWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
 		mu.Unlock()
 	}
 	end := time.Now().Add(p.For)
+	stops := watchStops()
+	defer stops.stop()
 	var wg sync.WaitGroup
 	for range p.Goroutines {
 		wg.Go(func() {
@@ -112,12 +117,25 @@ func chaosWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
 					atomic.AddInt64(&rep.Accepted, 1)
 				default:
 					atomic.AddInt64(&rep.Stale, 1)
+					wrote, window, wait := time.Now(), longest/3+300*time.Millisecond, longest/3+3*time.Second
+					var late string
 					select {
 					case <-l.Done():
+						took := time.Since(wrote)
+						stopped := stops.within(wrote, time.Now())
+						if ran := took - stopped; ran > window {
+							late = fmt.Sprintf("lease reported lost %v after a higher fence wrote, %v of it running (allowed: %v)", took, ran, window)
+						} else if stopped > 0 {
+							atomic.AddInt64(&rep.Stopped, 1)
+						}
+					case <-time.After(wait):
+						late = fmt.Sprintf("lease still held %v after a higher fence wrote", wait)
+					}
+					if late == "" {
 						atomic.AddInt64(&rep.Noticed, 1)
-					case <-time.After(longest/3 + 300*time.Millisecond):
+					} else {
 						mu.Lock()
-						rep.Unnoticed = append(rep.Unnoticed, fmt.Sprintf("fence %d: lease still held after a higher fence wrote", l.Fence()))
+						rep.Unnoticed = append(rep.Unnoticed, fmt.Sprintf("fence %d: %s", l.Fence(), late))
 						mu.Unlock()
 					}
 				}
@@ -132,4 +150,74 @@ func chaosWorker(c *dlock.Client, resRDB *redis.Client, p workerParams) error {
 	}
 	wg.Wait()
 	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+// stopWatch tells how long this process did not run: a goroutine that ticks
+// every 5 ms notes every gap between its ticks longer than stopGap, which
+// only a stopped process (SIGSTOP) or a stalled machine makes.
+type stopWatch struct {
+	done chan struct{}
+	mu   sync.Mutex
+	last time.Time      // the last tick
+	gaps [][2]time.Time // the gaps noted: from the tick before to the tick after
+}
+
+const stopGap = 50 * time.Millisecond
+
+func watchStops() *stopWatch {
+	w := &stopWatch{done: make(chan struct{}), last: time.Now()}
+	go func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-tick.C:
+				now := time.Now() // the tick's own time is when it was due
+				w.mu.Lock()
+				if now.Sub(w.last) > stopGap {
+					w.gaps = append(w.gaps, [2]time.Time{w.last, now})
+				}
+				w.last = now
+				w.mu.Unlock()
+			}
+		}
+	}()
+	return w
+}
+
+func (w *stopWatch) stop() { close(w.done) }
+
+// within returns how long, of from to to, the process did not run: the
+// gaps noted, and the one it may be in the middle of noting (the process
+// runs again, but the ticking goroutine has not yet).
+func (w *stopWatch) within(from, to time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	gaps := w.gaps
+	if to.Sub(w.last) > stopGap {
+		gaps = append(gaps[:len(gaps):len(gaps)], [2]time.Time{w.last, to})
+	}
+	var d time.Duration
+	for _, g := range gaps {
+		if a, b := later(g[0], from), earlier(g[1], to); b.After(a) {
+			d += b.Sub(a)
+		}
+	}
+	return d
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
