@@ -150,7 +150,7 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 	case KindCountDownLatch:
 		keys = []string{k.Tag}
 	case KindElection:
-		keys = keys[:4] // a FairMutex's; the leader record is Election.Leader's
+		keys = keys[:3] // a FairMutex's; the leader record is Election.Leader's
 	}
 	v, err := c.e.backend.Inspect(ctx, keys, code, InspectLimit)
 	if err != nil {
@@ -341,7 +341,7 @@ type Eviction struct {
 	// Gone are the owners asked for that held nothing any more when their
 	// turn came (their lease ended, or they released it).
 	Gone []string `json:"gone,omitempty"`
-	// Fence is a fence above every evicted hold's: Redis's fence key is at
+	// Fence is a fence above every evicted hold's: the fence Redis keeps is at
 	// least this now, so every fence handed out from now on is above it. A
 	// resource that has seen Fence (or any later fence) rejects the evicted
 	// holders' writes.

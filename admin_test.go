@@ -359,15 +359,19 @@ func TestForceRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const ttl = 600 * time.Millisecond // renewed every 200ms
+	// state: the lock is one string key, its state, whose fence field
+	// is the last fence (a Mutex, a FairMutex); else a hash beside a
+	// ":fence" key.
 	kinds := []struct {
-		kind dlock.Kind
-		tag  string
-		lock func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+		kind  dlock.Kind
+		tag   string
+		state bool
+		lock  func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
 	}{
-		{dlock.KindMutex, "dlock:{stuck}", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.Mutex("stuck").Lock }},
-		{dlock.KindFairMutex, "dlock:fair:{stuck}", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.FairMutex("stuck").Lock }},
-		{dlock.KindRWMutex, "dlock:rw:{stuck}", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.RWMutex("stuck").Lock }},
-		{dlock.KindSemaphore, "dlock:sem:{stuck}", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
+		{dlock.KindMutex, "dlock:{stuck}", true, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.Mutex("stuck").Lock }},
+		{dlock.KindFairMutex, "dlock:fair:{stuck}", true, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.FairMutex("stuck").Lock }},
+		{dlock.KindRWMutex, "dlock:rw:{stuck}", false, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.RWMutex("stuck").Lock }},
+		{dlock.KindSemaphore, "dlock:sem:{stuck}", false, func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) {
 			return func(ctx context.Context) (*dlock.Lease, error) { return c.Semaphore("stuck", 1).Acquire(ctx, 1) }
 		}},
 	}
@@ -426,7 +430,11 @@ func TestForceRelease(t *testing.T) {
 			if err != nil || len(ev.Evicted) != 1 || ev.Fence <= l.Fence() {
 				t.Fatalf("second eviction %+v, %v", ev, err)
 			}
-			if f, _ := rdb.Get(ctx, k.tag+":fence").Int64(); f < ev.Fence {
+			if k.state {
+				if s := readLock(t, rdb, k.tag); !s.Exists || s.Held() || s.Fence < ev.Fence {
+					t.Errorf("lock state %+v after the eviction, want it free with a fence of at least %d", s, ev.Fence)
+				}
+			} else if f, _ := rdb.Get(ctx, k.tag+":fence").Int64(); f < ev.Fence {
 				t.Errorf("fence key %d after the eviction, want at least %d", f, ev.Fence)
 			}
 			l3, err := k.lock(c)(ctx)
@@ -525,13 +533,13 @@ func TestForceReleaseRetried(t *testing.T) {
 	if err != nil || len(ev.Evicted) != 1 || len(ev.Gone) != 0 {
 		t.Fatalf("eviction after lost replies: %+v, %v", ev, err)
 	}
-	if f, _ := direct.Get(ctx, "dlock:{r}:fence").Int64(); f < ev.Fence {
-		t.Errorf("fence key %d after the retried raise, want at least %d", f, ev.Fence)
+	if s := readLock(t, direct, "dlock:{r}"); s.Fence < ev.Fence {
+		t.Errorf("lock state's fence %d after the retried raise, want at least %d", s.Fence, ev.Fence)
 	}
 	l := outcomeLease(t, <-got)
 	defer l.Unlock(ctx)
-	if h := direct.HGetAll(ctx, "dlock:{r}").Val(); len(h) != 1 || h[waiterOwner(t, c, "r")] != "1" {
-		t.Errorf("lock hash %v after the retried eviction, want the waiter alone", h)
+	if s := readLock(t, direct, "dlock:{r}"); !s.Held() || s.Owner != waiterOwner(t, c, "r") || s.Holds != 1 || s.Fence != l.Fence() {
+		t.Errorf("lock state %+v after the retried eviction, want the waiter alone, with one hold, at fence %d", s, l.Fence())
 	}
 	if l.Fence() <= old.Fence() {
 		t.Errorf("granted fence %d, evicted %d", l.Fence(), old.Fence())

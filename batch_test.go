@@ -87,8 +87,15 @@ func TestBatching(t *testing.T) {
 	if pc.pipelines.Load() == 0 || pc.largest.Load() < 2 {
 		t.Errorf("%d pipelines, the largest of %d commands: the goroutines' requests did not go together", pc.pipelines.Load(), pc.largest.Load())
 	}
-	if held := stateKeys(direct, "dlock:{n*}"); len(held) != 0 {
-		t.Errorf("left in Redis: %v", held)
+	// Each name keeps its free state, with its last fence, until the lease
+	// that freed it would have ended; none is held.
+	for _, k := range stateKeys(direct, "dlock:{n*}") {
+		if s := readLock(t, direct, k); s.Held() {
+			t.Errorf("%s still held: %+v", k, s)
+		}
+		if p := direct.PTTL(ctx, k).Val(); p <= 0 || p > 5*time.Second {
+			t.Errorf("%s left with PTTL %v, want a TTL within the lease's 5s", k, p)
+		}
 	}
 	t.Logf("%d pipelines, the largest of %d commands", pc.pipelines.Load(), pc.largest.Load())
 }

@@ -359,7 +359,11 @@ func TestClusterPrimaryKilled(t *testing.T) {
 		// with MOVED; READONLY on the connection lets it read them.
 		r := redis.NewClient(&redis.Options{Addr: replica.Addr, PoolSize: 1})
 		defer r.Close()
-		return r.Do(ctx, "READONLY").Err() == nil && r.Exists(ctx, "dlock:{k}").Val() == 1
+		if r.Do(ctx, "READONLY").Err() != nil {
+			return false
+		}
+		s, err := readLockErr(r, "dlock:{k}")
+		return err == nil && s.Held() && s.Owner == l.Owner()
 	}) {
 		t.Fatal("the replica never got the lock")
 	}
@@ -552,8 +556,9 @@ func TestClusterMultiLock(t *testing.T) {
 			if n == names[i] {
 				continue
 			}
-			if rdb.Exists(ctx, "dlock:{"+n+"}").Val() != 0 {
-				t.Errorf("TryLock that failed on %q left %q held", names[i], n)
+			// Not held, and nothing left past the rolled back lease.
+			if err := freedErr(rdb, "dlock:{"+n+"}", ttl); err != nil {
+				t.Errorf("TryLock that failed on %q left %q held: %v", names[i], n, err)
 			}
 		}
 		if err := blocker.Unlock(ctx); err != nil {
@@ -572,17 +577,20 @@ func TestClusterMultiLock(t *testing.T) {
 	if err := l.Extend(ctx, 10*time.Second); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
-	for _, n := range names {
-		if left := rdb.PTTL(ctx, "dlock:{"+n+"}").Val(); left < 5*time.Second {
-			t.Errorf("%q has %v left after Extend(10s)", n, left)
+	if len(l.Leases()) != len(names) {
+		t.Fatalf("%d leases for the names %v", len(l.Leases()), names)
+	}
+	for _, sub := range l.Leases() {
+		if left := leaseLeft(t, rdb, "dlock:{"+sub.Name()+"}", sub.Owner()); left < 5*time.Second {
+			t.Errorf("%q has %v left after Extend(10s)", sub.Name(), left)
 		}
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if rdb.Exists(ctx, "dlock:{"+n+"}").Val() != 0 {
-			t.Errorf("%q still held after Unlock", n)
+		if err := freedErr(rdb, "dlock:{"+n+"}", 10*time.Second); err != nil {
+			t.Errorf("%q after Unlock: %v", n, err)
 		}
 	}
 }

@@ -124,22 +124,22 @@
 // # Keys
 //
 // A lock named N lives under the prefix ("dlock:" by default, WithPrefix) in
-// keys that share the hash tag {N}, so one Cluster slot: "dlock:{N}" (owner
-// id -> hold count), "dlock:{N}:fence", and while anyone waits
-// "dlock:{N}:waiters" and "dlock:{N}:alive". Other kinds use their own
-// namespaces ("dlock:fair:", "dlock:rw:", "dlock:sem:", "dlock:latch:",
-// "dlock:election:"). Keys grow with names, never with calls, and every key
+// keys that share the hash tag {N}, so one Cluster slot: "dlock:{N}", one
+// string that holds the holder, its hold count and the last fence, and
+// while anyone waits "dlock:{N}:waiters" and "dlock:{N}:alive". Other kinds
+// use their own namespaces ("dlock:fair:", "dlock:rw:", "dlock:sem:",
+// "dlock:latch:", "dlock:election:"). Keys grow with names, never with calls, and every key
 // expires within its TTL (a waiter's: its registration) after its last use,
 // except the state a caller sets on purpose. A Mutex name in use keeps at
-// most four keys (the lock, its fence, the queue and alive; and ":extends"
-// after a Lease.Extend). An idle name (nobody holds or waits) keeps, per
-// kind:
+// most three keys (the lock, the queue and alive; and ":extends" after a
+// Lease.Extend). An idle name (nobody holds or waits) keeps, per kind:
 //
-//	Mutex, FairMutex, RWMutex, Election  at most its fence, until the last lease it fenced would have ended
-//	Semaphore                            its fence likewise; its hash for 10s after a SetPermits or a Delete;
-//	                                     and its total (":total", no expiry) while one is set with SetPermits
-//	CountDownLatch                       nothing, but ":opened" for 10s after it opened; armed, its hash,
-//	                                     with no expiry, until it reaches zero or Delete removes it
+//	Mutex, FairMutex, Election  at most its lock, free, with its last fence, until the last lease it fenced would have ended
+//	RWMutex                     at most its fence, likewise
+//	Semaphore                   its fence likewise; its hash for 10s after a SetPermits or a Delete;
+//	                            and its total (":total", no expiry) while one is set with SetPermits
+//	CountDownLatch              nothing, but ":opened" for 10s after it opened; armed, its hash,
+//	                            with no expiry, until it reaches zero or Delete removes it
 //
 // Each Client in use also keeps one key, "dlock:client:<id>", its name
 // (WithClientName), which expires a minute after its last write and which

@@ -38,22 +38,23 @@ func electionProxied(t *testing.T, opts ...dlock.Option) (*dlock.Client, *faultp
 }
 
 // onlyLeader fails the test unless the election name's lease has exactly
-// one holder, with one hold, in term, with the fence key at term.
+// one holder, the one its leader record names, with one hold, in term: the
+// lock state's fence is term.
 func onlyLeader(t *testing.T, rdb *redis.Client, name string, term int64) {
 	t.Helper()
 	ctx := context.Background()
 	tag := "dlock:election:{" + name + "}"
-	if h := rdb.HGetAll(ctx, tag).Val(); len(h) != 1 {
-		t.Errorf("lease hash %v, want one holder", h)
-	} else {
-		for _, n := range h {
-			if n != "1" {
-				t.Errorf("hold count %s, want 1", n)
-			}
-		}
+	s := readLock(t, rdb, tag)
+	if !s.Held() {
+		t.Errorf("lock state %+v, want one holder", s)
+	} else if rec := rdb.HGet(ctx, tag+":leader", "owner").Val(); s.Owner != rec {
+		t.Errorf("lock state held by %q, the leader record names %q", s.Owner, rec)
 	}
-	if f, _ := rdb.Get(ctx, tag+":fence").Int64(); f != term {
-		t.Errorf("fence key %d, want the term %d", f, term)
+	if s.Holds != 1 {
+		t.Errorf("hold count %d, want 1", s.Holds)
+	}
+	if s.Fence != term {
+		t.Errorf("lock state's fence %d, want the term %d", s.Fence, term)
 	}
 }
 
@@ -117,8 +118,15 @@ func TestElectionLateCampaign(t *testing.T) {
 	if !within(5*time.Second, func() bool { _, err := el.Leader(ctx); return errors.Is(err, dlock.ErrNoLeader) }) {
 		t.Fatal("the late Campaign's lease was never given back")
 	}
-	if n := rdb.Exists(ctx, "dlock:election:{x}", "dlock:election:{x}:leader").Val(); n != 0 {
-		t.Errorf("%d of the lease's keys left", n)
+	// The lock state stays, free, until the given-back lease would have
+	// ended; the leader record goes.
+	if s := readLock(t, rdb, "dlock:election:{x}"); s.Held() || s.Holds != 0 {
+		t.Errorf("lock state %+v after the lease was given back, want it free", s)
+	} else if ttl := rdb.PTTL(ctx, "dlock:election:{x}").Val(); s.Exists && (ttl <= 0 || ttl > dlock.DefaultTTL) {
+		t.Errorf("the free lock state expires in %v, want within the lease's TTL (%v)", ttl, dlock.DefaultTTL)
+	}
+	if n := rdb.Exists(ctx, "dlock:election:{x}:leader").Val(); n != 0 {
+		t.Error("the leader record left after the lease was given back")
 	}
 }
 

@@ -281,11 +281,21 @@ func killedLeader(t *testing.T, mutant string) killedOutcome {
 	o.first = a.expect(t, "lead")
 	b := startElectionProc(t, "b", "candidate", mutant, lockSrv, resSrv, p)
 	c := startElectionProc(t, "c", "candidate", mutant, lockSrv, resSrv, p)
-	// In line, or (the broken variant) holding the lease beside the leader.
+	// In line, or (the broken variant) holding the lease in the leader's
+	// stead: the lock state names one holder, so each owner other than the
+	// first leader seen holding it counts.
+	const lock = "dlock:election:{killed}"
+	leader := holderOf(t, rdb, lock)
+	if leader == "" {
+		t.Fatal("the first leader holds no lease")
+	}
+	took := map[string]bool{}
 	standing := func(n int64) func() bool {
 		return func() bool {
-			ctx := context.Background()
-			return rdb.ZCard(ctx, "dlock:election:{killed}:waiters").Val()+rdb.HLen(ctx, "dlock:election:{killed}").Val() >= n+1
+			if s, err := readLockErr(rdb, lock); err == nil && s.Held() && s.Owner != leader {
+				took[s.Owner] = true
+			}
+			return rdb.ZCard(context.Background(), lock+":waiters").Val()+int64(len(took)) >= n
 		}
 	}
 	b.send(t, "campaign b")

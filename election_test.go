@@ -8,6 +8,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -66,7 +67,8 @@ func candidatesInLine(t *testing.T, rdb *redis.Client, name string, n int64) {
 // second candidate waits; Proclaim changes the value, not the term or Since;
 // Resign hands over to the waiting candidate at once, with a higher term and
 // its own value; the last Resign leaves nobody leading, and nothing in Redis
-// but the fence.
+// but the lock state, free, with the last term as its fence, until the
+// lease would have ended.
 func TestElection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -126,8 +128,14 @@ func TestElection(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustHaveNoLeader(t, el)
-	if keys := rdb.Keys(ctx, "dlock:election:*").Val(); len(keys) != 1 || keys[0] != "dlock:election:{e}:fence" {
-		t.Errorf("keys left: %v, want the fence only", keys)
+	if keys := rdb.Keys(ctx, "dlock:election:*").Val(); len(keys) != 1 || keys[0] != "dlock:election:{e}" {
+		t.Errorf("keys left: %v, want the lock state only", keys)
+	}
+	if s := readLock(t, rdb, "dlock:election:{e}"); s.Held() || s.Holds != 0 || s.Owner != "" || s.Fence != b.Term() {
+		t.Errorf("lock state %+v after the last Resign, want it free with the last term %d as its fence", s, b.Term())
+	}
+	if ttl := rdb.PTTL(ctx, "dlock:election:{e}").Val(); ttl <= 0 || ttl > dlock.DefaultTTL {
+		t.Errorf("the free lock state expires in %v, want within the lease's TTL (%v)", ttl, dlock.DefaultTTL)
 	}
 }
 
@@ -563,8 +571,12 @@ func TestElectionForceReleaseTerm(t *testing.T) {
 	ctx := context.Background()
 	c, rdb, _ := newClient(t, dlock.WithTTL(time.Second))
 	ahead := time.Now().Add(time.Hour).UnixMicro()
-	if err := rdb.Set(ctx, "dlock:election:{ahead}:fence", ahead, time.Minute).Err(); err != nil {
+	// A free lock state whose last fence ran ahead of the clock.
+	if err := rdb.Set(ctx, "dlock:election:{ahead}", fmt.Sprintf("%d|0|0|0|", ahead), time.Minute).Err(); err != nil {
 		t.Fatal(err)
+	}
+	if s := readLock(t, rdb, "dlock:election:{ahead}"); s.Held() || s.Fence != ahead {
+		t.Fatalf("planted lock state %+v, want it free with fence %d", s, ahead)
 	}
 	el := c.Election("ahead")
 	a, err := el.Campaign(ctx, "a")

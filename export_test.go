@@ -13,12 +13,30 @@ var mutants = map[string]string{
 	// The lock is granted whether or not someone holds it: the check-then-set
 	// race of the naive lock, made certain.
 	"acquire-ignores-holder": `
+local v = redis.call('GET', KEYS[1])
+local fence = (tonumber(v and string.match(v, '^(%d+)|')) or 0) + 1
+redis.call('SET', KEYS[1], string.format('%.0f|1|0|0|', fence) .. ARGV[1], 'PX', ARGV[2])
+return fence`,
+	// Acquires correctly but hands out a fence it does not record: the
+	// server time an hour ahead, so the next holder's fence is lower.
+	"unrecorded-fence": `
+local v = redis.call('GET', KEYS[1])
+if v and string.match(v, '^%d+|%d+|[01]|%d+|(.*)$') ~= '' then
+  return -redis.call('PTTL', KEYS[1]) - 3
+end
+local t = redis.call('TIME')
+redis.call('SET', KEYS[1], string.format('%.0f|1|0|0|', t[1] * 1000000 + t[2]) .. ARGV[1], 'PX', ARGV[2])
+return t[1] * 1000000 + t[2] + 3600000000`,
+}
+
+// redMutants are the same broken acquire scripts for a RedLock's members,
+// whose lock is a hash beside a fence key.
+var redMutants = map[string]string{
+	"acquire-ignores-holder": `
 local fence = redis.call('INCR', KEYS[2])
 redis.call('HSET', KEYS[1], ARGV[1], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return fence`,
-	// Acquires correctly but hands out a fence it does not record: the
-	// server time an hour ahead, so the next holder's fence is lower.
 	"unrecorded-fence": `
 if redis.call('HLEN', KEYS[1]) > 0 then
   return -redis.call('PTTL', KEYS[1]) - 3
@@ -98,7 +116,7 @@ func UseMutant(name string) bool {
 	if src, ok := mutants[name]; ok {
 		// A Mutex's, and a RedLock member's.
 		protocol.DefaultScripts[protocol.ScriptAcquire] = redis.NewScript(src)
-		protocol.DefaultScripts[protocol.ScriptRedAcquire] = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptRedAcquire] = redis.NewScript(redMutants[name])
 		return true
 	}
 	if src, ok := semMutants[name]; ok {

@@ -55,8 +55,8 @@ func TestRedisErrors(t *testing.T) {
 			t.Errorf("TryLock with Redis out of memory: %v", err)
 		}
 		rdb.ConfigSet(ctx, "maxmemory", "0")
-		if n := rdb.Exists(ctx, "dlock:{x}", "dlock:{x}:fence").Val(); n != 0 {
-			t.Errorf("a failed acquire left %d keys", n)
+		if keys := stateKeys(rdb, "dlock:*"); len(keys) != 0 {
+			t.Errorf("a failed acquire left %v", keys)
 		}
 	})
 
@@ -80,19 +80,30 @@ func TestRedisErrors(t *testing.T) {
 
 	t.Run("WRONGTYPE", func(t *testing.T) {
 		c, rdb, _ := newClient(t)
+		// A string that is no lock state, at the lock's key: the script
+		// says so, and writes nothing.
 		rdb.Set(ctx, "dlock:{str}", "not a lock", 0)
-		if _, err := c.Mutex("str").TryLock(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-			t.Errorf("TryLock over a string key: %v", err)
+		_, err := c.Mutex("str").TryLock(ctx)
+		if err == nil || !strings.Contains(err.Error(), "holds no lock state") || !strings.Contains(err.Error(), `acquire "str"`) {
+			t.Errorf("TryLock over a foreign string key: %v", err)
+		}
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("a foreign key reads as contention: %v", err)
 		}
 		if v := rdb.Get(ctx, "dlock:{str}").Val(); v != "not a lock" {
 			t.Errorf("the foreign key changed to %q", v)
 		}
-		rdb.LPush(ctx, "dlock:{fence}:fence", "x")
-		if _, err := c.Mutex("fence").TryLock(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-			t.Errorf("TryLock over a foreign fence key: %v", err)
+		// A key of another type at the lock's key: WRONGTYPE, and nothing
+		// written either.
+		rdb.LPush(ctx, "dlock:{list}", "x")
+		if _, err := c.Mutex("list").TryLock(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("TryLock over a foreign list key: %v", err)
 		}
-		if n := rdb.Exists(ctx, "dlock:{fence}").Val(); n != 0 {
-			t.Error("a failed acquire left the lock key set")
+		if v := rdb.LRange(ctx, "dlock:{list}", 0, -1).Val(); len(v) != 1 || v[0] != "x" {
+			t.Errorf("the foreign list changed to %q", v)
+		}
+		if keys := stateKeys(rdb, "dlock:*"); len(keys) != 2 {
+			t.Errorf("a failed acquire left keys: %v, want the two foreign keys alone", keys)
 		}
 		// A waiter's registration, the lock held, meets a foreign queue key.
 		l, err := c.Mutex("q").Lock(ctx)
@@ -290,16 +301,20 @@ func TestLockHonorsContextWhileRedisStalls(t *testing.T) {
 			// The acquire left behind runs once Redis resumes, and its lock
 			// is released straight away (the TTL is 30s).
 			check := srv.Client(t)
+			// The acquire ran: the state is there, with a fence; and it is
+			// free again.
+			ran := func(s lockState) bool { return s.Exists && s.Fence > 0 }
 			gone := false
 			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-				if check.Exists(ctx, "dlock:{stalled}").Val() == 0 && check.Get(ctx, "dlock:{stalled}:fence").Val() != "" {
+				if s := readLock(t, check, "dlock:{stalled}"); ran(s) && !s.Held() {
 					gone = true
 					break
 				}
 			}
-			if !gone {
-				t.Fatalf("the acquire left behind ran (fence %q) but its lock is still held: %v",
-					check.Get(ctx, "dlock:{stalled}:fence").Val(), check.HGetAll(ctx, "dlock:{stalled}").Val())
+			if s := readLock(t, check, "dlock:{stalled}"); !gone && ran(s) {
+				t.Fatalf("the acquire left behind ran (fence %d) but its lock is still held: %+v", s.Fence, s)
+			} else if !gone {
+				t.Fatal("the acquire left behind never ran")
 			}
 		})
 	}

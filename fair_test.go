@@ -21,8 +21,8 @@ func TestFairLockUnlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := rdb.HLen(ctx, "dlock:fair:{f}").Val(); n != 1 {
-		t.Fatalf("fair lock hash has %d fields, want 1", n)
+	if s := readLock(t, rdb, "dlock:fair:{f}"); !s.Held() || s.Owner != l.Owner() || s.Holds != 1 || s.Fence != l.Fence() {
+		t.Fatalf("fair lock state %+v, want held once by %s with fence %d", s, l.Owner(), l.Fence())
 	}
 	if rdb.Exists(ctx, "dlock:{f}").Val() != 0 {
 		t.Fatal("a FairMutex used the Mutex's key")
@@ -48,8 +48,8 @@ func TestFairLockUnlock(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rdb.Exists(ctx, "dlock:fair:{f}").Val() != 0 {
-		t.Fatal("lock left after Unlock")
+	if err := freedErr(rdb, "dlock:fair:{f}", dlock.DefaultTTL); err != nil {
+		t.Fatalf("lock left after Unlock: %v", err)
 	}
 	if _, err := (*dlock.FairMutex)(nil).Lock(ctx); err == nil {
 		t.Error("Lock on a nil FairMutex succeeded")
@@ -146,8 +146,10 @@ func TestFairCancelLeavesNothing(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if keys := stateKeys(rdb, "dlock:fair:*"); len(keys) != 1 {
-		t.Errorf("keys left: %v, want the fence only", keys)
+	if keys := stateKeys(rdb, "dlock:fair:*"); len(keys) != 1 || keys[0] != "dlock:fair:{c}" {
+		t.Errorf("keys left: %v, want the lock's free state only", keys)
+	} else if err := freedErr(rdb, keys[0], dlock.DefaultTTL); err != nil {
+		t.Errorf("lock left after Unlock: %v", err)
 	}
 }
 

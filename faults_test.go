@@ -90,23 +90,24 @@ func TestRetriedAcquire(t *testing.T) {
 	t.Parallel()
 	type kind struct {
 		name, acquire, prefix string
+		state                 bool // its lock is a state string, not a hash and a fence key
 		lock                  func(c *dlock.Client, wait bool) (*dlock.Lease, error)
 	}
 	ctx := context.Background()
 	kinds := []kind{
-		{"Mutex", "acquire", "dlock:", func(c *dlock.Client, wait bool) (*dlock.Lease, error) {
+		{"Mutex", "acquire", "dlock:", true, func(c *dlock.Client, wait bool) (*dlock.Lease, error) {
 			if wait {
 				return c.Mutex("x", dlock.WithTTL(10*time.Second)).Lock(ctx)
 			}
 			return c.Mutex("x").TryLock(ctx)
 		}},
-		{"FairMutex", "acquire", "dlock:fair:", func(c *dlock.Client, wait bool) (*dlock.Lease, error) {
+		{"FairMutex", "acquire", "dlock:fair:", true, func(c *dlock.Client, wait bool) (*dlock.Lease, error) {
 			if wait {
 				return c.FairMutex("x", dlock.WithTTL(10*time.Second)).Lock(ctx)
 			}
 			return c.FairMutex("x").TryLock(ctx)
 		}},
-		{"RWMutex", "rw_acquire", "dlock:rw:", func(c *dlock.Client, wait bool) (*dlock.Lease, error) {
+		{"RWMutex", "rw_acquire", "dlock:rw:", false, func(c *dlock.Client, wait bool) (*dlock.Lease, error) {
 			if wait {
 				return c.RWMutex("x", dlock.WithTTL(10*time.Second)).Lock(ctx)
 			}
@@ -128,6 +129,25 @@ func TestRetriedAcquire(t *testing.T) {
 					t.Errorf("acquire took %v: it waited on its own hold", took)
 				}
 				lock := k.prefix + "{x}"
+				if k.state {
+					// One holder, the lease's, with one hold and its fence.
+					s := readLock(t, rdb, lock)
+					if !s.Held() || s.Owner != l.Owner() || s.Holds != 1 {
+						t.Errorf("lock state %+v, want held by %s alone, once", s, l.Owner())
+					}
+					if s.Fence != l.Fence() {
+						t.Errorf("fence %d, Redis's last fence %d", l.Fence(), s.Fence)
+					}
+					if err := l.Unlock(ctx); err != nil {
+						t.Fatalf("Unlock: %v", err)
+					}
+					// Free, and nothing left past the lease.
+					lease := map[bool]time.Duration{false: dlock.DefaultTTL, true: 10 * time.Second}[wait]
+					if err := freedErr(rdb, lock, lease); err != nil {
+						t.Errorf("after Unlock: %v", err)
+					}
+					return
+				}
 				if h := rdb.HGetAll(ctx, lock).Val(); len(h) != 1 {
 					t.Errorf("lock hash %v, want one holder", h)
 				} else {
@@ -262,28 +282,33 @@ func TestRetriedReentry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("re-entry whose reply was lost: %v", err)
 	}
-	count := func() string {
-		for _, n := range rdb.HGetAll(ctx, "dlock:{x}").Val() {
-			return n
-		}
-		return ""
+	if inner.Fence() != l.Fence() {
+		t.Errorf("re-entry's fence %d, want the hold's %d", inner.Fence(), l.Fence())
 	}
-	if n := count(); n != "2" {
-		t.Errorf("hold count %q after one re-entry, want 2", n)
+	// count returns the lease's hold count in Redis, -1 if it holds
+	// nothing there.
+	count := func() int {
+		if s := readLock(t, rdb, "dlock:{x}"); s.Held() && s.Owner == l.Owner() {
+			return s.Holds
+		}
+		return -1
+	}
+	if n := count(); n != 2 {
+		t.Errorf("hold count %d after one re-entry, want 2", n)
 	}
 	in = dropOnce(t, p, "release")
 	if err := inner.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock of the re-entry: %v", err)
 	}
 	checkHit(t, in)
-	if n := count(); n != "1" {
-		t.Errorf("hold count %q after the re-entry's Unlock, want 1", n)
+	if n := count(); n != 1 {
+		t.Errorf("hold count %d after the re-entry's Unlock, want 1", n)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rdb.Exists(ctx, "dlock:{x}").Val() != 0 {
-		t.Error("lock held after the last Unlock")
+	if err := freedErr(rdb, "dlock:{x}", dlock.DefaultTTL); err != nil {
+		t.Errorf("after the last Unlock: %v", err)
 	}
 }
 
@@ -304,8 +329,8 @@ func TestRetriedRenewal(t *testing.T) {
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease lost: %v", err)
 	}
-	if ttl := rdb.PTTL(ctx, "dlock:{x}").Val(); ttl <= 0 {
-		t.Errorf("lock's PTTL %v", ttl)
+	if left := leaseLeft(t, rdb, "dlock:{x}", l.Owner()); left <= 0 {
+		t.Errorf("lease left in Redis: %v (state %+v)", left, readLock(t, rdb, "dlock:{x}"))
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -540,12 +565,14 @@ func TestFailedUnlock(t *testing.T) {
 	renewedAfter := func(p *faultproxy.Proxy) *faultproxy.Injection {
 		return p.Inject(faultproxy.Rule{Match: script("extend"), Fault: faultproxy.Pass})
 	}
-	// freedSoon waits for name's lock to be gone from Redis, well within its
-	// TTL: the background release, not the expiry, freed it.
+	// freedSoon waits for name's lock to be free in Redis, well within its
+	// TTL: the background release, not the expiry, freed it (and left
+	// nothing that outlives the lease).
 	freedSoon := func(t *testing.T, rdb *redis.Client, name string) {
 		t.Helper()
-		if !within(ttl/2, func() bool { return rdb.Exists(ctx, "dlock:{"+name+"}").Val() == 0 }) {
-			t.Errorf("%q still held %v after the failed Unlock (TTL %v)", name, ttl/2, ttl)
+		key := "dlock:{" + name + "}"
+		if !within(ttl/2, func() bool { return freedErr(rdb, key, ttl) == nil }) {
+			t.Errorf("%q still held %v after the failed Unlock (TTL %v): %v", name, ttl/2, ttl, freedErr(rdb, key, ttl))
 		}
 	}
 
@@ -630,8 +657,8 @@ func TestFailedUnlock(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if rdb.Exists(ctx, "dlock:{x}").Val() != 0 {
-			t.Error("lock still held after Close")
+		if err := freedErr(rdb, "dlock:{x}", ttl); err != nil {
+			t.Errorf("after Close: %v", err)
 		}
 	})
 }
@@ -680,7 +707,7 @@ func TestExtendRacingRenewal(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkHit(t, in)
-		if left := rdb.PTTL(ctx, "dlock:{x}").Val(); left < 5*time.Second {
+		if left := leaseLeft(t, rdb, "dlock:{x}", l.Owner()); left < 5*time.Second {
 			t.Errorf("Redis holds the lock for %v after Extend(10s)", left)
 		}
 		if noSecondHolder(t, rdb, l, 2*time.Second) {
@@ -1135,8 +1162,8 @@ func TestRenewalLateReply(t *testing.T) {
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease lost after late renewal replies: %v", err)
 	}
-	if ttl := rdb.PTTL(ctx, "dlock:{x}").Val(); ttl <= 0 {
-		t.Errorf("lock's PTTL %v", ttl)
+	if left := leaseLeft(t, rdb, "dlock:{x}", l.Owner()); left <= 0 {
+		t.Errorf("lease left in Redis: %v (state %+v)", left, readLock(t, rdb, "dlock:{x}"))
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -1170,7 +1197,7 @@ func TestRenewalStalledCall(t *testing.T) {
 			t.Errorf("lease s%d lost behind a stalled renewal call: %v", i, err)
 			continue
 		}
-		if rdb.Exists(ctx, "dlock:{s"+strconv.Itoa(i)+"}").Val() != 1 {
+		if holderOf(t, rdb, "dlock:{s"+strconv.Itoa(i)+"}") != l.Owner() {
 			t.Errorf("lease s%d held by the Client but gone from Redis", i)
 		}
 	}

@@ -7,6 +7,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strconv"
 	"strings"
@@ -22,13 +23,14 @@ import (
 // grantKinds are the lock kinds whose release grants: how to make one on a
 // Client, and its lock key's stem.
 var grantKinds = []struct {
-	name string
-	lock func(c *dlock.Client, name string, opts ...dlock.Option) locker
-	tag  string // the keys' stem before the name's hash tag
+	name  string
+	lock  func(c *dlock.Client, name string, opts ...dlock.Option) locker
+	tag   string // the keys' stem before the name's hash tag
+	state bool   // the lock key is a lock state (lockstate_test.go), not a lock hash and a fence key
 }{
-	{"Mutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.Mutex(name, opts...) }, "dlock:"},
-	{"FairMutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.FairMutex(name, opts...) }, "dlock:fair:"},
-	{"RWMutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.RWMutex(name, opts...) }, "dlock:rw:"},
+	{"Mutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.Mutex(name, opts...) }, "dlock:", true},
+	{"FairMutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.FairMutex(name, opts...) }, "dlock:fair:", true},
+	{"RWMutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.RWMutex(name, opts...) }, "dlock:rw:", false},
 }
 
 // inLine starts lock on a goroutine of its own, as waitFor does, and
@@ -78,12 +80,12 @@ func TestGrant(t *testing.T) {
 			}
 			key := kind.tag + "{g}"
 			got := inLine(t, rdb, kind.lock(waiter, "g", dlock.WithTTL(ttl)).Lock, key+":waiters", 1)
+			acq := map[string]string{"Mutex": "acquire", "FairMutex": "acquire", "RWMutex": "rw_acquire"}[kind.name]
 			// The waiter's attempts before it sleeps (try, subscribe, try
 			// again) are counted when their replies are in, which can be
 			// after the queue shows it: wait for both, so that none is
 			// counted as sent after the release.
-			acqName := map[string]string{"Mutex": "acquire", "FairMutex": "acquire", "RWMutex": "rw_acquire"}[kind.name]
-			within(2*time.Second, func() bool { return cmds.scripts(acqName)[acqName] >= 2 })
+			within(2*time.Second, func() bool { return cmds.scripts(acq)[acq] >= 2 })
 			cmds.takeScripts()
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatal(err)
@@ -96,13 +98,25 @@ func TestGrant(t *testing.T) {
 				t.Fatal("waiter not granted the lock")
 			}
 			defer l2.Unlock(ctx)
-			acq := map[string]string{"Mutex": "acquire", "FairMutex": "acquire", "RWMutex": "rw_acquire"}[kind.name]
-			if f, _ := rdb.Get(ctx, key+":fence").Int64(); l2.Fence() != f || l2.Fence() <= l.Fence() {
-				t.Errorf("granted fence %d, fence key %d, the releaser's %d: want the key's, above the releaser's", l2.Fence(), f, l.Fence())
+			// lease returns what is left of the lease the lock key carries.
+			lease := func() time.Duration {
+				if kind.state {
+					return holdLeft(t, rdb, key)
+				}
+				return rdb.PTTL(ctx, key).Val()
+			}
+			var f int64
+			if kind.state {
+				f = readLock(t, rdb, key).Fence
+			} else {
+				f, _ = rdb.Get(ctx, key+":fence").Int64()
+			}
+			if l2.Fence() != f || l2.Fence() <= l.Fence() {
+				t.Errorf("granted fence %d, the lock's %d, the releaser's %d: want the lock's, above the releaser's", l2.Fence(), f, l.Fence())
 			}
 			// The grant lease (1s for a TTL of 10s) is lengthened to the TTL.
-			if !within(2*time.Second, func() bool { return rdb.PTTL(ctx, key).Val() > ttl-time.Second }) {
-				t.Errorf("lock's PTTL %v after the grant, want it lengthened to about %v", rdb.PTTL(ctx, key).Val(), ttl)
+			if !within(2*time.Second, func() bool { return lease() > ttl-time.Second }) {
+				t.Errorf("lock's lease %v after the grant, want it lengthened to about %v", lease(), ttl)
 			}
 			// The grant's message was the waiter's answer: no acquire after
 			// the release, one extend.
@@ -110,7 +124,11 @@ func TestGrant(t *testing.T) {
 			if got := cmds.takeScripts(acq, "extend"); !maps.Equal(got, map[string]int{"extend": 1}) {
 				t.Errorf("script calls of the waiter's Client after the release: %v, want one lengthening extend", got)
 			}
-			if h := rdb.HGetAll(ctx, key).Val(); len(h) != 1 {
+			if kind.state {
+				if s := readLock(t, rdb, key); !s.Held() || s.Owner != l2.Owner() || s.Holds != 1 {
+					t.Errorf("lock state %+v, want the waiter %s alone", s, l2.Owner())
+				}
+			} else if h := rdb.HGetAll(ctx, key).Val(); len(h) != 1 {
 				t.Errorf("lock hash %v, want the waiter alone", h)
 			}
 			if err := l2.Err(); err != nil {
@@ -151,8 +169,8 @@ func TestGrantAfterLongWait(t *testing.T) {
 	if n := cmds.takeScripts("acquire")["acquire"]; n != 0 {
 		t.Errorf("the waiter ran its acquire script %d times after the release, want 0", n)
 	}
-	if !within(2*time.Second, func() bool { return rdb.PTTL(ctx, "dlock:{long}").Val() > 25*time.Second }) {
-		t.Errorf("grant not lengthened: PTTL %v", rdb.PTTL(ctx, "dlock:{long}").Val())
+	if !within(2*time.Second, func() bool { return holdLeft(t, rdb, "dlock:{long}") > 25*time.Second }) {
+		t.Errorf("grant not lengthened: lease %v", holdLeft(t, rdb, "dlock:{long}"))
 	}
 	if err := l2.Err(); err != nil {
 		t.Errorf("granted lease: %v", err)
@@ -189,8 +207,8 @@ func TestGrantNotLengthened(t *testing.T) {
 	}
 	t.Logf("lost: %v", l2.Err())
 	// Redis agrees: the grant lapsed before the late extend arrived.
-	if !within(time.Second, func() bool { return rdb.Exists(ctx, "dlock:{n}").Val() == 0 }) {
-		t.Errorf("lock still held in Redis: %v", rdb.HGetAll(ctx, "dlock:{n}").Val())
+	if !within(time.Second, func() bool { return !readLock(t, rdb, "dlock:{n}").Held() }) {
+		t.Errorf("lock still held in Redis: %+v", readLock(t, rdb, "dlock:{n}"))
 	}
 }
 
@@ -331,8 +349,8 @@ func TestGrantToLeavingWaiter(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if h := rdb.HGetAll(ctx, "dlock:{leave}").Val(); !maps.Equal(h, map[string]string{first: "1"}) {
-		t.Errorf("lock after the release: %v, want it granted to the leaving waiter %s", h, first)
+	if s := readLock(t, rdb, "dlock:{leave}"); !s.Held() || s.Owner != first || s.Holds != 1 || s.Fence <= l.Fence() {
+		t.Errorf("lock after the release: %+v, want it granted to the leaving waiter %s", s, first)
 	}
 	select {
 	case at := <-got:
@@ -379,8 +397,8 @@ func TestGrantWaitReplicas(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("grantee never answered")
 	}
-	if !within(time.Second, func() bool { return rdb.Exists(ctx, "dlock:{w}").Val() == 0 }) {
-		t.Errorf("the unreplicated grant was not given back: %v", rdb.HGetAll(ctx, "dlock:{w}").Val())
+	if !within(time.Second, func() bool { return freedErr(rdb, "dlock:{w}", dlock.DefaultTTL) == nil }) {
+		t.Errorf("the unreplicated grant was not given back: %v", freedErr(rdb, "dlock:{w}", dlock.DefaultTTL))
 	}
 }
 
@@ -412,8 +430,8 @@ func TestGrantRetriedRelease(t *testing.T) {
 	if o.l.Fence() <= l.Fence() {
 		t.Errorf("granted fence %d after %d", o.l.Fence(), l.Fence())
 	}
-	if h := rdb.HGetAll(ctx, "dlock:{r}").Val(); len(h) != 1 {
-		t.Errorf("lock hash %v after a retried release, want the first waiter alone", h)
+	if s := readLock(t, rdb, "dlock:{r}"); !s.Held() || s.Owner != o.l.Owner() || s.Holds != 1 || s.Fence != o.l.Fence() {
+		t.Errorf("lock state %+v after a retried release, want the first waiter %s alone, with its fence %d", s, o.l.Owner(), o.l.Fence())
 	}
 	select {
 	case o2 := <-second:
@@ -428,4 +446,59 @@ func TestGrantRetriedRelease(t *testing.T) {
 		t.Fatalf("second waiter after the first unlocked: %v (fence %d after %d)", o2.err, o2.l.Fence(), o.l.Fence())
 	}
 	_ = o2.l.Unlock(ctx)
+}
+
+// TestRetriedReleaseAfterLapsedGrant: a release grants the lock to a waiter
+// that never takes it up (its process is gone or paused: its grant lapses),
+// and the release's reply is lost; go-redis's retry runs after that grant
+// lapsed but before the releaser's lease would have ended. The lock's state
+// outlives the grant, so the retry still finds the fence past its own:
+// Unlock reports success, not a loss. The lapsed grant then passes on: a
+// newcomer takes the lock, with a higher fence.
+func TestRetriedReleaseAfterLapsedGrant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, p, rdb := proxied(t, dlock.WithTTL(5*time.Second))
+	l, err := c.Mutex("r").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter registered by hand, with a grant lease of 100ms, whose
+	// Client never hears of its grant.
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ghost = "0badc0de:1"
+	if err := rdb.ZAdd(ctx, "dlock:{r}:waiters", redis.Z{Score: float64(now.UnixMicro()), Member: ghost}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, "dlock:{r}:alive", ghost, fmt.Sprintf("%d|100", now.UnixMilli()+10_000)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Mark the lock: someone waits (a registration through acquire.lua
+	// does it).
+	st := readLock(t, rdb, "dlock:{r}")
+	if err := rdb.Set(ctx, "dlock:{r}", fmt.Sprintf("%d|1|1|0|%s", st.Fence, l.Owner()), redis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lost := dropOnce(t, p, "release")
+	late := p.Inject(faultproxy.Rule{Match: script("release"), Fault: faultproxy.DelayRequest, Delay: 400 * time.Millisecond, Times: 1})
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock whose reply was lost, retried after the grant it made lapsed: %v", err)
+	}
+	checkHit(t, lost)
+	checkHit(t, late)
+	st = readLock(t, rdb, "dlock:{r}")
+	if st.Owner != ghost || st.Held() || st.Fence <= l.Fence() {
+		t.Fatalf("lock state %+v after the retry, want the ghost's lapsed grant with a fence above %d", st, l.Fence())
+	}
+	l2, err := clientOn(t, rdb).Mutex("r").TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after the grant lapsed: %v", err)
+	}
+	defer l2.Unlock(ctx)
+	if l2.Fence() <= st.Fence {
+		t.Errorf("fence %d after the lapsed grant's %d", l2.Fence(), st.Fence)
+	}
 }

@@ -20,25 +20,29 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// lockHashes returns the lock names whose lock hash exists in Redis (default
-// prefix), each with its owner ids. Keys of other types are left out.
-func lockHashes(t *testing.T, rdb *redis.Client) map[string][]string {
+// heldLocks returns the Mutex names (default prefix) whose lock state in
+// Redis is held, each with its state. Keys that hold no lock state, and
+// free states, are left out.
+func heldLocks(t *testing.T, rdb *redis.Client) map[string]lockState {
 	t.Helper()
 	ctx := context.Background()
-	held := map[string][]string{}
+	held := map[string]lockState{}
 	for _, k := range rdb.Keys(ctx, "dlock:{*}").Val() {
-		if strings.HasSuffix(k, "}") && rdb.Type(ctx, k).Val() == "hash" {
-			held[strings.TrimSuffix(strings.TrimPrefix(k, "dlock:{"), "}")] = rdb.HKeys(ctx, k).Val()
+		if !strings.HasSuffix(k, "}") {
+			continue
+		}
+		if s, err := readLockErr(rdb, k); err == nil && s.Held() {
+			held[strings.TrimSuffix(strings.TrimPrefix(k, "dlock:{"), "}")] = s
 		}
 	}
 	return held
 }
 
-// heldNames returns the sorted names of lockHashes.
+// heldNames returns the sorted names of heldLocks.
 func heldNames(t *testing.T, rdb *redis.Client) []string {
 	t.Helper()
 	return slices.Sorted(func(yield func(string) bool) {
-		for name := range lockHashes(t, rdb) {
+		for name := range heldLocks(t, rdb) {
 			if !yield(name) {
 				return
 			}
@@ -66,7 +70,7 @@ func TestMultiLockUnlock(t *testing.T) {
 	if got := l.Names(); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Errorf("lease Names = %q", got)
 	}
-	held := lockHashes(t, rdb)
+	held := heldLocks(t, rdb)
 	for i, sub := range l.Leases() {
 		if sub.Name() != l.Names()[i] {
 			t.Errorf("lease %d is of %q, want %q", i, sub.Name(), l.Names()[i])
@@ -74,8 +78,8 @@ func TestMultiLockUnlock(t *testing.T) {
 		if sub.Fence() <= 0 || sub.Fence() != l.Fences()[i] {
 			t.Errorf("lease %d: fence %d, Fences()[%d] = %d", i, sub.Fence(), i, l.Fences()[i])
 		}
-		if owners := held[sub.Name()]; len(owners) != 1 {
-			t.Errorf("lock %q owners %v, want one", sub.Name(), owners)
+		if s := held[sub.Name()]; s.Owner != sub.Owner() || s.Holds != 1 || s.Fence != sub.Fence() {
+			t.Errorf("lock %q state %+v, want held once by %s with fence %d", sub.Name(), s, sub.Owner(), sub.Fence())
 		}
 	}
 	if len(held) != 3 {
@@ -206,7 +210,10 @@ func TestMultiLockDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder := lockHashes(t, rdb)["c"]
+	holder := heldLocks(t, rdb)["c"].Owner
+	if holder != bl.Owner() {
+		t.Fatalf("c held by %q, want %q", holder, bl.Owner())
+	}
 	ml := c.MultiLock([]string{"a", "b", "c"})
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
@@ -218,7 +225,7 @@ func TestMultiLockDeadline(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("gave up after %v, want about 300ms", took)
 	}
-	if held := lockHashes(t, rdb); len(held) != 1 || !slices.Equal(held["c"], holder) {
+	if held := heldLocks(t, rdb); len(held) != 1 || held["c"].Owner != holder {
 		t.Errorf("held after giving up: %v, want only c by its holder %v", held, holder)
 	}
 	if !within(2*time.Second, func() bool { return len(waiterKeys(rdb)) == 0 }) {
@@ -352,8 +359,10 @@ func TestMultiLockLoss(t *testing.T) {
 		steal func()
 	}{
 		{"held by another", func() {
-			rdb.Del(ctx, "dlock:{b}")
-			rdb.HSet(ctx, "dlock:{b}", "intruder", 1)
+			// Another owner took b over, with a later fence.
+			if err := writeLock(ctx, rdb, "dlock:{b}", "intruder", readLock(t, rdb, "dlock:{b}").Fence+1, time.Minute); err != nil {
+				t.Fatal(err)
+			}
 		}},
 		{"deleted", func() { rdb.Del(ctx, "dlock:{b}") }},
 	} {
@@ -386,6 +395,9 @@ func TestMultiLockLoss(t *testing.T) {
 			want := map[bool][]string{true: {"b"}, false: nil}[tc.name == "held by another"]
 			if held := heldNames(t, rdb); !slices.Equal(held, want) {
 				t.Errorf("held after Unlock: %v, want %v", held, want)
+			}
+			if want != nil && holderOf(t, rdb, "dlock:{b}") != "intruder" {
+				t.Errorf("b after Unlock: %+v, want the new owner's", readLock(t, rdb, "dlock:{b}"))
 			}
 			rdb.Del(ctx, "dlock:{b}")
 		})
@@ -420,8 +432,8 @@ func TestMultiLockReentry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("re-entry of one name: %v", err)
 	}
-	if got := rdb.HVals(ctx, "dlock:{a}").Val(); !slices.Equal(got, []string{"3"}) {
-		t.Errorf("hold count of a = %v, want 3", got)
+	if s := readLock(t, rdb, "dlock:{a}"); !s.Held() || s.Owner != l.Leases()[0].Owner() || s.Holds != 3 {
+		t.Errorf("lock state of a %+v, want held 3 times by %s", s, l.Leases()[0].Owner())
 	}
 	for _, u := range []func(context.Context) error{inner.Unlock, sub.Unlock, m.Unlock} {
 		if err := u(ctx); err != nil {
@@ -526,24 +538,38 @@ func TestMultiLockRedisErrors(t *testing.T) {
 	ctx := context.Background()
 	ml := c.MultiLock([]string{"a", "b", "c"})
 
-	rdb.Set(ctx, "dlock:{b}", "not a lock", 0)
-	_, err := ml.TryLock(ctx)
-	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("TryLock over a foreign key: %v, want the Redis error, not ErrNotAcquired", err)
+	// b's key holds a string that is no lock state, or a key of another
+	// type.
+	for _, foreign := range []struct {
+		name, want string
+		set        func() error
+	}{
+		{"string", "holds no lock state", func() error { return rdb.Set(ctx, "dlock:{b}", "not a lock", 0).Err() }},
+		{"list", "WRONGTYPE", func() error { return rdb.LPush(ctx, "dlock:{b}", "x").Err() }},
+	} {
+		if err := foreign.set(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ml.TryLock(ctx)
+		if err == nil || !strings.Contains(err.Error(), foreign.want) || errors.Is(err, dlock.ErrNotAcquired) {
+			t.Errorf("TryLock over a foreign %s key: %v, want the Redis error (%s), not ErrNotAcquired", foreign.name, err, foreign.want)
+		}
+		if held := heldNames(t, rdb); len(held) != 0 {
+			t.Errorf("held after the failed TryLock over a foreign %s key: %v", foreign.name, held)
+		}
+		rdb.Del(ctx, "dlock:{b}")
 	}
-	if held := heldNames(t, rdb); len(held) != 0 {
-		t.Errorf("held after the failed TryLock: %v", held)
-	}
-	rdb.Del(ctx, "dlock:{b}")
 
 	l, err := ml.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := rdb.HKeys(ctx, "dlock:{b}").Val()[0]
-	rdb.Del(ctx, "dlock:{b}")
+	b := readLock(t, rdb, "dlock:{b}")
+	if !b.Held() || b.Owner != l.Leases()[1].Owner() || b.Fence != l.Fences()[1] {
+		t.Fatalf("b's lock state %+v, want held by %s with fence %d", b, l.Leases()[1].Owner(), l.Fences()[1])
+	}
 	rdb.Set(ctx, "dlock:{b}", "not a lock", 0)
-	if err := l.Unlock(ctx); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+	if err := l.Unlock(ctx); err == nil || !strings.Contains(err.Error(), "holds no lock state") {
 		t.Fatalf("Unlock with b unreadable: %v, want the Redis error", err)
 	}
 	if held := heldNames(t, rdb); len(held) != 0 {
@@ -554,11 +580,14 @@ func TestMultiLockRedisErrors(t *testing.T) {
 	}
 	// The Client keeps trying to release b in the background: once b is a
 	// lock again, its release goes through.
-	rdb.Del(ctx, "dlock:{b}")
-	rdb.HSet(ctx, "dlock:{b}", owner, 1)
-	rdb.PExpire(ctx, "dlock:{b}", dlock.DefaultTTL)
+	if err := writeLock(ctx, rdb, "dlock:{b}", b.Owner, b.Fence, dlock.DefaultTTL); err != nil {
+		t.Fatal(err)
+	}
 	if !within(5*time.Second, func() bool { return len(heldNames(t, rdb)) == 0 }) {
 		t.Errorf("held after the background release: %v", heldNames(t, rdb))
+	}
+	if err := freedErr(rdb, "dlock:{b}", dlock.DefaultTTL); err != nil {
+		t.Errorf("b after the background release: %v", err)
 	}
 	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("second Unlock: %v, want ErrNotHeld", err)

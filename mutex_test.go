@@ -58,8 +58,8 @@ func TestLockUnlock(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Lock: %v", err)
 	}
-	if got := rdb.HGetAll(ctx, "dlock:{orders}").Val(); len(got) != 1 {
-		t.Fatalf("lock hash = %v, want one owner", got)
+	if s := readLock(t, rdb, "dlock:{orders}"); !s.Held() || s.Owner != l.Owner() || s.Holds != 1 || s.Fence != l.Fence() {
+		t.Fatalf("lock state = %+v, want held once by %s with fence %d", s, l.Owner(), l.Fence())
 	}
 	if _, err := m.TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock of a held lock: %v, want ErrNotAcquired", err)
@@ -67,8 +67,8 @@ func TestLockUnlock(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
-	if n := rdb.Exists(ctx, "dlock:{orders}").Val(); n != 0 {
-		t.Fatalf("lock key still exists after Unlock")
+	if err := freedErr(rdb, "dlock:{orders}", dlock.DefaultTTL); err != nil {
+		t.Fatalf("lock not freed by Unlock: %v", err)
 	}
 	select {
 	case <-l.Done():
@@ -135,8 +135,8 @@ func TestClosed(t *testing.T) {
 	if !closedWithin(held.Done(), time.Second) || !errors.Is(held.Err(), dlock.ErrClosed) {
 		t.Errorf("held lease after Close: Err %v, want ErrClosed", held.Err())
 	}
-	if n := rdb.Exists(ctx, "dlock:{held}").Val(); n != 0 {
-		t.Error("Close left its lock in Redis")
+	if err := freedErr(rdb, "dlock:{held}", dlock.DefaultTTL); err != nil {
+		t.Errorf("Close left its lock in Redis: %v", err)
 	}
 	if _, err := c.Mutex("held").Lock(ctx); !errors.Is(err, dlock.ErrClosed) {
 		t.Errorf("Lock after Close: %v, want ErrClosed", err)
@@ -181,8 +181,11 @@ func TestKeyLayout(t *testing.T) {
 			}
 			tags = append(tags, k[open:end+1])
 		}
-		if len(keys) != 2 || tags[0] != tags[1] {
-			t.Errorf("name %q: keys %q, want a lock and a fence key with one hash tag", name, keys)
+		// One key, the lock's state (its fence in it), held by l.
+		if len(keys) != 1 || len(tags) != 1 {
+			t.Errorf("name %q: keys %q, want the lock's state alone, with one hash tag", name, keys)
+		} else if s := readLock(t, rdb, keys[0]); !s.Held() || s.Owner != l.Owner() {
+			t.Errorf("name %q: key %q holds %+v, want the lock held by %s", name, keys[0], s, l.Owner())
 		} else if prev, dup := seen[tags[0]]; dup {
 			t.Errorf("names %q and %q share the hash tag %s", prev, name, tags[0])
 		} else {
@@ -195,8 +198,9 @@ func TestKeyLayout(t *testing.T) {
 	}
 }
 
-// TestFence: fences rise strictly across holders, Clients, expiry and the lock
-// key's deletion; a re-entry has its hold's fence.
+// TestFence: fences rise strictly across holders, Clients, release (the lock
+// key stays, free, with its fence), expiry and the lock key's deletion; a
+// re-entry has its hold's fence.
 func TestFence(t *testing.T) {
 	t.Parallel()
 	c1, rdb, _ := newClient(t)
@@ -242,9 +246,17 @@ func TestFence(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rdb.Exists(ctx, "dlock:{f}").Val() != 0 {
-		t.Fatal("lock key left")
+	// Freed, the lock keeps its last fence until the released lease would
+	// have ended.
+	if err := freedErr(rdb, "dlock:{f}", dlock.DefaultTTL); err != nil {
+		t.Fatalf("lock not freed: %v", err)
 	}
+	if s := readLock(t, rdb, "dlock:{f}"); s.Exists && s.Fence != l.Fence() {
+		t.Fatalf("freed lock's fence %d, want the last holder's %d", s.Fence, l.Fence())
+	}
+	// Without the key (it expired, or Redis lost it) the next fence is still
+	// above the last.
+	rdb.Del(ctx, "dlock:{f}")
 	next(c1).Unlock(ctx)
 }
 
@@ -256,21 +268,25 @@ func TestReleaseNeverFreesAnother(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
-		steal func()
+		steal func(t *testing.T, l *dlock.Lease)
 	}{
-		{"held by another", func() {
-			rdb.Del(ctx, "dlock:{r}")
-			rdb.HSet(ctx, "dlock:{r}", "intruder", 1)
+		// Another owner holds the lock, its fence left at ours (a later
+		// fence would say that the lock went on from our hold: a retried
+		// release's answer).
+		{"held by another", func(t *testing.T, l *dlock.Lease) {
+			if err := writeLock(ctx, rdb, "dlock:{r}", "intruder", l.Fence(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
 		}},
-		// An expiry takes the fence with the lock: it lives as long.
-		{"expired", func() { rdb.Del(ctx, "dlock:{r}", "dlock:{r}:fence") }},
+		// An expiry takes the fence with the lock: they are one key.
+		{"expired", func(*testing.T, *dlock.Lease) { rdb.Del(ctx, "dlock:{r}") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := c.Mutex("r").Lock(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc.steal()
+			tc.steal(t, l)
 			err = l.Unlock(ctx)
 			if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrLockLost) {
 				t.Fatalf("Unlock of a taken lock: %v, want ErrNotHeld and ErrLockLost", err)
@@ -278,8 +294,8 @@ func TestReleaseNeverFreesAnother(t *testing.T) {
 			if want := map[bool]string{true: "held by another owner", false: "expired"}[tc.name == "held by another"]; !strings.Contains(err.Error(), want) {
 				t.Errorf("Unlock error %q does not say %q", err, want)
 			}
-			if tc.name == "held by another" && rdb.HGet(ctx, "dlock:{r}", "intruder").Val() != "1" {
-				t.Error("Unlock removed the other owner's lock")
+			if s := readLock(t, rdb, "dlock:{r}"); tc.name == "held by another" && (!s.Held() || s.Owner != "intruder" || s.Holds != 1 || s.Fence != l.Fence()) {
+				t.Errorf("Unlock changed the other owner's lock: %+v", s)
 			}
 			if !errors.Is(l.Err(), dlock.ErrLockLost) {
 				t.Errorf("Err after the loss: %v", l.Err())
@@ -329,8 +345,9 @@ func TestRenewal(t *testing.T) {
 	if extended.Load() != n {
 		t.Error("renewal went on after Unlock")
 	}
-	if rdb.Exists(ctx, "dlock:{renewed}").Val() != 0 {
-		t.Error("lock key left after Unlock")
+	// The lease was last set to 10s: the freed lock lives no longer.
+	if err := freedErr(rdb, "dlock:{renewed}", 10*time.Second); err != nil {
+		t.Errorf("lock not freed by Unlock: %v", err)
 	}
 }
 
@@ -349,8 +366,9 @@ func TestLossSeenPromptly(t *testing.T) {
 	lctx, cancel := l.Context(ctx)
 	defer cancel()
 	taken := time.Now()
-	rdb.Del(ctx, "dlock:{lost}")
-	rdb.HSet(ctx, "dlock:{lost}", "intruder", 1)
+	if err := writeLock(ctx, rdb, "dlock:{lost}", "intruder", l.Fence()+1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	if !closedWithin(l.Done(), ttl/3+200*time.Millisecond) {
 		t.Fatal("Done not closed within a renewal period of the takeover")
 	}
@@ -372,8 +390,8 @@ func TestLossSeenPromptly(t *testing.T) {
 	if err := l.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Extend after loss: %v, want ErrNotHeld", err)
 	}
-	if rdb.HGet(ctx, "dlock:{lost}", "intruder").Val() != "1" {
-		t.Error("the loser changed the new owner's lock")
+	if s := readLock(t, rdb, "dlock:{lost}"); !s.Held() || s.Owner != "intruder" || s.Holds != 1 || s.Fence != l.Fence()+1 {
+		t.Errorf("the loser changed the new owner's lock: %+v", s)
 	}
 }
 

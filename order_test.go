@@ -124,8 +124,8 @@ func TestNoBargingPastPausedWaiter(t *testing.T) {
 			inQueue(t, rdb, lock+":waiters", 1)
 			w.signal(t, syscall.SIGSTOP)
 			h.signal(t, syscall.SIGKILL)
-			if !within(5*time.Second, func() bool { return rdb.Exists(context.Background(), lock).Val() == 0 }) {
-				t.Fatal("the killed holder's lease never ended")
+			if !within(5*time.Second, func() bool { return !readLock(t, rdb, lock).Held() }) {
+				t.Fatalf("the killed holder's lease never ended: %+v", readLock(t, rdb, lock))
 			}
 			c := clientOn(t, rdb)
 			var m interface {
@@ -193,8 +193,8 @@ func TestPausedGrantee(t *testing.T) {
 			if fair {
 				// The grant lapses; the lock is free, and the stopped grantee
 				// still first in line.
-				if !within(5*time.Second, func() bool { return rdb.Exists(ctx, lock).Val() == 0 }) {
-					t.Fatal("the grant never lapsed")
+				if !within(5*time.Second, func() bool { return !readLock(t, rdb, lock).Held() }) {
+					t.Fatalf("the grant never lapsed: %+v", readLock(t, rdb, lock))
 				}
 				if l, err := m.TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
 					if l != nil {
@@ -223,8 +223,8 @@ func TestPausedGrantee(t *testing.T) {
 			g.signal(t, syscall.SIGCONT)
 			select {
 			case f := <-g.line:
-				t.Fatalf("the grantee whose grant lapsed took the lock (fence %s) while the next waiter holds it (fence %s; Redis holds %v)",
-					strings.TrimSpace(f), strings.TrimSpace(nextFence), rdb.HGetAll(ctx, lock).Val())
+				t.Fatalf("the grantee whose grant lapsed took the lock (fence %s) while the next waiter holds it (fence %s; Redis holds %+v)",
+					strings.TrimSpace(f), strings.TrimSpace(nextFence), readLock(t, rdb, lock))
 			case <-time.After(time.Second):
 			}
 			next.signal(t, syscall.SIGKILL)
@@ -260,7 +260,7 @@ func TestForceReleaseGrantsWaitersLease(t *testing.T) {
 	if err != nil || len(ev.Evicted) != 1 {
 		t.Fatalf("ForceRelease: %+v, %v", ev, err)
 	}
-	if p := rdb.PTTL(ctx, "dlock:{forced}").Val(); p <= 0 || p > 100*time.Millisecond {
+	if p := holdLeft(t, rdb, "dlock:{forced}"); p <= 0 || p > 100*time.Millisecond {
 		t.Errorf("the waiter's grant lasts %v, want at most its own grant lease of 100ms", p)
 	}
 	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrLockLost) {

@@ -246,8 +246,8 @@ func TestRenewalAfterRelease(t *testing.T) {
 		t.Fatalf("Unlock: %v", err)
 	}
 	checkHit(t, release)
-	if n := rdb.Exists(ctx, "dlock:{x}").Val(); n != 0 {
-		t.Error("the lock is still in Redis after Unlock")
+	if err := freedErr(rdb, "dlock:{x}", ttl); err != nil {
+		t.Errorf("the lock is still in Redis after Unlock: %v", err)
 	}
 	if err := l.Err(); !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrLockLost) {
 		t.Errorf("Err after a clean Unlock = %v, want ErrNotHeld and not ErrLockLost", err)

@@ -55,11 +55,16 @@ func TestReleaseWindow(t *testing.T) {
 		if errors.Is(l.Err(), dlock.ErrLockLost) {
 			t.Errorf("lease Err %v, want unlocked", l.Err())
 		}
-		if rdb.Exists(ctx, "dlock:{x}").Val() != 0 {
-			t.Error("lock still held")
+		// Free, keeping the released lease's fence, and for no longer
+		// than that lease.
+		if err := freedErr(rdb, "dlock:{x}", 10*time.Second); err != nil {
+			t.Error(err)
+		}
+		if s := readLock(t, rdb, "dlock:{x}"); s.Fence != l.Fence() {
+			t.Errorf("lock state %+v after the release, want the fence %d kept", s, l.Fence())
 		}
 		if keys := stateKeys(rdb, "dlock:*"); len(keys) != 1 {
-			t.Errorf("keys after the release: %v, want the fence alone", keys)
+			t.Errorf("keys after the release: %v, want the lock's state alone", keys)
 		}
 	})
 
@@ -105,7 +110,10 @@ func TestReleaseWindow(t *testing.T) {
 		in := swallow(p)
 		done := make(chan error, 1)
 		go func() { done <- l.Unlock(ctx) }()
-		if !within(5*time.Second, func() bool { return in.Hits() > 0 && rdb.Exists(ctx, "dlock:{x}").Val() == 0 }) {
+		if !within(5*time.Second, func() bool {
+			s, err := readLockErr(rdb, "dlock:{x}")
+			return in.Hits() > 0 && err == nil && s.Exists && !s.Held()
+		}) {
 			t.Fatal("the release never ran")
 		}
 		// The release ran and freed the lock; its reply is gone. Redis

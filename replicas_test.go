@@ -114,7 +114,7 @@ func TestWaitReplicas(t *testing.T) {
 			for j, v := range views {
 				// WAIT counted the replica's acknowledgement of the offset it
 				// has applied, so the hold is readable there already.
-				if v.Exists(ctx, "dlock:{m}").Val() != 1 {
+				if s, err := readLockErr(v, "dlock:{m}"); err != nil || !s.Held() || s.Owner != l.Owner() {
 					t.Fatalf("round %d: the lock is not on replica %d when Lock returns", i, j)
 				}
 			}
@@ -221,8 +221,8 @@ func TestWaitReplicas(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n := rdb.Exists(ctx, "dlock:{e}").Val(); n != 0 {
-			t.Errorf("the lock is still held after its only hold was unlocked")
+		if err := freedErr(rdb, "dlock:{e}", 10*time.Second); err != nil {
+			t.Errorf("the lock is not free after its only hold was unlocked: %v", err)
 		}
 	})
 
@@ -248,8 +248,8 @@ func TestWaitReplicas(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Errorf("Unlock: %v", err)
 		}
-		if n := primary.Client(t).Exists(ctx, "dlock:{x}").Val(); n != 0 {
-			t.Errorf("the lock outlived its only Unlock")
+		if err := freedErr(primary.Client(t), "dlock:{x}", 5*time.Second); err != nil {
+			t.Errorf("the lock outlived its only Unlock: %v", err)
 		}
 	})
 

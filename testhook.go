@@ -131,7 +131,7 @@ func inspectKeys(ctx context.Context, e *engine, k protocol.Keys) (protocol.Stat
 	case protocol.SemKind:
 		code = "sem"
 	case protocol.ElectionKind:
-		keys = keys[:4] // a FairMutex's; the leader record is not a hold
+		keys = keys[:3] // a FairMutex's; the leader record is not a hold
 	}
 	return e.backend.Inspect(ctx, keys, code, InspectLimit)
 }

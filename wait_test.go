@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,8 +179,8 @@ func TestWaitGivesUp(t *testing.T) {
 			}
 		})
 	}
-	if owners := rdb.HKeys(ctx, "dlock:{busy}").Val(); len(owners) != 1 {
-		t.Errorf("owners after the waits gave up: %v, want the holder only", owners)
+	if s := readLock(t, rdb, "dlock:{busy}"); !s.Held() || s.Owner != l.Owner() || s.Holds != 1 {
+		t.Errorf("lock after the waits gave up: %+v, want the holder %s only", s, l.Owner())
 	}
 	if !within(2*time.Second, func() bool { return rdb.Exists(ctx, "dlock:{busy}:waiters").Val() == 0 }) {
 		t.Errorf("registrations left after the waits gave up: %v", rdb.ZRange(ctx, "dlock:{busy}:waiters", 0, -1).Val())
@@ -234,9 +235,12 @@ func TestReentry(t *testing.T) {
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	m := c.Mutex("re")
+	// count returns the holder's hold count, "" if nobody holds the lock.
 	count := func() string {
-		vals := rdb.HVals(ctx, "dlock:{re}").Val()
-		return strings.Join(vals, ",")
+		if s := readLock(t, rdb, "dlock:{re}"); s.Held() {
+			return strconv.Itoa(s.Holds)
+		}
+		return ""
 	}
 	err := m.Do(ctx, func(ctx context.Context) error {
 		if _, err := m.TryLock(context.Background()); !errors.Is(err, dlock.ErrNotAcquired) {
@@ -274,11 +278,11 @@ func TestReentry(t *testing.T) {
 			t.Errorf("hold count %s after a repeated unlock, want 1", got)
 		}
 		// An unlocked re-entry no longer speaks for the holds that remain.
-		before := rdb.PTTL(ctx, "dlock:{re}").Val()
+		before := holdLeft(t, rdb, "dlock:{re}")
 		if err := inner.Extend(ctx, time.Hour); !errors.Is(err, dlock.ErrNotHeld) {
 			t.Errorf("Extend of an unlocked re-entry: %v, want ErrNotHeld", err)
 		}
-		if after := rdb.PTTL(ctx, "dlock:{re}").Val(); after > before {
+		if after := holdLeft(t, rdb, "dlock:{re}"); after > before {
 			t.Errorf("Extend of an unlocked re-entry moved the lock's expiry from %v to %v", before, after)
 		}
 		if _, err := inner.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
@@ -294,8 +298,8 @@ func TestReentry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rdb.Exists(ctx, "dlock:{re}").Val() != 0 {
-		t.Error("lock left after Do")
+	if err := freedErr(rdb, "dlock:{re}", dlock.DefaultTTL); err != nil {
+		t.Errorf("lock left after Do: %v", err)
 	}
 
 	// Outer unlocked before inner: the lock stays held until the inner goes.
@@ -318,8 +322,8 @@ func TestReentry(t *testing.T) {
 	if err := inner.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rdb.Exists(ctx, "dlock:{re}").Val() != 0 {
-		t.Error("lock left after the last hold")
+	if err := freedErr(rdb, "dlock:{re}", dlock.DefaultTTL); err != nil {
+		t.Errorf("lock left after the last hold: %v", err)
 	}
 	// A context from a Lease of another Client does not re-enter.
 	c2 := clientOn(t, rdb)
@@ -343,30 +347,48 @@ func TestDo(t *testing.T) {
 	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
-	ttl := dlock.WithTTL(300 * time.Millisecond)
-	hijack := func(key string) func() {
-		return func() {
+	const lease = 300 * time.Millisecond
+	ttl := dlock.WithTTL(lease)
+	// hijack makes another owner hold the lock hash at key.
+	hijack := func(key string) func(*testing.T) {
+		return func(*testing.T) {
 			rdb.Del(ctx, key)
 			rdb.HSet(ctx, key, "intruder", 1)
+		}
+	}
+	// hijackState makes another owner hold the lock state at key, with the
+	// next fence.
+	hijackState := func(key string) func(*testing.T) {
+		return func(t *testing.T) {
+			if err := writeLock(ctx, rdb, key, "intruder", readLock(t, rdb, key).Fence+1, time.Minute); err != nil {
+				t.Error(err)
+			}
 		}
 	}
 	cases := []struct {
 		name  string
 		do    func(context.Context, func(context.Context) error) error
-		key   string // exists while the lock is held
-		steal func() // makes the lease lost while held
+		key   string           // the lock's key: exists while the lock is held
+		state bool             // key is a lock state (lockstate_test.go): held while the lock is
+		steal func(*testing.T) // makes the lease lost while held
 	}{
-		{"Mutex", c.Mutex("m", ttl).Do, "dlock:{m}", hijack("dlock:{m}")},
-		{"FairMutex", c.FairMutex("f", ttl).Do, "dlock:fair:{f}", hijack("dlock:fair:{f}")},
-		{"RWMutex.Do", c.RWMutex("w", ttl).Do, "dlock:rw:{w}", hijack("dlock:rw:{w}")},
-		{"RWMutex.RDo", c.RWMutex("r", ttl).RDo, "dlock:rw:{r}:readers", func() { rdb.Del(ctx, "dlock:rw:{r}:readers") }},
-		{"MultiLock", c.MultiLock([]string{"x", "y"}, ttl).Do, "dlock:{y}", func() { rdb.Del(ctx, "dlock:{y}") }},
+		{"Mutex", c.Mutex("m", ttl).Do, "dlock:{m}", true, hijackState("dlock:{m}")},
+		{"FairMutex", c.FairMutex("f", ttl).Do, "dlock:fair:{f}", true, hijackState("dlock:fair:{f}")},
+		{"RWMutex.Do", c.RWMutex("w", ttl).Do, "dlock:rw:{w}", false, hijack("dlock:rw:{w}")},
+		{"RWMutex.RDo", c.RWMutex("r", ttl).RDo, "dlock:rw:{r}:readers", false, func(*testing.T) { rdb.Del(ctx, "dlock:rw:{r}:readers") }},
+		{"MultiLock", c.MultiLock([]string{"x", "y"}, ttl).Do, "dlock:{y}", true, func(*testing.T) { rdb.Del(ctx, "dlock:{y}") }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			held := func() bool {
+				if tc.state {
+					return readLock(t, rdb, tc.key).Held()
+				}
+				return rdb.Exists(ctx, tc.key).Val() != 0
+			}
 			boom := errors.New("boom")
 			err := tc.do(ctx, func(context.Context) error {
-				if rdb.Exists(ctx, tc.key).Val() == 0 {
+				if !held() {
 					t.Error("fn ran without the lock")
 				}
 				return boom
@@ -382,11 +404,15 @@ func TestDo(t *testing.T) {
 				}()
 				tc.do(ctx, func(context.Context) error { panic("fn") })
 			}()
-			if rdb.Exists(ctx, tc.key).Val() != 0 {
+			if tc.state {
+				if err := freedErr(rdb, tc.key, lease); err != nil {
+					t.Fatalf("lock left after fn failed or panicked: %v", err)
+				}
+			} else if rdb.Exists(ctx, tc.key).Val() != 0 {
 				t.Fatal("lock left after fn failed or panicked")
 			}
 			err = tc.do(ctx, func(fctx context.Context) error {
-				tc.steal()
+				tc.steal(t)
 				select {
 				case <-fctx.Done():
 					return context.Cause(fctx)
@@ -419,8 +445,8 @@ func TestUnlockWithCancelledContext(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock with a cancelled context: %v", err)
 	}
-	if rdb.Exists(context.Background(), "dlock:{cc}").Val() != 0 {
-		t.Error("lock left")
+	if err := freedErr(rdb, "dlock:{cc}", dlock.DefaultTTL); err != nil {
+		t.Errorf("lock left: %v", err)
 	}
 }
 
@@ -502,9 +528,9 @@ func TestHooksAndLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	owners := rdb.HKeys(ctx, "dlock:{h}").Val()
-	rdb.HSet(ctx, "dlock:{h}", "intruder", 1)
-	rdb.HDel(ctx, "dlock:{h}", owners...)
+	if err := writeLock(ctx, rdb, "dlock:{h}", "intruder", l2.Fence()+1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	<-l2.Done()
 	// Lost, like Extended, is reported from a goroutine of its own: it may
 	// come just after Done closes.
@@ -703,10 +729,10 @@ func TestDeadWaiterCostsLittle(t *testing.T) {
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if h := rdb.HGetAll(ctx, "dlock:{dead}").Val(); !maps.Equal(h, map[string]string{"0badc0de:2": "1"}) {
-		t.Errorf("lock after the release: %v, want it granted to the live registration of the dead waiter (the lapsed one skipped)", h)
+	if s := readLock(t, rdb, "dlock:{dead}"); !s.Held() || s.Owner != "0badc0de:2" || s.Holds != 1 {
+		t.Errorf("lock after the release: %+v, want it granted to the live registration of the dead waiter (the lapsed one skipped)", s)
 	}
-	if p := rdb.PTTL(ctx, "dlock:{dead}").Val(); p > 40*time.Millisecond {
+	if p := holdLeft(t, rdb, "dlock:{dead}"); p > 40*time.Millisecond {
 		t.Errorf("grant lease %v, want the grantee's own 40ms", p)
 	}
 	select {

@@ -21,10 +21,10 @@ import (
 
 const (
 	// keysPerName is k, the keys a Mutex name in use may keep (doc.go,
-	// "# Keys"): its lock hash, its fence string, its queue and the queue's
-	// alive hash. Keys that scale with names, never with operations, stay
+	// "# Keys"): its lock (one string, with the fence), its queue and the
+	// queue's alive hash. Keys that scale with names, never with operations, stay
 	// within k × names however many operations ran.
-	keysPerName = 4
+	keysPerName = 3
 	keysNames   = 1000
 	keysWorkers = 64
 	// keysDB is the database of the first library the scenario runs; each

@@ -266,7 +266,7 @@ func keysSection(o output) string {
 	w("\n## 5b. Keys: %d goroutines, acquire + release over %s names, %.0f s per library\n\n", k.Workers, thousands(int64(k.Names)), k.LoadS)
 	w("Each goroutine takes one of the names at random, in a loop, through one client of the library on a database of its own. "+
 		"DBSIZE there is read every second and right after the load, before anything written in its last seconds could expire; "+
-		"the bound is k × names, k = %d keys a dlock Mutex name in use may keep (doc.go, \"Keys\": the lock, its fence, the queue and alive). Redis's latency monitor records "+
+		"the bound is k × names, k = %d keys a dlock Mutex name in use may keep (doc.go, \"Keys\": the lock, the queue and alive). Redis's latency monitor records "+
 		"every event of %d ms or more (LATENCY RESET before each library, LATENCY LATEST after): its longest expire cycle and command. "+
 		"PING: one connection of its own, a PING every millisecond, on the idle server before any load and during each load "+
 		"(the load runs in this process, so PING there includes the bench's own scheduling).\n\n", k.KeysPerName, k.ThresholdMs)

@@ -48,8 +48,8 @@ type floors struct {
 func noopPair(rdb *redis.Client) func(ctx context.Context) error {
 	noop := redis.NewScript("return 1")
 	const tag = "dlock:{floor}"
-	acquireKeys := []string{tag, tag + ":fence", tag + ":waiters", tag + ":alive"}
-	releaseKeys := append(acquireKeys[:4:4], tag+":extends")
+	acquireKeys := []string{tag, tag + ":waiters", tag + ":alive"}
+	releaseKeys := acquireKeys
 	var seq uint64
 	return func(ctx context.Context) error {
 		seq++

@@ -18,14 +18,15 @@ import (
 // in the candidate's entry, from which the release that grants it the lease
 // writes the leader record; its renewals lengthen the record with the lock.
 var ElectionKind = &Kind{Name: "Election", Space: "election:", acquire: ScriptAcquire, release: scriptRelease,
-	acquireKeys: []string{"lock", "fence", "waiters", "alive", "leader"},
-	releaseKeys: []string{"lock", "fence", "waiters", "alive", "leader"},
-	leaseKeys:   []string{"lock", "fence", "leader"},
+	acquireKeys: []string{"lock", "waiters", "alive", "leader"},
+	releaseKeys: []string{"lock", "waiters", "alive", "leader"},
+	leaseKeys:   []string{"lock", "leader"},
+	leaseIn:     leaseInState,
 	Handoff:     HandoffGrant, order: orderKeep}
 
 // LeaderKey names an Election's leader record. Its changes are published,
 // as "*", on the shard channel of the same name.
-func LeaderKey(k Keys) string { return k.AcquireKeys[4] }
+func LeaderKey(k Keys) string { return k.AcquireKeys[3] }
 
 // LeaderState is an Election's leader as leader.lua reads it. Term is 0
 // when nobody leads.

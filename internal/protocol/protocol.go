@@ -107,7 +107,7 @@ type Kind struct {
 	// leaseKeys is a lease's group of KEYS in extend.lua but the last (the
 	// extends hash, extendsKey): the key that carries each holder's lease,
 	// then those that must outlive it. The first is also ttl.lua's KEYS[1],
-	// the first two raise_fence.lua's.
+	// and raise_fence.lua's (with the second, for a lock hash's fence).
 	leaseKeys []string
 	leaseIn   leaseCarrier // what carries each holder's lease
 	Handoff   handoff      // what a release that frees the lock does for the next waiter
@@ -146,15 +146,19 @@ const (
 type leaseCarrier string
 
 const (
-	leaseInHash leaseCarrier = "h" // the lock hash (owner id -> hold count)
-	leaseInZSet leaseCarrier = "z" // a sorted set of holders (owner id -> lapse time)
+	leaseInState leaseCarrier = "s" // the lock's state, a string (lua/lib.lua)
+	leaseInHash  leaseCarrier = "h" // the lock hash (owner id -> hold count)
+	leaseInZSet  leaseCarrier = "z" // a sorted set of holders (owner id -> lapse time)
 )
 
 // arg returns c as a script argument. Each carrier is a constant, which an
 // interface holds without allocating.
 func (c leaseCarrier) arg() any {
-	if c == leaseInZSet {
+	switch c {
+	case leaseInZSet:
 		return string(leaseInZSet)
+	case leaseInState:
+		return string(leaseInState)
 	}
 	return string(leaseInHash)
 }
@@ -172,15 +176,18 @@ var (
 	// run the same scripts; they differ in a grant that lapses (its grantee
 	// paused past it): a Mutex passes the lock to the next live waiter, a
 	// FairMutex keeps it for the grantee while its registration lives.
+	// The lock itself, its holder and its fence, is one string, its state.
 	MutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
-		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
-		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
-		leaseKeys:   []string{"lock", "fence"},
+		acquireKeys: []string{"lock", "waiters", "alive"},
+		releaseKeys: []string{"lock", "waiters", "alive"},
+		leaseKeys:   []string{"lock"},
+		leaseIn:     leaseInState,
 		Handoff:     HandoffGrant, Reentrant: true, order: orderPass}
 	FairKind = &Kind{Name: "FairMutex", Space: "fair:", acquire: ScriptAcquire, release: scriptRelease,
-		acquireKeys: []string{"lock", "fence", "waiters", "alive"},
-		releaseKeys: []string{"lock", "fence", "waiters", "alive"},
-		leaseKeys:   []string{"lock", "fence"},
+		acquireKeys: []string{"lock", "waiters", "alive"},
+		releaseKeys: []string{"lock", "waiters", "alive"},
+		leaseKeys:   []string{"lock"},
+		leaseIn:     leaseInState,
 		Handoff:     HandoffGrant, Reentrant: true, order: orderKeep}
 	SemKind = &Kind{Name: "Semaphore", Space: "sem:", acquire: ScriptSemAcquire, release: scriptSemRelease,
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
@@ -208,7 +215,7 @@ var (
 	RedMutexKind = &Kind{Name: "Mutex", acquire: ScriptRedAcquire, release: scriptRedRelease,
 		acquireKeys: []string{"lock", "fence", "waiters"},
 		releaseKeys: []string{"lock", "fence", "waiters"},
-		leaseKeys:   MutexKind.leaseKeys,
+		leaseKeys:   []string{"lock", "fence"},
 		Handoff:     handoffTell, Reentrant: true}
 )
 
@@ -745,7 +752,7 @@ func (n *Node) Release(ctx context.Context, k Keys, owner string, fence FenceArg
 // RaiseFence runs raise_fence.lua on a RedLock's member: owner's fence on k
 // there becomes at least fence. It returns a result code.
 func (n *Node) RaiseFence(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error) {
-	code, err := n.eval(ctx, n.scripts[ScriptRaiseFence], k.leaseKeys[:2], "", owner, strconv.FormatInt(fence, 10), msArg(ttl)).Int64()
+	code, err := n.eval(ctx, n.scripts[ScriptRaiseFence], k.fenceKeys(), "", owner, strconv.FormatInt(fence, 10), msArg(ttl), k.Kind.leaseIn.arg()).Int64()
 	if err != nil {
 		n.Failed(err)
 		return 0, errs.Op(nil, err, "raise the fence of %q", k.Name)
@@ -1291,7 +1298,16 @@ func (n *Node) Evict(ctx context.Context, k Keys, owner string, fence int64, ttl
 // MoveFence runs raise_fence.lua for no owner: k's fence becomes at least
 // fence, whoever holds the lock.
 func (n *Node) MoveFence(ctx context.Context, k Keys, fence int64, ttl time.Duration) error {
-	return n.eval(ctx, n.scripts[ScriptRaiseFence], k.AcquireKeys[:2], "", "", strconv.FormatInt(fence, 10), msArg(ttl)).err
+	return n.eval(ctx, n.scripts[ScriptRaiseFence], k.fenceKeys(), "", "", strconv.FormatInt(fence, 10), msArg(ttl), k.Kind.leaseIn.arg()).err
+}
+
+// fenceKeys are raise_fence.lua's KEYS for k: its state, or its lock hash
+// (or a Semaphore's hash) and fence key.
+func (k *Keys) fenceKeys() []string {
+	if k.Kind.leaseIn == leaseInState {
+		return k.AcquireKeys[:1]
+	}
+	return k.AcquireKeys[:2]
 }
 
 // EvictionPolicy reads Redis's maxmemory-policy; known is false if Redis

@@ -4,19 +4,21 @@
 -- included. Otherwise queue the caller, keeping its place, or re-enter a hold
 -- it has.
 --
--- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry
--- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
--- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival (server
+-- KEYS[1]  lock: the lock's state, a string (lib.lua): its fence, holder,
+--          hold count, whether anyone may wait, and when the lease ends; it
+--          expires with the lease, or later (a free state stays until the
+--          lease that freed it would have ended)
+-- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival (server
 --          time in microseconds)
--- KEYS[4]  alive: hash of waiting owner id -> "<lapse>|<grant>": the server
+-- KEYS[3]  alive: hash of waiting owner id -> "<lapse>|<grant>": the server
 --          time (ms) at which it lapses unless renewed, and its grant lease
 --          (ARGV[5]); a lapsed waiter is dropped from the queue.
 --          Queue and alive expire when the last registration would lapse.
 --          An Election's candidate's entry is "<lapse>|<grant>|<value>"
 --          (ARGV[6]), so that the release that grants it the lock (release.lua)
 --          writes its value in the leader record.
--- KEYS[5]  leader: (an Election's only) its leader record, a hash that
---          taking the lock makes the caller's (take in lib.lua) and that
+-- KEYS[4]  leader: (an Election's only) its leader record, a hash that
+--          taking the lock makes the caller's (st_hold in lib.lua) and that
 --          lapses with it
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
@@ -38,64 +40,96 @@
 --   {c, f, t} not acquired; -c - 3 is how long (ms) the caller may sleep before
 --         the situation changes by itself: the holder's remaining TTL, or the
 --         time until the waiter ahead lapses (-2: no expiry known); f is the
---         fence floor (fence_floor): a grant made to the caller after this
---         call has a fence above f; t is the server time in µs
+--         fence floor: a grant made to the caller after this call has a
+--         fence above f; t is the server time in µs
 --
 -- Run twice: a take that succeeded answers the same fence (an Election's
 -- leader record stays as that take wrote it); a queued caller keeps its place
 -- (its arrival is not renewed).
 local me = ARGV[1]
--- The common case first: a free lock nobody waits for is taken with the
--- least the script defines and calls.
--- One EXISTS tells both: no lock and no queue.
-if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
-  return take(KEYS[1], KEYS[2], me, ARGV[2], redis.call('TIME'), false, KEYS[5], ARGV[6])
+-- Every WRONGTYPE, and a lock key that holds no state, raises before a write:
+-- the state's (GET) first; the queue's and alive's (ZADD, HSET; or the walk's
+-- ZRANGE and HGET) before the state is written. A queue entry written before
+-- alive's WRONGTYPE has no entry there: the next walk drops it.
+local v = redis.call('GET', KEYS[1])
+-- The common case first: a free Mutex or FairMutex nobody waits for is taken
+-- with the least the script defines and calls, for every Lua call and every
+-- number turned into a string costs Redis time: one pattern, TIME and one
+-- SET. A free state that says nobody waits ("<fence>|0|0|0|") tells both;
+-- with no state, the queue must be empty.
+if ARGV[3] ~= '1' and not KEYS[4] then
+  local last = v and string.match(v, '^(%d+)|0|0|0|$')
+  if last or (not v and redis.call('EXISTS', KEYS[2]) == 0) then
+    local f, n = st_fence(last and last + 0, redis.call('TIME'))
+    redis.call('SET', KEYS[1], f .. '|1|0|0|' .. me, 'PX', ARGV[2])
+    return n
+  end
 end
 -- (shared functions the rest calls)
+local s = st_read(KEYS[1], v)
 if ARGV[3] == '1' then
-  return reenter(KEYS[1], me, ARGV[4])
-end
--- Every WRONGTYPE comes before a write that matters: the lock's (HEXISTS),
--- the fence's (GET in fence_floor, or SET ... GET in next_fence), the
--- queue's and alive's (ZADD, HSET; or the walk's ZRANGE and HGET). A queue
--- entry written before alive's WRONGTYPE has no entry there: the next walk
--- drops it.
-if redis.call('HEXISTS', KEYS[1], me) == 1 then
-  local f = held_again(KEYS[1], KEYS[2], ARGV[2])
-  if KEYS[5] then
-    at_least(KEYS[5], ARGV[2])
+  if not (s and s.o == me and st_live(s)) then
+    return -1
   end
-  return f
+  s.c = tonumber(ARGV[4])
+  st_write(KEYS[1], s)
+  return 0
 end
-local pttl = redis.call('PTTL', KEYS[1])
 local t, now = server_time()
+if s and s.o == me and st_live(s, now) then
+  -- A retry of a take that succeeded, or a lock a release granted the
+  -- caller: its lease now lapses TTL from now.
+  st_lengthen(KEYS[1], s, ARGV[2], false, now)
+  if KEYS[4] then
+    at_least(KEYS[4], ARGV[2])
+  end
+  return s.f
+end
+local floor = micros(t)
+if s and s.f > floor then
+  floor = s.f
+end
 -- What follows the lapse in the caller's queue entry, and the pattern of
 -- that part in every entry.
 local rest, pattern = ARGV[5], '%d+'
-if KEYS[5] then
+if KEYS[4] then
   rest, pattern = ARGV[5] .. '|' .. ARGV[6], '%d+|.*'
 end
-if pttl ~= -2 then
+-- queue_me queues the caller (unless it only tries), and marks the state:
+-- someone may wait.
+local function queue_me()
+  if ARGV[4] == '0' then
+    return
+  end
+  queue(KEYS[2], KEYS[3], me, t, now, ARGV[4], rest)
+  if s and s.m == '0' then
+    s.m = '1'
+    st_write(KEYS[1], s)
+  end
+end
+if s and s.o ~= '' and (s.u == 0 or s.u > now) then
   -- Held by another owner: the caller is queued; its release walks the
   -- queue (dropping lapsed waiters), not this call.
-  local floor = fence_floor(KEYS[2], t)
-  if ARGV[4] ~= '0' then
-    queue(KEYS[3], KEYS[4], me, t, now, ARGV[4], rest)
+  local left = s.u - now
+  if s.u == 0 then
+    left = redis.call('PTTL', KEYS[1])
   end
-  return {-pttl - 3, floor, micros(t)}
+  queue_me()
+  return {-left - 3, floor, micros(t)}
 end
 -- Free: the first live waiter takes it; lapsed ones ahead of it are dropped.
-local head, lapse = live_waiters(KEYS[3], KEYS[4], now, pattern, me)()
+local head, lapse = live_waiters(KEYS[2], KEYS[3], now, pattern, me)()
 if not head or head == me then
-  local fence = take(KEYS[1], KEYS[2], me, ARGV[2], t, false, KEYS[5], ARGV[6])
+  local waits = '0'
   if head then
-    redis.call('ZREM', KEYS[3], me)
-    redis.call('HDEL', KEYS[4], me)
+    redis.call('ZREM', KEYS[2], me)
+    redis.call('HDEL', KEYS[3], me)
+    if redis.call('EXISTS', KEYS[2]) == 1 then
+      waits = '1'
+    end
   end
-  return fence
+  local _, f = st_hold(KEYS[1], s and s.f, me, ARGV[2], t, waits, KEYS[4], ARGV[6])
+  return f
 end
-local floor = fence_floor(KEYS[2], t)
-if ARGV[4] ~= '0' then
-  queue(KEYS[3], KEYS[4], me, t, now, ARGV[4], rest)
-end
+queue_me()
 return {-(lapse - now) - 3, floor, micros(t)}

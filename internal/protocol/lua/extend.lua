@@ -5,12 +5,13 @@
 -- for some kinds a hash of holders), and last the lock's extends hash.
 --
 -- KEYS        lease: group i, ARGV[6i] keys, the first of which carries lease i: a
---             lock hash (owner id -> hold count, with a PX expiry), or a
---             sorted set of holders (owner id -> server time in ms at which
+--             lock's state (a string, lib.lua), a lock hash (owner id -> hold
+--             count, with a PX expiry), or a sorted set of holders (owner id -> server time in ms at which
 --             that holder's lease lapses); the last is the extends hash
 --             (owner id -> the generation of that holder's latest
 --             Lease.Extend), which exists only once an Extend has run
--- ARGV[6i-5]  type: "h" for a lock hash, "z" for a sorted set of holders
+-- ARGV[6i-5]  type: "s" for a lock's state, "h" for a lock hash, "z" for a
+--             sorted set of holders
 -- ARGV[6i-4]  owner: the owner id expected to hold lease i
 -- ARGV[6i-3]  ttl: the TTL of lease i in milliseconds
 -- ARGV[6i-2]  how: "gt" to make lease i lapse TTL from now unless it lapses later
@@ -49,16 +50,38 @@ for i = 1, #ARGV / 6 do
   local kind, owner, ttl, gen, nk = ARGV[6 * i - 5], ARGV[6 * i - 4], tonumber(ARGV[6 * i - 3]), tonumber(ARGV[6 * i - 1]), tonumber(ARGV[6 * i])
   local gt = ARGV[6 * i - 2] == 'gt'
   local key, extends = KEYS[k], KEYS[k + nk - 1]
-  local t = redis.call('TYPE', key).ok
   local ok, tracked = false, false
+  local t, s
+  if kind == 's' then
+    -- One GET reads the state, and reports a key of another type.
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' then
+      t = 'other'
+    elseif v then
+      t, s = 'string', st_parse(v)
+    else
+      t = 'none'
+    end
+  else
+    t = redis.call('TYPE', key).ok
+  end
+  if s and s.u ~= 0 and not now then
+    now = now_ms() -- a lease that ends before its key: the clock, once per call
+  end
   if t == 'none' then
     res[i] = -1
-  elseif (kind == 'h' and t ~= 'hash') or (kind ~= 'h' and t ~= 'zset') then
+  elseif (kind == 's' and not s) or (kind == 'h' and t ~= 'hash') or (kind == 'z' and t ~= 'zset') then
     res[i] = 0
+  elseif kind == 's' and not (s.o == owner and st_live(s, now)) then
+    if st_live(s, now) then
+      res[i] = 0
+    else
+      res[i] = -1
+    end
   elseif kind == 'h' and redis.call('HEXISTS', key, owner) == 0 then
     res[i] = 0
   else
-    if kind ~= 'h' then
+    if kind == 'z' then
       if not now then
         now = now_ms()
       end
@@ -83,7 +106,9 @@ for i = 1, #ARGV / 6 do
     end
   end
   if ok then
-    if kind == 'h' then
+    if kind == 's' then
+      st_lengthen(key, s, ttl, gt, now)
+    elseif kind == 'h' then
       if gt then
         redis.call('PEXPIRE', key, ttl, 'GT')
       else

@@ -1,8 +1,8 @@
 -- leader.lua: read who leads an Election, writing nothing (EVALSHA_RO).
 --
--- KEYS[1]  lock: the Election's lock hash (owner id -> hold count)
+-- KEYS[1]  lock: the Election's lock state (a string, lib.lua)
 -- KEYS[2]  leader: its leader record, a hash: owner, term, since, value,
---          seq (take in lib.lua writes it when the lease is granted,
+--          seq (st_hold in lib.lua writes it when the lease is granted,
 --          proclaim.lua its value and seq)
 --
 -- Returns {pttl, term, since, value, seq} while the record's owner holds
@@ -10,7 +10,9 @@
 -- leads. A record whose lease has ended (it expired; the record lives at
 -- least as long) says nothing.
 local r = redis.call('HMGET', KEYS[2], 'owner', 'term', 'since', 'value', 'seq')
-if r[1] and redis.call('HEXISTS', KEYS[1], r[1]) == 1 then
-  return {redis.call('PTTL', KEYS[1]), r[2], r[3], r[4], r[5]}
+local s = st_read(KEYS[1])
+local now = s and s.u ~= 0 and now_ms() or nil
+if r[1] and s and s.o == r[1] and st_live(s, now) then
+  return {st_left(KEYS[1], s, now), r[2], r[3], r[4], r[5]}
 end
 return {-2}

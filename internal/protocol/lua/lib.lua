@@ -132,21 +132,12 @@ local function held_again(lock, fence, ms)
   return f
 end
 
--- take makes owner the holder of the free lock hash lock: one hold, lapsing
--- ms from now, and a new fence (next_fence on the string key fence, living as
--- long, or at least as long if shared is true; t is from TIME), which it
--- returns. An Election's take passes its leader record rec, a hash, which
--- then says that owner leads: its term is the fence, its since t in
--- microseconds, its value value, its seq (the last Proclaim's) 0; it lapses
--- with the lock, and the change is published, as "*", on the shard channel
--- named as rec is. The other kinds pass no rec.
-local function take(lock, fence, owner, ms, t, shared, rec, value)
+-- take makes owner the holder of the free lock hash lock (an RWMutex's
+-- writer, a RedLock member's Mutex): one hold, lapsing ms from now, and a
+-- new fence (next_fence on the string key fence, living as long, or at least
+-- as long if shared is true; t is from TIME), which it returns.
+local function take(lock, fence, owner, ms, t, shared)
   local f = next_fence(fence, t, ms, not shared)
-  if rec then
-    redis.call('HSET', rec, 'owner', owner, 'term', f, 'since', micros(t), 'value', value, 'seq', 0)
-    redis.call('PEXPIRE', rec, ms)
-    redis.call('SPUBLISH', rec, '*')
-  end
   redis.call('HSET', lock, owner, 1)
   redis.call('PEXPIRE', lock, ms)
   return f
@@ -162,13 +153,12 @@ local function tell(stem, owner, msg)
 end
 
 -- grant gives the free lock hash lock to the waiter w, which the caller has
--- taken out of its queue, as take does (with an Election's leader record rec
--- and w's value), and returns its fence. Only w's Client is told,
+-- taken out of its queue, as take does, and returns its fence. Only w's Client is told,
 -- on the stem's channel, as tell does: the message is w, the fence, ms and
 -- the server time in microseconds, separated by spaces, so that w's Lock can
 -- return on it without another request.
-local function grant(lock, fence, w, ms, t, stem, shared, rec, value)
-  local f = take(lock, fence, w, ms, t, shared, rec, value)
+local function grant(lock, fence, w, ms, t, stem, shared)
+  local f = take(lock, fence, w, ms, t, shared)
   tell(stem, w, w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms .. ' ' .. string.format('%.0f', micros(t)))
   return f
 end
@@ -250,6 +240,217 @@ local function give_back(lock, fence, alive, owner, mode, count, myfence, held)
   end
   if mode == '3' then
     evict(alive, owner, redis.call('PTTL', lock))
+  end
+  return nil
+end
+
+-- A Mutex, a FairMutex and an Election keep their lock in one string key,
+-- its state: "<fence>|<holds>|<waits>|<until>|<owner>". fence is the last
+-- fence handed out; owner the holder's owner id, empty when nobody holds it;
+-- holds its hold count (0 when free); waits "1" if the queue may hold
+-- waiters, "0" if it holds none (so that a free lock nobody waits for is
+-- taken, and a hold nobody waits behind is given back, without reading the
+-- queue); until 0 if the lease ends with the key (its PX expiry), else the
+-- server time (ms) at which it ends, the key living longer: after a grant,
+-- the releaser's retry reads the fence until its own lease's end. A free
+-- state stays until the key's expiry, so that a retried release finds the
+-- fence it left (DECISIONS 4). The fence is kept as the string it was
+-- written as: string.format, the one exact way to write a number of 16
+-- digits, costs more than the rest of a take, so a fence is formatted only
+-- when it is not the server's time.
+
+-- st_parse decodes a state's string v, or returns nil if v is nil or not a
+-- state.
+local function st_parse(v)
+  if not v then
+    return nil
+  end
+  local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
+  if not f then
+    return nil
+  end
+  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
+end
+
+-- st_read decodes v, the value of the state key as GET read it (false if
+-- missing; GET raises WRONGTYPE), or reads it if v is nil: nil if the key
+-- is missing; it raises, before any write, if the key holds a string that
+-- is not a state.
+local function st_read(key, v)
+  if v == nil then
+    v = redis.call('GET', key)
+  end
+  if not v then
+    return nil
+  end
+  local s = st_parse(v)
+  if not s then
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
+  end
+  return s
+end
+
+-- st_write writes the state s to key: lapsing ms from now, or keeping its
+-- expiry if ms is nil. until, a time in ms, has 13 digits: '..' writes it
+-- exactly.
+local function st_write(key, s, ms)
+  local v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+  if ms then
+    redis.call('SET', key, v, 'PX', ms)
+  else
+    redis.call('SET', key, v, 'KEEPTTL')
+  end
+end
+
+-- st_live tells whether the state s (nil: none) has a holder whose lease
+-- runs. now is the server time in ms if the caller has it; it is read only
+-- for a lease that ends before its key.
+local function st_live(s, now)
+  if not s or s.o == '' then
+    return false
+  end
+  return s.u == 0 or s.u > (now or now_ms())
+end
+
+-- st_left returns what is left (ms) of the lease of the live state s at key;
+-- now as for st_live.
+local function st_left(key, s, now)
+  if s.u == 0 then
+    return redis.call('PTTL', key)
+  end
+  return s.u - (now or now_ms())
+end
+
+-- st_lengthen makes the lease of the live state s at key lapse ms from now;
+-- if gt, only if it would lapse sooner. A lease that ends with its key
+-- moves the key's expiry; one that ends before its key does (after a grant)
+-- moves until, the key never lapsing sooner than it would have. now as for
+-- st_live.
+local function st_lengthen(key, s, ms, gt, now)
+  ms = tonumber(ms)
+  if s.u == 0 then
+    if gt then
+      redis.call('PEXPIRE', key, ms, 'GT')
+    else
+      redis.call('PEXPIRE', key, ms)
+    end
+    return
+  end
+  now = now or now_ms()
+  if gt and s.u - now >= ms then
+    return
+  end
+  local p = redis.call('PTTL', key)
+  if p < 0 or ms >= p then
+    s.u = 0
+    st_write(key, s, ms)
+  else
+    s.u = now + ms
+    st_write(key, s)
+  end
+end
+
+-- micros_string is t, a reply of TIME (two strings), in microseconds, as a
+-- string.
+local function micros_string(t)
+  return t[1] .. string.sub('00000', #t[2]) .. t[2]
+end
+
+-- st_fence returns a new fence, as a string and as a number: above last (a
+-- number, nil if none) and at least the server time t (from TIME) in
+-- microseconds.
+local function st_fence(last, t)
+  local n = t[1] * 1000000 + t[2]
+  if last and last >= n then
+    return string.format('%.0f', last + 1), last + 1
+  end
+  return micros_string(t), n
+end
+
+-- st_hold makes owner the holder of the state key (last: its fence, nil if
+-- none is kept): one hold, lapsing ms from now, waits as given, and a new
+-- fence, above last and at least the server time t (from TIME) in
+-- microseconds, which it returns as a string and as a number. If keep is
+-- true the key lives at least as long as it would have (a grant: the
+-- releaser reads its fence until its lease's end). An Election's take
+-- passes its leader record rec, a hash, which then says that owner leads:
+-- its term is the fence, its since t in microseconds, its value value, its
+-- seq (the last Proclaim's) 0; it lapses with the lease, and the change is
+-- published, as "*", on the shard channel named as rec is.
+local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
+  local f, n = st_fence(last, t)
+  if rec then
+    redis.call('HSET', rec, 'owner', owner, 'term', f, 'since', micros_string(t), 'value', value, 'seq', 0)
+    redis.call('PEXPIRE', rec, ms)
+    redis.call('SPUBLISH', rec, '*')
+  end
+  -- The common case writes strings only: a number turned into a string
+  -- costs Redis a formatting call.
+  local p = -2
+  if keep then
+    p = redis.call('PTTL', key)
+  end
+  if p > tonumber(ms) then
+    st_write(key, {fs = f, c = 1, m = waits, u = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ms), o = owner})
+  else
+    redis.call('SET', key, f .. '|1|' .. waits .. '|0|' .. owner, 'PX', ms)
+  end
+  return f, n
+end
+
+-- st_grant gives the free state key (s: its state) to the waiter w, which
+-- the caller has taken out of the queue or kept at its head, as st_hold
+-- does, keeping the key's expiry, and returns its fence. Only w's Client is
+-- told, as tell does: the message is w, the fence, ms and the server time
+-- in microseconds, separated by spaces, so that w's Lock can return on it
+-- without another request.
+local function st_grant(key, s, w, ms, t, stem, waits, rec, value)
+  local f = st_hold(key, s.f, w, ms, t, waits, rec, value, true)
+  tell(stem, w, w .. ' ' .. f .. ' ' .. ms .. ' ' .. micros_string(t))
+  return f
+end
+
+-- st_free writes the state s at key free: no holder, nobody waiting (the
+-- caller knows the queue is empty), the fence kept, the key's expiry too.
+local function st_free(key, s)
+  redis.call('SET', key, s.fs .. '|0|0|0|', 'KEEPTTL')
+end
+
+-- st_give_back gives back holds of owner on the state key (s: its state,
+-- nil if none; held: whether owner's lease runs): mode "0" sets its hold
+-- count to count (it keeps the lock), mode "1" gives back its last hold,
+-- mode "3" takes it away (ForceRelease; alive is the queue's hash). It
+-- returns the code to return at once: 2 when owner keeps the lock; 4 when
+-- owner holds nothing, its last hold was to go, and its hold was taken away
+-- (evict); 3 when owner holds nothing, its last hold was to go, and the
+-- state's fence is at or past owner's fence myfence, past it if another
+-- owner's lease runs (the lock went on from owner's hold: an earlier run of
+-- this release freed it, or the lease ended otherwise; the state lives at
+-- least as long as every lease it fenced, so it was not lost with the
+-- name's keys); 0 when another owner holds the lock; -1 when nobody does;
+-- or nil when owner's last hold goes and the caller is to free the lock.
+-- now as for st_live.
+local function st_give_back(key, s, alive, owner, mode, count, myfence, held, now)
+  if not held then
+    if mode == '1' and evicted(alive, owner) then
+      return 4
+    end
+    local live = st_live(s, now)
+    if mode ~= '0' and s and (s.f > tonumber(myfence) or (not live and s.f == tonumber(myfence))) then
+      return 3
+    end
+    if not live then
+      return -1
+    end
+    return 0
+  end
+  if mode == '0' then
+    s.c = tonumber(count)
+    st_write(key, s)
+    return 2
+  end
+  if mode == '3' then
+    evict(alive, owner, st_left(key, s, now))
   end
   return nil
 end

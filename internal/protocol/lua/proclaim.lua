@@ -1,7 +1,7 @@
 -- proclaim.lua: set the value of an Election's leader, if the caller leads
 -- in the given term, unless a later Proclaim of that term ran first.
 --
--- KEYS[1]  lock: the Election's lock hash (owner id -> hold count)
+-- KEYS[1]  lock: the Election's lock state (a string, lib.lua)
 -- KEYS[2]  leader: its leader record (leader.lua)
 -- ARGV[1]  owner: the leader's owner id
 -- ARGV[2]  term: its term (its lease's fence)
@@ -20,8 +20,10 @@
 -- Run twice, or late: a Proclaim whose seq is not above the record's changes
 -- nothing and answers 1, so a retry writes nothing twice and an earlier
 -- Proclaim that runs after a later one does not undo it.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
-  if redis.call('EXISTS', KEYS[1]) == 0 then
+local s = st_read(KEYS[1])
+local now = s and s.u ~= 0 and now_ms() or nil
+if not (s and s.o == ARGV[1] and st_live(s, now)) then
+  if not st_live(s, now) then
     return -1
   end
   return 0

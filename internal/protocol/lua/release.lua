@@ -1,23 +1,22 @@
 -- release.lua: give back one hold of an owner of a Mutex or a FairMutex,
 -- or the lock itself, or an Election's lease. A lock freed while others are
--- queued is granted at once to the first live waiter (grant): it holds the
--- lock for a short grant lease, with a new fence, and only its Client is
+-- queued is granted at once to the first live waiter (st_grant): it holds
+-- the lock for a short grant lease, with a new fence, and only its Client is
 -- told; an Election's leader record says it leads from then on.
 --
--- KEYS[1]  lock: hash of owner id -> hold count
--- KEYS[2]  fence: the last fence handed out
--- KEYS[3]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
--- KEYS[4]  alive: hash of waiting owner id -> "<lapse>|<grant>", as acquire.lua
+-- KEYS[1]  lock: the lock's state, a string (lib.lua)
+-- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
+-- KEYS[3]  alive: hash of waiting owner id -> "<lapse>|<grant>", as acquire.lua
 --          writes it; and "evicted:" .. owner id -> 1 for a hold ForceRelease
 --          took away, until its lease would have ended; an Election's
 --          candidate's entry carries its value (acquire.lua)
--- KEYS[5]  leader: (an Election's only) its leader record (take in
+-- KEYS[4]  leader: (an Election's only) its leader record (st_hold in
 --          lib.lua): written for the candidate a freed lease is granted to,
 --          deleted when nobody is (and the change published on the channel
 --          of its name)
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
---          (the part of its owner id before the first ':'), as grant writes it
+--          (the part of its owner id before the first ':'), as tell writes it
 -- ARGV[3]  mode: "1", the owner's last hold goes: free the lock
 --          "0": one of several holds goes: set the owner's hold count to
 --          ARGV[5] (the client keeps the authoritative count)
@@ -29,7 +28,7 @@
 --          its entry names none
 -- ARGV[5]  count: for mode "0", the hold count that remains
 -- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
---          KEYS[2] (after, in lib.lua)
+--          the state's (st_give_back in lib.lua)
 -- ARGV[7]  order: "0" (a Mutex) takes a grantee out of the queue: if its
 --          grant lapses (it was paused past it), the next live waiter is
 --          served, and it goes to the back when it returns; "1" (a
@@ -50,39 +49,54 @@
 --       deadline, its lease cannot have expired)
 --    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
 --
--- Run twice: a release that freed the lock finds the lock free of its owner
--- and the fence it left (or a later one) and answers 3; it writes nothing (an
+-- Run twice: a release that freed the lock finds the state free of its owner
+-- with the fence it left (or a later one) and answers 3; it writes nothing (an
 -- Election's leader record is left to the lease's next holder), so
 -- the lock is not granted twice and no key is written for the call; mode
 -- "0" sets the same count; mode "2" finds nothing more to do.
 local mode = ARGV[3]
--- Every WRONGTYPE comes before the first write: the queue, then the lock.
-local queued = redis.call('ZCARD', KEYS[3])
-if mode == '1' and queued == 0 and redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
-  -- The common case, with the least the script defines and calls: the
-  -- owner's field was the lock hash's only one, so the hash went with it.
-  if KEYS[5] then
-    -- An Election's: nobody leads now.
-    redis.call('DEL', KEYS[5])
-    redis.call('SPUBLISH', KEYS[5], '*')
+-- Every WRONGTYPE, and a lock key that holds no state, raises before the
+-- first write: the state, then the queue.
+local v = redis.call('GET', KEYS[1])
+-- The common case, with the least the script defines and calls: the owner
+-- holds the lock, its lease ending with the key, and nobody waits
+-- ("<fence>|<holds>|0|0|<owner>"). The state stays, free, until the lease
+-- would have ended: a retry finds the fence.
+if mode == '1' and v then
+  local f, o = string.match(v, '^(%d+|)%d+|0|0|(.*)$')
+  if o == ARGV[1] then
+    redis.call('SET', KEYS[1], f .. '0|0|0|', 'KEEPTTL')
+    if KEYS[4] then
+      -- An Election's: nobody leads now.
+      redis.call('DEL', KEYS[4])
+      redis.call('SPUBLISH', KEYS[4], '*')
+    end
+    return 1
   end
-  return 1
 end
-local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
 -- (shared functions the rest calls)
+local s = st_read(KEYS[1], v)
+local queued = redis.call('ZCARD', KEYS[2])
+-- The server's clock, read once: a grant needs it, and so does a lease that
+-- ends before its key.
+local t, now
+if queued > 0 or (s and s.u ~= 0) then
+  t, now = server_time()
+end
+local held = s ~= nil and s.o == ARGV[1] and st_live(s, now)
 if mode ~= '1' or ARGV[7] == '1' then
   -- A type check, before the writes to alive below: a Mutex's release
   -- reads alive first in the walk, or not at all.
-  redis.call('HLEN', KEYS[4])
+  redis.call('HLEN', KEYS[3])
 end
 if mode == '2' then
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
   if not held then
     return 0
   end
 else
-  local code = give_back(KEYS[1], KEYS[2], KEYS[4], ARGV[1], mode, ARGV[5], ARGV[6], held)
+  local code = st_give_back(KEYS[1], s, KEYS[3], ARGV[1], mode, ARGV[5], ARGV[6], held, now)
   if code then
     return code
   end
@@ -91,36 +105,39 @@ if queued > 0 then
   if ARGV[7] == '1' then
     -- A FairMutex grantee kept its place: it goes with its hold. (A Mutex's
     -- left the queue when it was granted the lock or took it.)
-    redis.call('ZREM', KEYS[3], ARGV[1])
-    redis.call('HDEL', KEYS[4], ARGV[1])
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('HDEL', KEYS[3], ARGV[1])
   end
-  local t, now = server_time()
   local pattern = '%d+' -- of what follows the lapse in a queue entry
-  if KEYS[5] then
+  if KEYS[4] then
     pattern = '%d+|.*'
   end
-  local head, _, g = live_waiters(KEYS[3], KEYS[4], now, pattern)()
+  local head, _, g = live_waiters(KEYS[2], KEYS[3], now, pattern)()
   if head then
     local value
-    if KEYS[5] then
+    if KEYS[4] then
       g, value = string.match(g, '^(%d+)|(.*)$')
     end
-    -- The grant's fence first: its SET ... GET is the fence key's type check,
-    -- and the first write that matters. The fence key keeps its expiry if that
-    -- is later than the grant lease's: the releaser's retry reads it until its
-    -- lease's end. The hold that goes was the lock hash's only one.
-    grant(KEYS[1], KEYS[2], head, g or ARGV[4], t, ARGV[2], true, KEYS[5], value)
-    redis.call('HDEL', KEYS[1], ARGV[1])
+    -- A FairMutex's grantee stays at the head of the queue; a Mutex's leaves
+    -- it, and whether anyone waits behind it is what the queue keeps.
+    local waits = '1'
     if ARGV[7] ~= '1' then
-      redis.call('ZREM', KEYS[3], head)
-      redis.call('HDEL', KEYS[4], head)
+      redis.call('ZREM', KEYS[2], head)
+      redis.call('HDEL', KEYS[3], head)
+      if redis.call('EXISTS', KEYS[2]) == 0 then
+        waits = '0'
+      end
     end
+    -- The state keeps its expiry if that is later than the grant lease's:
+    -- the releaser's retry reads the fence until its lease's end.
+    st_grant(KEYS[1], s, head, g or ARGV[4], t, ARGV[2], waits, KEYS[4], value)
     return 1
   end
 end
-redis.call('DEL', KEYS[1])
-if KEYS[5] then
-  redis.call('DEL', KEYS[5])
-  redis.call('SPUBLISH', KEYS[5], '*')
+-- Nobody waits: the walk emptied the queue, or it was empty.
+st_free(KEYS[1], s)
+if KEYS[4] then
+  redis.call('DEL', KEYS[4])
+  redis.call('SPUBLISH', KEYS[4], '*')
 end
 return 1

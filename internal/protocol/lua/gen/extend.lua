@@ -21,6 +21,70 @@ local function at_least(key, ms)
   end
 end
 
+-- st_parse decodes a state's string v, or returns nil if v is nil or not a
+-- state.
+local function st_parse(v)
+  if not v then
+    return nil
+  end
+  local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
+  if not f then
+    return nil
+  end
+  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
+end
+
+-- st_write writes the state s to key: lapsing ms from now, or keeping its
+-- expiry if ms is nil. until, a time in ms, has 13 digits: '..' writes it
+-- exactly.
+local function st_write(key, s, ms)
+  local v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+  if ms then
+    redis.call('SET', key, v, 'PX', ms)
+  else
+    redis.call('SET', key, v, 'KEEPTTL')
+  end
+end
+
+-- st_live tells whether the state s (nil: none) has a holder whose lease
+-- runs. now is the server time in ms if the caller has it; it is read only
+-- for a lease that ends before its key.
+local function st_live(s, now)
+  if not s or s.o == '' then
+    return false
+  end
+  return s.u == 0 or s.u > (now or now_ms())
+end
+
+-- st_lengthen makes the lease of the live state s at key lapse ms from now;
+-- if gt, only if it would lapse sooner. A lease that ends with its key
+-- moves the key's expiry; one that ends before its key does (after a grant)
+-- moves until, the key never lapsing sooner than it would have. now as for
+-- st_live.
+local function st_lengthen(key, s, ms, gt, now)
+  ms = tonumber(ms)
+  if s.u == 0 then
+    if gt then
+      redis.call('PEXPIRE', key, ms, 'GT')
+    else
+      redis.call('PEXPIRE', key, ms)
+    end
+    return
+  end
+  now = now or now_ms()
+  if gt and s.u - now >= ms then
+    return
+  end
+  local p = redis.call('PTTL', key)
+  if p < 0 or ms >= p then
+    s.u = 0
+    st_write(key, s, ms)
+  else
+    s.u = now + ms
+    st_write(key, s)
+  end
+end
+
 -- extend.lua: renew the leases of many locks in one call.
 --
 -- The keys come in one group per lease: first the key that carries the lease,
@@ -28,12 +92,13 @@ end
 -- for some kinds a hash of holders), and last the lock's extends hash.
 --
 -- KEYS        lease: group i, ARGV[6i] keys, the first of which carries lease i: a
---             lock hash (owner id -> hold count, with a PX expiry), or a
---             sorted set of holders (owner id -> server time in ms at which
+--             lock's state (a string, lib.lua), a lock hash (owner id -> hold
+--             count, with a PX expiry), or a sorted set of holders (owner id -> server time in ms at which
 --             that holder's lease lapses); the last is the extends hash
 --             (owner id -> the generation of that holder's latest
 --             Lease.Extend), which exists only once an Extend has run
--- ARGV[6i-5]  type: "h" for a lock hash, "z" for a sorted set of holders
+-- ARGV[6i-5]  type: "s" for a lock's state, "h" for a lock hash, "z" for a
+--             sorted set of holders
 -- ARGV[6i-4]  owner: the owner id expected to hold lease i
 -- ARGV[6i-3]  ttl: the TTL of lease i in milliseconds
 -- ARGV[6i-2]  how: "gt" to make lease i lapse TTL from now unless it lapses later
@@ -72,16 +137,38 @@ for i = 1, #ARGV / 6 do
   local kind, owner, ttl, gen, nk = ARGV[6 * i - 5], ARGV[6 * i - 4], tonumber(ARGV[6 * i - 3]), tonumber(ARGV[6 * i - 1]), tonumber(ARGV[6 * i])
   local gt = ARGV[6 * i - 2] == 'gt'
   local key, extends = KEYS[k], KEYS[k + nk - 1]
-  local t = redis.call('TYPE', key).ok
   local ok, tracked = false, false
+  local t, s
+  if kind == 's' then
+    -- One GET reads the state, and reports a key of another type.
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' then
+      t = 'other'
+    elseif v then
+      t, s = 'string', st_parse(v)
+    else
+      t = 'none'
+    end
+  else
+    t = redis.call('TYPE', key).ok
+  end
+  if s and s.u ~= 0 and not now then
+    now = now_ms() -- a lease that ends before its key: the clock, once per call
+  end
   if t == 'none' then
     res[i] = -1
-  elseif (kind == 'h' and t ~= 'hash') or (kind ~= 'h' and t ~= 'zset') then
+  elseif (kind == 's' and not s) or (kind == 'h' and t ~= 'hash') or (kind == 'z' and t ~= 'zset') then
     res[i] = 0
+  elseif kind == 's' and not (s.o == owner and st_live(s, now)) then
+    if st_live(s, now) then
+      res[i] = 0
+    else
+      res[i] = -1
+    end
   elseif kind == 'h' and redis.call('HEXISTS', key, owner) == 0 then
     res[i] = 0
   else
-    if kind ~= 'h' then
+    if kind == 'z' then
       if not now then
         now = now_ms()
       end
@@ -106,7 +193,9 @@ for i = 1, #ARGV / 6 do
     end
   end
   if ok then
-    if kind == 'h' then
+    if kind == 's' then
+      st_lengthen(key, s, ttl, gt, now)
+    elseif kind == 'h' then
       if gt then
         redis.call('PEXPIRE', key, ttl, 'GT')
       else

@@ -11,12 +11,44 @@ local function micros(t)
   return t[1] * 1000000 + t[2]
 end
 
+-- st_parse decodes a state's string v, or returns nil if v is nil or not a
+-- state.
+local function st_parse(v)
+  if not v then
+    return nil
+  end
+  local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
+  if not f then
+    return nil
+  end
+  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
+end
+
+-- st_read decodes v, the value of the state key as GET read it (false if
+-- missing; GET raises WRONGTYPE), or reads it if v is nil: nil if the key
+-- is missing; it raises, before any write, if the key holds a string that
+-- is not a state.
+local function st_read(key, v)
+  if v == nil then
+    v = redis.call('GET', key)
+  end
+  if not v then
+    return nil
+  end
+  local s = st_parse(v)
+  if not s then
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
+  end
+  return s
+end
+
 -- inspect.lua: read one lock as Redis holds it, in one step, writing
 -- nothing: its holders, its waiters in the order they will be served, its
 -- last fence, and a Semaphore's permits or a CountDownLatch's count.
 --
 -- KEYS     the lock's keys, in the order of its kind (ARGV[1]):
---          "fair":  lock, fence, waiters, alive (a Mutex or a FairMutex)
+--          "fair":  lock (its state, a string), waiters, alive (a Mutex, a
+--                   FairMutex or an Election)
 --          "rw":    lock, fence, waiters, alive, readers, fences, writers
 --          "sem":   semaphore, fence, waiters, alive, holders, total
 --          "latch": count (the latch's hash; a string holding the count if an
@@ -57,10 +89,27 @@ if kind == 'latch' then
   return {micros(t), -1, holders, 0, waiters, tonumber(count) or 0, 0}
 end
 
-local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
+local fence = -1
 
--- The holder of a lock hash: one owner (a Mutex, a FairMutex, an RWMutex's
--- writer); fences, if given, is the hash of each holder's fence.
+-- The holder of a lock's state (a Mutex, a FairMutex, an Election), and its
+-- fence.
+local function state_holders()
+  local s = st_read(KEYS[1])
+  if not s then
+    return
+  end
+  fence = s.f
+  if s.o ~= '' and (s.u == 0 or s.u > now) then
+    local ttl = s.u - now
+    if s.u == 0 then
+      ttl = redis.call('PTTL', KEYS[1])
+    end
+    holders[1] = {s.o, s.c, ttl, s.f, 'w'}
+  end
+end
+
+-- The holder of an RWMutex's lock hash, its writer; fences is the hash of
+-- each holder's fence.
 local function hash_holders(fences)
   local h = redis.call('HGETALL', KEYS[1])
   if #h == 0 then
@@ -68,10 +117,7 @@ local function hash_holders(fences)
   end
   local ttl = redis.call('PTTL', KEYS[1])
   for i = 1, #h, 2 do
-    local f = fence
-    if fences then
-      f = tonumber(redis.call('HGET', fences, h[i]) or '-1')
-    end
+    local f = tonumber(redis.call('HGET', fences, h[i]) or '-1')
     holders[#holders + 1] = {h[i], tonumber(h[i + 1]), ttl, f, 'w'}
   end
 end
@@ -89,8 +135,9 @@ end
 -- The live waiters of a queue scored by arrival (µs) whose entries in the
 -- hash alive read "<lapse ms>" or "<lapse ms>|<what>", first to arrive
 -- first, up to limit; and how many are queued. A FairMutex's grantee, which
--- keeps its place while it holds the lock hash KEYS[1], is a holder, not a
--- waiter, and is not counted (if it is among the entries read).
+-- keeps its place while it holds the lock (for the other kinds: an owner in
+-- the hash KEYS[1]), is a holder, not a waiter, and is not counted (if it
+-- is among the entries read).
 local function queue_waiters(queue, alive, only)
   local from, holding = 0, 0
   while #waiters < limit do
@@ -100,7 +147,13 @@ local function queue_waiters(queue, alive, only)
     end
     for i = 1, #q, 2 do
       local v = redis.call('HGET', alive, q[i])
-      if v and redis.call('HEXISTS', KEYS[1], q[i]) == 1 then
+      local holding_it
+      if kind == 'fair' then
+        holding_it = holders[1] ~= nil and holders[1][1] == q[i]
+      else
+        holding_it = redis.call('HEXISTS', KEYS[1], q[i]) == 1
+      end
+      if v and holding_it then
         holding = holding + 1 -- a grantee that keeps its place: no waiter
       elseif v then
         local lapse, what = string.match(v, '^(%d+)|?(.*)$')
@@ -117,15 +170,17 @@ end
 
 local queued, total, used = 0, -1, 0
 if kind == 'fair' then
-  hash_holders(nil)
-  queued = queue_waiters(KEYS[3], KEYS[4], 'w') -- after the lapse, the waiter's grant lease
+  state_holders()
+  queued = queue_waiters(KEYS[2], KEYS[3], 'w') -- after the lapse, the waiter's grant lease
 elseif kind == 'rw' then
+  fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
   hash_holders(KEYS[6])
   zset_holders(KEYS[5], function(o)
     return 1, tonumber(redis.call('HGET', KEYS[6], o) or '-1'), 'r'
   end)
   queued = queue_waiters(KEYS[3], KEYS[4])
 elseif kind == 'sem' then
+  fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
   zset_holders(KEYS[5], function(o)
     local p, f = string.match(redis.call('HGET', KEYS[1], o) or '', '^(%d+)|(%d+)$')
     return 1, tonumber(f or '-1'), p or '-1'

@@ -50,21 +50,12 @@ local function next_fence(key, t, ms, exact)
   return f
 end
 
--- take makes owner the holder of the free lock hash lock: one hold, lapsing
--- ms from now, and a new fence (next_fence on the string key fence, living as
--- long, or at least as long if shared is true; t is from TIME), which it
--- returns. An Election's take passes its leader record rec, a hash, which
--- then says that owner leads: its term is the fence, its since t in
--- microseconds, its value value, its seq (the last Proclaim's) 0; it lapses
--- with the lock, and the change is published, as "*", on the shard channel
--- named as rec is. The other kinds pass no rec.
-local function take(lock, fence, owner, ms, t, shared, rec, value)
+-- take makes owner the holder of the free lock hash lock (an RWMutex's
+-- writer, a RedLock member's Mutex): one hold, lapsing ms from now, and a
+-- new fence (next_fence on the string key fence, living as long, or at least
+-- as long if shared is true; t is from TIME), which it returns.
+local function take(lock, fence, owner, ms, t, shared)
   local f = next_fence(fence, t, ms, not shared)
-  if rec then
-    redis.call('HSET', rec, 'owner', owner, 'term', f, 'since', micros(t), 'value', value, 'seq', 0)
-    redis.call('PEXPIRE', rec, ms)
-    redis.call('SPUBLISH', rec, '*')
-  end
   redis.call('HSET', lock, owner, 1)
   redis.call('PEXPIRE', lock, ms)
   return f

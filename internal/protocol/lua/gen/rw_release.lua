@@ -66,21 +66,12 @@ local function next_fence(key, t, ms, exact)
   return f
 end
 
--- take makes owner the holder of the free lock hash lock: one hold, lapsing
--- ms from now, and a new fence (next_fence on the string key fence, living as
--- long, or at least as long if shared is true; t is from TIME), which it
--- returns. An Election's take passes its leader record rec, a hash, which
--- then says that owner leads: its term is the fence, its since t in
--- microseconds, its value value, its seq (the last Proclaim's) 0; it lapses
--- with the lock, and the change is published, as "*", on the shard channel
--- named as rec is. The other kinds pass no rec.
-local function take(lock, fence, owner, ms, t, shared, rec, value)
+-- take makes owner the holder of the free lock hash lock (an RWMutex's
+-- writer, a RedLock member's Mutex): one hold, lapsing ms from now, and a
+-- new fence (next_fence on the string key fence, living as long, or at least
+-- as long if shared is true; t is from TIME), which it returns.
+local function take(lock, fence, owner, ms, t, shared)
   local f = next_fence(fence, t, ms, not shared)
-  if rec then
-    redis.call('HSET', rec, 'owner', owner, 'term', f, 'since', micros(t), 'value', value, 'seq', 0)
-    redis.call('PEXPIRE', rec, ms)
-    redis.call('SPUBLISH', rec, '*')
-  end
   redis.call('HSET', lock, owner, 1)
   redis.call('PEXPIRE', lock, ms)
   return f
@@ -96,13 +87,12 @@ local function tell(stem, owner, msg)
 end
 
 -- grant gives the free lock hash lock to the waiter w, which the caller has
--- taken out of its queue, as take does (with an Election's leader record rec
--- and w's value), and returns its fence. Only w's Client is told,
+-- taken out of its queue, as take does, and returns its fence. Only w's Client is told,
 -- on the stem's channel, as tell does: the message is w, the fence, ms and
 -- the server time in microseconds, separated by spaces, so that w's Lock can
 -- return on it without another request.
-local function grant(lock, fence, w, ms, t, stem, shared, rec, value)
-  local f = take(lock, fence, w, ms, t, shared, rec, value)
+local function grant(lock, fence, w, ms, t, stem, shared)
+  local f = take(lock, fence, w, ms, t, shared)
   tell(stem, w, w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms .. ' ' .. string.format('%.0f', micros(t)))
   return f
 end

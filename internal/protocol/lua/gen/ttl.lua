@@ -12,12 +12,64 @@ local function now_ms()
   return now
 end
 
+-- st_parse decodes a state's string v, or returns nil if v is nil or not a
+-- state.
+local function st_parse(v)
+  if not v then
+    return nil
+  end
+  local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
+  if not f then
+    return nil
+  end
+  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
+end
+
+-- st_read decodes v, the value of the state key as GET read it (false if
+-- missing; GET raises WRONGTYPE), or reads it if v is nil: nil if the key
+-- is missing; it raises, before any write, if the key holds a string that
+-- is not a state.
+local function st_read(key, v)
+  if v == nil then
+    v = redis.call('GET', key)
+  end
+  if not v then
+    return nil
+  end
+  local s = st_parse(v)
+  if not s then
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
+  end
+  return s
+end
+
+-- st_live tells whether the state s (nil: none) has a holder whose lease
+-- runs. now is the server time in ms if the caller has it; it is read only
+-- for a lease that ends before its key.
+local function st_live(s, now)
+  if not s or s.o == '' then
+    return false
+  end
+  return s.u == 0 or s.u > (now or now_ms())
+end
+
+-- st_left returns what is left (ms) of the lease of the live state s at key;
+-- now as for st_live.
+local function st_left(key, s, now)
+  if s.u == 0 then
+    return redis.call('PTTL', key)
+  end
+  return s.u - (now or now_ms())
+end
+
 -- ttl.lua: the time left on a lease, if the given owner holds it.
 --
--- KEYS[1]  lease: the key that carries the lease, a lock hash (owner id -> hold
---          count), or a sorted set of holders (owner id -> lapse time in ms)
+-- KEYS[1]  lease: the key that carries the lease, a lock's state (a string,
+--          lib.lua), a lock hash (owner id -> hold count), or a sorted set of
+--          holders (owner id -> lapse time in ms)
 -- ARGV[1]  owner: the owner id
--- ARGV[2]  type: "h" for a lock hash, "z" for a sorted set of holders
+-- ARGV[2]  type: "s" for a lock's state, "h" for a lock hash, "z" for a
+--          sorted set of holders
 --
 -- Returns the time left in ms (-1 if the key has no expiry) when ARGV[1]
 -- holds the lease; -3 when another owner holds the lock; -2 when nobody does
@@ -27,6 +79,17 @@ if ARGV[2] == 'z' then
   local now = now_ms()
   if lapse and lapse > now then
     return lapse - now
+  end
+  return -2
+end
+if ARGV[2] == 's' then
+  local s = st_read(KEYS[1])
+  local now = s and s.u ~= 0 and now_ms() or nil
+  if s and s.o == ARGV[1] and st_live(s, now) then
+    return st_left(KEYS[1], s, now)
+  end
+  if st_live(s, now) then
+    return -3
   end
   return -2
 end
