@@ -624,6 +624,15 @@ func TestWaitersServedInOrder(t *testing.T) {
 			if err := l.Unlock(ctx); err != nil {
 				t.Errorf("waiter %d: Unlock: %v", i, err)
 			}
+			// Its release granted the lock to the next waiter, if any: a
+			// fence above its own is out the moment the release returns
+			// (had it freed the lock, the next would take it only when its
+			// keep-alive fired, seconds later).
+			if i < n-1 {
+				if st, err := readLockErr(rdb, "dlock:{fifo}"); err != nil || st.Fence <= l.Fence() {
+					t.Errorf("after waiter %d's release, with %d behind it: lock %+v (%v), want a fence above %d: granted to the next", i, n-1-i, st, err, l.Fence())
+				}
+			}
 		})
 		// Arrive one after another: each registered before the next starts.
 		if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{fifo}:waiters").Val() == int64(i+1) }) {

@@ -56,7 +56,7 @@
 -- "0" sets the same count; mode "2" finds nothing more to do.
 local mode = ARGV[3]
 -- Every WRONGTYPE, and a lock key that holds no state, raises before the
--- first write: the state, then the queue.
+-- first write: the state's, then the queue's where the script reads it.
 local v = redis.call('GET', KEYS[1])
 -- The common case, with the least the script defines and calls: the owner
 -- holds the lock, its lease ending with the key, and nobody waits
@@ -76,11 +76,13 @@ if mode == '1' and v then
 end
 -- (shared functions the rest calls)
 local s = st_read(KEYS[1], v)
-local queued = redis.call('ZCARD', KEYS[2])
+-- Whether anyone may wait: the state's mark says (every registration sets
+-- it; only a script that saw the queue empty clears it).
+local queued = s ~= nil and s.m == '1'
 -- The server's clock, read once: a grant needs it, and so does a lease that
 -- ends before its key.
 local t, now
-if queued > 0 or (s and s.u ~= 0) then
+if queued or (s and s.u ~= 0) then
   t, now = server_time()
 end
 local held = s ~= nil and s.o == ARGV[1] and st_live(s, now)
@@ -101,7 +103,7 @@ else
     return code
   end
 end
-if queued > 0 then
+if queued then
   if ARGV[7] == '1' then
     -- A FairMutex grantee kept its place: it goes with its hold. (A Mutex's
     -- left the queue when it was granted the lock or took it.)
@@ -112,7 +114,7 @@ if queued > 0 then
   if KEYS[4] then
     pattern = '%d+|.*'
   end
-  local head, _, g = live_waiters(KEYS[2], KEYS[3], now, pattern)()
+  local head, _, g, after = live_waiters(KEYS[2], KEYS[3], now, pattern)()
   if head then
     local value
     if KEYS[4] then
@@ -124,7 +126,7 @@ if queued > 0 then
     if ARGV[7] ~= '1' then
       redis.call('ZREM', KEYS[2], head)
       redis.call('HDEL', KEYS[3], head)
-      if redis.call('EXISTS', KEYS[2]) == 0 then
+      if after == false or (after == nil and redis.call('EXISTS', KEYS[2]) == 0) then
         waits = '0'
       end
     end
@@ -134,7 +136,7 @@ if queued > 0 then
     return 1
   end
 end
--- Nobody waits: the walk emptied the queue, or it was empty.
+-- Nobody waits: the walk emptied the queue, or the mark said it was empty.
 st_free(KEYS[1], s)
 if KEYS[4] then
   redis.call('DEL', KEYS[4])

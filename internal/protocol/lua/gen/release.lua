@@ -57,7 +57,7 @@
 -- "0" sets the same count; mode "2" finds nothing more to do.
 local mode = ARGV[3]
 -- Every WRONGTYPE, and a lock key that holds no state, raises before the
--- first write: the state, then the queue.
+-- first write: the state's, then the queue's where the script reads it.
 local v = redis.call('GET', KEYS[1])
 -- The common case, with the least the script defines and calls: the owner
 -- holds the lock, its lease ending with the key, and nobody waits
@@ -308,7 +308,9 @@ end
 
 -- live_waiters walks a queue in arrival order (the sorted set queue, each
 -- waiter's entry in the hash alive, read with entry and rest) and returns an
--- iterator over its live waiters: owner id, lapse time and rest. Waiters
+-- iterator over its live waiters: owner id, lapse time, rest, and whether
+-- anyone is queued after it (true or false; nil if the walk cannot tell
+-- without reading on; the one after may have lapsed). Waiters
 -- whose entry lapsed (before now) or is missing are dropped from both on the
 -- way; keep, if given, is returned whatever its entry says. The walk reads the
 -- queue 16 at a time, so a caller that stops early reads little of it.
@@ -328,7 +330,15 @@ local function live_waiters(queue, alive, now, rest, keep)
       local lapse, r = entry(alive, w, rest)
       if w == keep or (lapse and lapse > now) then
         kept = kept + 1
-        return w, lapse, r
+        -- Whether anyone is queued after w: this page says, unless w ends
+        -- a full one.
+        local after
+        if i < #page then
+          after = true
+        elseif #page < 16 then
+          after = false
+        end
+        return w, lapse, r, after
       end
       redis.call('ZREM', queue, w)
       redis.call('HDEL', alive, w)
@@ -337,11 +347,13 @@ local function live_waiters(queue, alive, now, rest, keep)
 end
 
 local s = st_read(KEYS[1], v)
-local queued = redis.call('ZCARD', KEYS[2])
+-- Whether anyone may wait: the state's mark says (every registration sets
+-- it; only a script that saw the queue empty clears it).
+local queued = s ~= nil and s.m == '1'
 -- The server's clock, read once: a grant needs it, and so does a lease that
 -- ends before its key.
 local t, now
-if queued > 0 or (s and s.u ~= 0) then
+if queued or (s and s.u ~= 0) then
   t, now = server_time()
 end
 local held = s ~= nil and s.o == ARGV[1] and st_live(s, now)
@@ -362,7 +374,7 @@ else
     return code
   end
 end
-if queued > 0 then
+if queued then
   if ARGV[7] == '1' then
     -- A FairMutex grantee kept its place: it goes with its hold. (A Mutex's
     -- left the queue when it was granted the lock or took it.)
@@ -373,7 +385,7 @@ if queued > 0 then
   if KEYS[4] then
     pattern = '%d+|.*'
   end
-  local head, _, g = live_waiters(KEYS[2], KEYS[3], now, pattern)()
+  local head, _, g, after = live_waiters(KEYS[2], KEYS[3], now, pattern)()
   if head then
     local value
     if KEYS[4] then
@@ -385,7 +397,7 @@ if queued > 0 then
     if ARGV[7] ~= '1' then
       redis.call('ZREM', KEYS[2], head)
       redis.call('HDEL', KEYS[3], head)
-      if redis.call('EXISTS', KEYS[2]) == 0 then
+      if after == false or (after == nil and redis.call('EXISTS', KEYS[2]) == 0) then
         waits = '0'
       end
     end
@@ -395,7 +407,7 @@ if queued > 0 then
     return 1
   end
 end
--- Nobody waits: the walk emptied the queue, or it was empty.
+-- Nobody waits: the walk emptied the queue, or the mark said it was empty.
 st_free(KEYS[1], s)
 if KEYS[4] then
   redis.call('DEL', KEYS[4])

@@ -97,7 +97,9 @@ end
 
 -- live_waiters walks a queue in arrival order (the sorted set queue, each
 -- waiter's entry in the hash alive, read with entry and rest) and returns an
--- iterator over its live waiters: owner id, lapse time and rest. Waiters
+-- iterator over its live waiters: owner id, lapse time, rest, and whether
+-- anyone is queued after it (true or false; nil if the walk cannot tell
+-- without reading on; the one after may have lapsed). Waiters
 -- whose entry lapsed (before now) or is missing are dropped from both on the
 -- way; keep, if given, is returned whatever its entry says. The walk reads the
 -- queue 16 at a time, so a caller that stops early reads little of it.
@@ -117,7 +119,15 @@ local function live_waiters(queue, alive, now, rest, keep)
       local lapse, r = entry(alive, w, rest)
       if w == keep or (lapse and lapse > now) then
         kept = kept + 1
-        return w, lapse, r
+        -- Whether anyone is queued after w: this page says, unless w ends
+        -- a full one.
+        local after
+        if i < #page then
+          after = true
+        elseif #page < 16 then
+          after = false
+        end
+        return w, lapse, r, after
       end
       redis.call('ZREM', queue, w)
       redis.call('HDEL', alive, w)
