@@ -29,18 +29,14 @@ const (
 // Kinds lists every Kind, in the order Locks reports them for one name.
 var Kinds = []Kind{KindMutex, KindFairMutex, KindRWMutex, KindSemaphore, KindCountDownLatch, KindElection}
 
-// adminKinds maps each Kind to the layout of its keys and its inspect.lua
-// name.
-var adminKinds = map[Kind]struct {
-	k    *protocol.Kind
-	code string
-}{
-	KindMutex:          {protocol.MutexKind, "fair"},
-	KindFairMutex:      {protocol.FairKind, "fair"},
-	KindRWMutex:        {protocol.RWWriteKind, "rw"},
-	KindSemaphore:      {protocol.SemKind, "sem"},
-	KindCountDownLatch: {protocol.LatchKind, "latch"},
-	KindElection:       {protocol.ElectionKind, "fair"}, // a FairMutex's keys and a leader record
+// adminKinds maps each Kind to the layout of its keys.
+var adminKinds = map[Kind]*protocol.Kind{
+	KindMutex:          protocol.MutexKind,
+	KindFairMutex:      protocol.FairKind,
+	KindRWMutex:        protocol.RWWriteKind,
+	KindSemaphore:      protocol.SemKind,
+	KindCountDownLatch: protocol.LatchKind,
+	KindElection:       protocol.ElectionKind,
 }
 
 // LockID names one lock: its kind and the name its callers gave it.
@@ -141,17 +137,11 @@ const InspectLimit = 100
 // (LockState.Exists is false). An empty name, or one longer than MaxNameLen
 // bytes, is an error, here and in ForceRelease.
 func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockState, error) {
-	k, code, err := c.adminKeys(ctx, "Inspect", kind, name)
+	k, err := c.adminKeys(ctx, "Inspect", kind, name)
 	if err != nil {
 		return nil, err
 	}
-	keys := k.AcquireKeys
-	switch kind {
-	case KindCountDownLatch:
-		keys = []string{k.Tag}
-	case KindElection:
-		keys = keys[:3] // a FairMutex's; the leader record is Election.Leader's
-	}
+	keys, code := k.InspectArgs()
 	v, err := c.e.backend.Inspect(ctx, keys, code, InspectLimit)
 	if err != nil {
 		return nil, errs.Op(nil, err, "inspect %s %q", kind, name)
@@ -203,18 +193,18 @@ func (c *Client) nameClients(ctx context.Context, s *LockState) error {
 
 // adminKeys checks an administrative call and names the keys of the lock
 // it is about, with kind's name in inspect.lua.
-func (c *Client) adminKeys(ctx context.Context, op string, kind Kind, name string) (protocol.Keys, string, error) {
+func (c *Client) adminKeys(ctx context.Context, op string, kind Kind, name string) (protocol.Keys, error) {
 	ak, ok := adminKinds[kind]
 	if !ok {
-		return protocol.Keys{}, "", errs.Op(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
+		return protocol.Keys{}, errs.Op(nil, nil, "%s: unknown kind %q (want one of %v)", op, kind, Kinds)
 	}
 	if err := nameErr(op+" "+string(kind), name); err != nil {
-		return protocol.Keys{}, "", err
+		return protocol.Keys{}, err
 	}
 	if err := c.adminCheck(ctx, op); err != nil {
-		return protocol.Keys{}, "", err
+		return protocol.Keys{}, err
 	}
-	return protocol.NewKeys(c.cfg.prefix, ak.k, name), ak.code, nil
+	return protocol.NewKeys(c.cfg.prefix, ak, name), nil
 }
 
 // adminCheck rejects an administrative call the Client cannot make.
@@ -321,7 +311,7 @@ func parseKey(prefix, key string) (LockID, bool) {
 		return LockID{}, false
 	}
 	for kind, ak := range adminKinds {
-		if ak.k.Space == space {
+		if ak.Space == space {
 			if kind == KindCountDownLatch && suffix != "" {
 				return LockID{}, false
 			}
@@ -364,7 +354,7 @@ type Eviction struct {
 // lost answers as the first run did. A CountDownLatch has no holders: use
 // CountDownLatch.Delete.
 func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owners ...string) (*Eviction, error) {
-	k, _, err := c.adminKeys(ctx, "ForceRelease", kind, name)
+	k, err := c.adminKeys(ctx, "ForceRelease", kind, name)
 	switch {
 	case err != nil:
 		return nil, err

@@ -124,14 +124,6 @@ func takeFor(ctx context.Context, e *engine, k *protocol.Keys, owner string, fen
 
 // inspectKeys reads the lock k as Client.Inspect reads it.
 func inspectKeys(ctx context.Context, e *engine, k protocol.Keys) (protocol.State, error) {
-	keys, code := k.AcquireKeys, "fair"
-	switch k.Kind {
-	case protocol.RWReadKind, protocol.RWWriteKind:
-		code = "rw"
-	case protocol.SemKind:
-		code = "sem"
-	case protocol.ElectionKind:
-		keys = keys[:3] // a FairMutex's; the leader record is not a hold
-	}
+	keys, code := k.InspectArgs()
 	return e.backend.Inspect(ctx, keys, code, InspectLimit)
 }

@@ -1301,6 +1301,24 @@ func (n *Node) MoveFence(ctx context.Context, k Keys, fence int64, ttl time.Dura
 	return n.eval(ctx, n.scripts[ScriptRaiseFence], k.fenceKeys(), "", "", strconv.FormatInt(fence, 10), msArg(ttl), k.Kind.leaseIn.arg()).err
 }
 
+// InspectArgs returns what inspect.lua reads of k, which Client.Inspect
+// reports: its KEYS, and its mode ("fair", "rw", "sem" or "latch"). An
+// Election is read as a FairMutex: its leader record is no hold (Leader
+// reads it).
+func (k *Keys) InspectArgs() ([]string, string) {
+	switch k.Kind {
+	case LatchKind:
+		return []string{k.Tag}, "latch"
+	case RWReadKind, RWWriteKind:
+		return k.AcquireKeys, "rw"
+	case SemKind:
+		return k.AcquireKeys, "sem"
+	case ElectionKind:
+		return k.AcquireKeys[:3], "fair"
+	}
+	return k.AcquireKeys, "fair"
+}
+
 // fenceKeys are raise_fence.lua's KEYS for k: its state, or its lock hash
 // (or a Semaphore's hash) and fence key.
 func (k *Keys) fenceKeys() []string {
