@@ -214,6 +214,8 @@ func runWorker(role string) int {
 		err = abandonWorker(c, p)
 	case "chaos":
 		err = chaosWorker(c, resRDB, p)
+	case "allocs":
+		err = allocsWorker(c, p)
 	case "rw":
 		err = rwWorker(c, resRDB, p)
 	case "rwhold":
