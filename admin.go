@@ -192,7 +192,7 @@ func (c *Client) nameClients(ctx context.Context, s *LockState) error {
 }
 
 // adminKeys checks an administrative call and names the keys of the lock
-// it is about, with kind's name in inspect.lua.
+// it is about.
 func (c *Client) adminKeys(ctx context.Context, op string, kind Kind, name string) (protocol.Keys, error) {
 	ak, ok := adminKinds[kind]
 	if !ok {

@@ -128,10 +128,10 @@
 // string that holds the holder, its hold count and the last fence, and
 // while anyone waits "dlock:{N}:waiters" and "dlock:{N}:alive". Other kinds
 // use their own namespaces ("dlock:fair:", "dlock:rw:", "dlock:sem:",
-// "dlock:latch:", "dlock:election:"). Keys grow with names, never with calls, and every key
-// expires within its TTL (a waiter's: its registration) after its last use,
-// except the state a caller sets on purpose. A Mutex name in use keeps at
-// most three keys (the lock, the queue and alive; and ":extends" after a
+// "dlock:latch:", "dlock:election:"). Keys grow with names, never with
+// calls, and every key expires within its TTL (a waiter's: its
+// registration) after its last use, except the state a caller sets on
+// purpose. A Mutex name in use keeps at most three keys (the lock, the queue and alive; and ":extends" after a
 // Lease.Extend). An idle name (nobody holds or waits) keeps, per kind:
 //
 //	Mutex, FairMutex, Election  at most its lock, free, with its last fence, until the last lease it fenced would have ended
