@@ -12,7 +12,8 @@ import (
 )
 
 // lockState is a Mutex's, a FairMutex's or an Election's lock as Redis keeps
-// it: one string key, "<fence>|<holds>|<waits>|<until>|<owner>"
+// it: one string key, "<fence>|<holds>|<waits>|<until>|<owner>", or
+// "<fence>" alone for a free lock nobody waits for
 // (internal/protocol/lua/lib.lua).
 type lockState struct {
 	Exists bool   // the key is there (held, or free with its last fence)
@@ -23,7 +24,10 @@ type lockState struct {
 	Owner  string // the holder, "" when free
 }
 
-var lockStateRE = regexp.MustCompile(`^(\d+)\|(\d+)\|([01])\|(\d+)\|(.*)$`)
+var (
+	lockStateRE = regexp.MustCompile(`^(\d+)\|(\d+)\|([01])\|(\d+)\|(.*)$`)
+	freeStateRE = regexp.MustCompile(`^\d+$`)
+)
 
 // readLock reads the lock state at key, failing the test if the key holds
 // anything else.
@@ -44,6 +48,10 @@ func readLockErr(rdb redis.Cmdable, key string) (lockState, error) {
 	}
 	if err != nil {
 		return lockState{}, fmt.Errorf("read the lock %s: %w", key, err)
+	}
+	if freeStateRE.MatchString(v) {
+		f, _ := strconv.ParseInt(v, 10, 64)
+		return lockState{Exists: true, Fence: f}, nil
 	}
 	m := lockStateRE.FindStringSubmatch(v)
 	if m == nil {

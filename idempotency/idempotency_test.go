@@ -245,7 +245,13 @@ func TestMismatch(t *testing.T) {
 	url := server(t, srv.Client(t), orderHandler(&runs, 200*time.Millisecond))
 	first := make(chan reply, 1)
 	go func() { first <- post(t, url, "k", "a") }()
-	time.Sleep(50 * time.Millisecond)
+	// Until the first runs its handler (200ms), not a guess at how long
+	// that takes to start.
+	for deadline := time.Now().Add(5 * time.Second); runs.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never ran the handler")
+		}
+	}
 	if r := post(t, url, "k", "b"); r.status != http.StatusUnprocessableEntity {
 		t.Errorf("another body while the first runs: %d", r.status)
 	}

@@ -254,7 +254,9 @@ end
 -- server time (ms) at which it ends, the key living longer: after a grant,
 -- the releaser's retry reads the fence until its own lease's end. A free
 -- state stays until the key's expiry, so that a retried release finds the
--- fence it left (DECISIONS 4). The fence is kept as the string it was
+-- fence it left (DECISIONS 4). A free state nobody waits for is written as
+-- its fence alone ("<fence>"), which a take tells apart with one pattern
+-- and a release writes without building a string. The fence is kept as the string it was
 -- written as: string.format, the one exact way to write a number of 16
 -- digits, costs more than the rest of a take, so a fence is formatted only
 -- when it is not the server's time.
@@ -267,6 +269,9 @@ local function st_parse(v)
   end
   local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
   if not f then
+    if string.find(v, '^%d+$') then
+      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = ''}
+    end
     return nil
   end
   return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
@@ -294,7 +299,10 @@ end
 -- expiry if ms is nil. until, a time in ms, has 13 digits: '..' writes it
 -- exactly.
 local function st_write(key, s, ms)
-  local v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+  local v = s.fs
+  if s.o ~= '' or s.m ~= '0' then
+    v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+  end
   if ms then
     redis.call('SET', key, v, 'PX', ms)
   else
@@ -413,7 +421,7 @@ end
 -- st_free writes the state s at key free: no holder, nobody waiting (the
 -- caller knows the queue is empty), the fence kept, the key's expiry too.
 local function st_free(key, s)
-  redis.call('SET', key, s.fs .. '|0|0|0|', 'KEEPTTL')
+  redis.call('SET', key, s.fs, 'KEEPTTL')
 end
 
 -- st_give_back gives back holds of owner on the state key (s: its state,

@@ -59,20 +59,19 @@ local mode = ARGV[3]
 -- first write: the state's, then the queue's where the script reads it.
 local v = redis.call('GET', KEYS[1])
 -- The common case, with the least the script defines and calls: the owner
--- holds the lock, its lease ending with the key, and nobody waits
--- ("<fence>|<holds>|0|0|<owner>"). The state stays, free, until the lease
--- would have ended: a retry finds the fence.
-if mode == '1' and v then
-  local f, o = string.match(v, '^(%d+|)%d+|0|0|(.*)$')
-  if o == ARGV[1] then
-    redis.call('SET', KEYS[1], f .. '0|0|0|', 'KEEPTTL')
-    if KEYS[4] then
-      -- An Election's: nobody leads now.
-      redis.call('DEL', KEYS[4])
-      redis.call('SPUBLISH', KEYS[4], '*')
-    end
-    return 1
+-- gives back its one hold, its lease ending with the key, and nobody waits:
+-- the state is "<fence>|1|0|0|<owner>", with the fence the owner was given
+-- (ARGV[6]). One string compared, none parsed: the state becomes the free
+-- "<fence>" and stays until the lease would have ended, so that a retry
+-- finds the fence.
+if mode == '1' and v == ARGV[6] .. '|1|0|0|' .. ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[6], 'KEEPTTL')
+  if KEYS[4] then
+    -- An Election's: nobody leads now.
+    redis.call('DEL', KEYS[4])
+    redis.call('SPUBLISH', KEYS[4], '*')
   end
+  return 1
 end
 -- (shared functions the rest calls)
 local s = st_read(KEYS[1], v)

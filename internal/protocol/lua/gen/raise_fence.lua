@@ -29,6 +29,9 @@ local function st_parse(v)
   end
   local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
   if not f then
+    if string.find(v, '^%d+$') then
+      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = ''}
+    end
     return nil
   end
   return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
@@ -56,7 +59,10 @@ end
 -- expiry if ms is nil. until, a time in ms, has 13 digits: '..' writes it
 -- exactly.
 local function st_write(key, s, ms)
-  local v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+  local v = s.fs
+  if s.o ~= '' or s.m ~= '0' then
+    v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+  end
   if ms then
     redis.call('SET', key, v, 'PX', ms)
   else

@@ -60,20 +60,19 @@ local mode = ARGV[3]
 -- first write: the state's, then the queue's where the script reads it.
 local v = redis.call('GET', KEYS[1])
 -- The common case, with the least the script defines and calls: the owner
--- holds the lock, its lease ending with the key, and nobody waits
--- ("<fence>|<holds>|0|0|<owner>"). The state stays, free, until the lease
--- would have ended: a retry finds the fence.
-if mode == '1' and v then
-  local f, o = string.match(v, '^(%d+|)%d+|0|0|(.*)$')
-  if o == ARGV[1] then
-    redis.call('SET', KEYS[1], f .. '0|0|0|', 'KEEPTTL')
-    if KEYS[4] then
-      -- An Election's: nobody leads now.
-      redis.call('DEL', KEYS[4])
-      redis.call('SPUBLISH', KEYS[4], '*')
-    end
-    return 1
+-- gives back its one hold, its lease ending with the key, and nobody waits:
+-- the state is "<fence>|1|0|0|<owner>", with the fence the owner was given
+-- (ARGV[6]). One string compared, none parsed: the state becomes the free
+-- "<fence>" and stays until the lease would have ended, so that a retry
+-- finds the fence.
+if mode == '1' and v == ARGV[6] .. '|1|0|0|' .. ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[6], 'KEEPTTL')
+  if KEYS[4] then
+    -- An Election's: nobody leads now.
+    redis.call('DEL', KEYS[4])
+    redis.call('SPUBLISH', KEYS[4], '*')
   end
+  return 1
 end
 -- server_time returns the server's clock: the reply of TIME (seconds and
 -- microseconds), and the same in milliseconds.
@@ -131,6 +130,9 @@ local function st_parse(v)
   end
   local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
   if not f then
+    if string.find(v, '^%d+$') then
+      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = ''}
+    end
     return nil
   end
   return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
@@ -158,7 +160,10 @@ end
 -- expiry if ms is nil. until, a time in ms, has 13 digits: '..' writes it
 -- exactly.
 local function st_write(key, s, ms)
-  local v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+  local v = s.fs
+  if s.o ~= '' or s.m ~= '0' then
+    v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+  end
   if ms then
     redis.call('SET', key, v, 'PX', ms)
   else
@@ -248,7 +253,7 @@ end
 -- st_free writes the state s at key free: no holder, nobody waiting (the
 -- caller knows the queue is empty), the fence kept, the key's expiry too.
 local function st_free(key, s)
-  redis.call('SET', key, s.fs .. '|0|0|0|', 'KEEPTTL')
+  redis.call('SET', key, s.fs, 'KEEPTTL')
 end
 
 -- st_give_back gives back holds of owner on the state key (s: its state,

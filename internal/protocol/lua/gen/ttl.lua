@@ -20,6 +20,9 @@ local function st_parse(v)
   end
   local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
   if not f then
+    if string.find(v, '^%d+$') then
+      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = ''}
+    end
     return nil
   end
   return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
