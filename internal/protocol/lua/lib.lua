@@ -256,10 +256,10 @@ end
 -- state stays until the key's expiry, so that a retried release finds the
 -- fence it left (DECISIONS 4). A free state nobody waits for is written as
 -- its fence alone ("<fence>"), which a take tells apart with one pattern
--- and a release writes without building a string. The fence is kept as the string it was
--- written as: string.format, the one exact way to write a number of 16
--- digits, costs more than the rest of a take, so a fence is formatted only
--- when it is not the server's time.
+-- and a release writes without building a string. The fence is kept as the
+-- string it was written as: string.format, the one exact way to write a
+-- number of 16 digits, costs more than the rest of a take, so a fence is
+-- formatted only when it is not the server's time.
 
 -- st_parse decodes a state's string v, or returns nil if v is nil or not a
 -- state.
