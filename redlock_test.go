@@ -225,7 +225,9 @@ func TestRedLockWaiters(t *testing.T) {
 	const ttl = 10 * time.Second
 	var clients []*dlock.Client
 	for range 4 {
-		clients = append(clients, redLockOn(t, rdbs, dlock.WithTTL(ttl)))
+		// Wake-ups are what this test is about, not the per-node timeout: a
+		// second, so that a loaded machine's pause is not a lost majority.
+		clients = append(clients, redLockOn(t, rdbs, dlock.WithTTL(ttl), dlock.WithNodeTimeout(time.Second)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -357,7 +359,9 @@ func TestRedLockPausedNodes(t *testing.T) {
 	for i, s := range srvs {
 		rdbs[i] = s.Client(t) // go-redis's default timeouts: 3s to read
 	}
-	const nodeTimeout = 50 * time.Millisecond
+	// Far below the 3s read timeout, and above what a loaded machine can
+	// pause the nodes that do answer.
+	const nodeTimeout = 150 * time.Millisecond
 	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(nodeTimeout), dlock.WithTTL(2*time.Second))
 	waiter := redLockOn(t, rdbs, dlock.WithNodeTimeout(nodeTimeout), dlock.WithTTL(2*time.Second))
 	ctx := context.Background()
