@@ -750,11 +750,13 @@ func TestRedLockFaults(t *testing.T) {
 	for i, s := range srvs {
 		direct[i] = s.Client(t)
 	}
-	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(50*time.Millisecond), dlock.WithTTL(5*time.Second))
+	// Below the 300ms the faults delay a request or a reply by, and above
+	// what a loaded machine takes to dial again after a lost reply.
+	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(150*time.Millisecond), dlock.WithTTL(5*time.Second))
 	ctx := context.Background()
 	// Every node knows the scripts, so that each request is one EVALSHA.
 	// A first request dials and loads them, which on a loaded machine can
-	// take longer than the 50ms node timeout: a few tries.
+	// take longer than the node timeout: a few tries.
 	var err error
 	for range 5 {
 		if err = c.Mutex("warm-up").Do(ctx, func(context.Context) error { return nil }); err == nil {
