@@ -131,8 +131,9 @@
 // "dlock:latch:", "dlock:election:"). Keys grow with names, never with
 // calls, and every key expires within its TTL (a waiter's: its
 // registration) after its last use, except the state a caller sets on
-// purpose. A Mutex name in use keeps at most three keys (the lock, the queue and alive; and ":extends" after a
-// Lease.Extend). An idle name (nobody holds or waits) keeps, per kind:
+// purpose. A Mutex name in use keeps at most three keys (the lock, the
+// queue and alive; and ":extends" after a Lease.Extend). An idle name
+// (nobody holds or waits) keeps, per kind:
 //
 //	Mutex, FairMutex, Election  at most its lock, free, with its last fence, until the last lease it fenced would have ended
 //	RWMutex                     at most its fence, likewise

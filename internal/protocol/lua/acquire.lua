@@ -56,18 +56,11 @@ local v = redis.call('GET', KEYS[1])
 -- with the least the script defines and calls, for every Lua call and every
 -- number turned into a string costs Redis time: one pattern, TIME and one
 -- SET. Such a state is its fence alone, digits (lib.lua); with no state, the
--- queue must be empty. The fence is the server's time as TIME wrote it,
--- unless the last fence is not below it (st_fence in lib.lua).
+-- queue must be empty.
 if ARGV[3] ~= '1' and not KEYS[4] and (not v or string.find(v, '^%d+$')) then
   if v or redis.call('EXISTS', KEYS[2]) == 0 then
-    local t = redis.call('TIME')
-    local n = t[1] * 1000000 + t[2]
-    if v and v + 0 >= n then
-      n = v + 1
-      redis.call('SET', KEYS[1], string.format('%.0f|1|0|0|', n) .. me, 'PX', ARGV[2])
-      return n
-    end
-    redis.call('SET', KEYS[1], t[1] .. string.sub('00000', #t[2]) .. t[2] .. '|1|0|0|' .. me, 'PX', ARGV[2])
+    local f, n = st_fence(v and v + 0, redis.call('TIME'))
+    redis.call('SET', KEYS[1], f .. '|1|0|0|' .. me, 'PX', ARGV[2])
     return n
   end
 end
