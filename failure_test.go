@@ -422,7 +422,9 @@ func TestWaitRidesOutOutage(t *testing.T) {
 		if err := srv.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		const deadline = 1500 * time.Millisecond
+		// Long enough for several attempts to be refused on a loaded
+		// machine, so that the error can say what Redis said.
+		const deadline = 3 * time.Second
 		dctx, cancel := context.WithTimeout(ctx, deadline)
 		defer cancel()
 		start := time.Now()
