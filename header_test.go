@@ -157,7 +157,7 @@ func TestScriptHeaders(t *testing.T) {
 	for _, n := range nodes {
 		n.AddHook(&rec)
 	}
-	rl := redLockOn(t, nodes)
+	rl := redLockOn(t, nodes, dlock.WithNodeTimeout(time.Second)) // headers, not timeouts, are what this checks
 	ctx := context.Background()
 	// inspect, for every kind, and ForceRelease's scripts.
 	for _, kind := range dlock.Kinds {
