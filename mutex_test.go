@@ -297,6 +297,15 @@ func TestReleaseNeverFreesAnother(t *testing.T) {
 			if s := readLock(t, rdb, "dlock:{r}"); tc.name == "held by another" && (!s.Held() || s.Owner != "intruder" || s.Holds != 1 || s.Fence != l.Fence()) {
 				t.Errorf("Unlock changed the other owner's lock: %+v", s)
 			}
+			// The release writes the free state before it reads what it
+			// replaced: it must put back the other owner's expiry with its
+			// state, and leave no key where it found none.
+			switch p := rdb.PTTL(ctx, "dlock:{r}").Val(); {
+			case tc.name == "held by another" && (p <= 50*time.Second || p > time.Minute):
+				t.Errorf("the other owner's lock lapses in %v after the Unlock, want its own minute", p)
+			case tc.name == "expired" && p != -2:
+				t.Errorf("Unlock of an expired lock left its key (PTTL %v)", p)
+			}
 			if !errors.Is(l.Err(), dlock.ErrLockLost) {
 				t.Errorf("Err after the loss: %v", l.Err())
 			}

@@ -113,11 +113,11 @@ type Kind struct {
 	Handoff   handoff      // what a release that frees the lock does for the next waiter
 	Reentrant bool         // a Lease in the context makes an acquisition of the same lock re-enter its hold
 	// order is what release.lua does with a grantee's place in the
-	// queue (its ARGV[7]); nil for the kinds that run other scripts.
+	// queue (its ARGV[6]); nil for the kinds that run other scripts.
 	order any
 }
 
-// The orders of release.lua's ARGV[7], boxed once.
+// The orders of release.lua's ARGV[6], boxed once.
 var (
 	orderPass any = "0" // a grant takes the grantee out of the queue: if it lapses, the next live waiter is served
 	orderKeep any = "1" // the grantee keeps the head of the queue until it releases or its registration lapses
@@ -493,8 +493,16 @@ func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register 
 	if k.Kind.order != nil && len(extra) == 0 {
 		// A Mutex or a FairMutex: one more argument, the caller's grant
 		// lease, boxed once per TTL. (An Election's candidate adds its
-		// value: acquireArgs.)
-		v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds(), grantArg(ttl)).Result()
+		// value: acquireArgs.) A take that does not queue sends the owner
+		// and the TTL alone: Redis makes a Lua string of every argument
+		// before the script runs, and the script needs no others then.
+		var v any
+		var err error
+		if register == 0 {
+			v, err = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl)).Result()
+		} else {
+			v, err = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds(), grantArg(ttl)).Result()
+		}
 		return n.acquired(k, v, err)
 	}
 	if len(extra) == 0 {
@@ -735,9 +743,14 @@ func (n *Node) Release(ctx context.Context, k Keys, owner string, fence FenceArg
 	if k.Kind == SemKind {
 		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 			owner, k.channelArg, mode.arg(), grant, count, remnantTTLArg).Int64()
-	} else if k.Kind.order != nil {
+	} else if k.Kind.order != nil && mode == ReleaseOne {
 		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
-			owner, k.channelArg, mode.arg(), grant, count, fence.arg(), k.Kind.order).Int64()
+			owner, k.channelArg, mode.arg(), grant, fence.arg(), k.Kind.order, count).Int64()
+	} else if k.Kind.order != nil {
+		// release.lua reads a hold count in mode "0" alone: the others
+		// do not send one (Redis makes a Lua string of every argument).
+		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			owner, k.channelArg, mode.arg(), grant, fence.arg(), k.Kind.order).Int64()
 	} else {
 		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 			owner, k.channelArg, mode.arg(), grant, count, fence.arg()).Int64()
@@ -1289,7 +1302,7 @@ func (n *Node) Evict(ctx context.Context, k Keys, owner string, fence int64, ttl
 			owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, remnantTTLArg).Int64()
 	case k.Kind.order != nil:
 		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
-			owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), 0, fence, k.Kind.order).Int64()
+			owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), fence, k.Kind.order).Int64()
 	}
 	return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 		owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), 0, fence).Int64()

@@ -19,21 +19,23 @@
 --          (the part of its owner id before the first ':'), as tell writes it
 -- ARGV[3]  mode: "1", the owner's last hold goes: free the lock
 --          "0": one of several holds goes: set the owner's hold count to
---          ARGV[5] (the client keeps the authoritative count)
+--          ARGV[7] (the client keeps the authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          was granted to it, grant it to the next waiter instead, or free it
 --          "3": as "1", for ForceRelease: the hold is taken away, and ARGV[1]'s
 --          own release will say so (4)
 -- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to, if
 --          its entry names none
--- ARGV[5]  count: for mode "0", the hold count that remains
--- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
+-- ARGV[5]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
 --          the state's (st_give_back in lib.lua)
--- ARGV[7]  order: "0" (a Mutex) takes a grantee out of the queue: if its
+-- ARGV[6]  order: "0" (a Mutex) takes a grantee out of the queue: if its
 --          grant lapses (it was paused past it), the next live waiter is
 --          served, and it goes to the back when it returns; "1" (a
 --          FairMutex) leaves it at the head until it releases or its
 --          registration lapses
+-- ARGV[7]  count: (mode "0"'s only) the hold count that remains (Redis
+--          turns every argument into a Lua string before the script runs, so
+--          the other modes do not send it)
 --
 -- Returns:
 --    1  released (mode 2: passed on or freed)
@@ -50,28 +52,41 @@
 --    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
 --
 -- Run twice: a release that freed the lock finds the state free of its owner
--- with the fence it left (or a later one) and answers 3; it writes nothing (an
--- Election's leader record is left to the lease's next holder), so
--- the lock is not granted twice and no key is written for the call; mode
--- "0" sets the same count; mode "2" finds nothing more to do.
+-- with the fence it left (or a later one) and answers 3; it leaves every key
+-- as it found it (an Election's leader record is left to the lease's next
+-- holder), so the lock is not granted twice and no key is written for the
+-- call; mode "0" sets the same count; mode "2" finds nothing more to do.
 local mode = ARGV[3]
--- Every WRONGTYPE, and a lock key that holds no state, raises before the
--- first write: the state's, then the queue's where the script reads it.
-local v = redis.call('GET', KEYS[1])
--- The common case, with the least the script defines and calls: the owner
--- gives back its one hold, its lease ending with the key, and nobody waits:
--- the state is "<fence>|1|0|0|<owner>", with the fence the owner was given
--- (ARGV[6]). One string compared, none parsed: the state becomes the free
--- "<fence>" and stays until the lease would have ended, so that a retry
--- finds the fence.
-if mode == '1' and v == ARGV[6] .. '|1|0|0|' .. ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[6], 'KEEPTTL')
-  if KEYS[4] then
-    -- An Election's: nobody leads now.
-    redis.call('DEL', KEYS[4])
-    redis.call('SPUBLISH', KEYS[4], '*')
+local v
+if mode == '1' then
+  -- The common case, with the least the script defines and calls: the
+  -- owner gives back its one hold, its lease ending with the key, and
+  -- nobody waits: the state is "<fence>|1|0|0|<owner>", with the fence the
+  -- owner was given (ARGV[5]). One command writes the free state "<fence>",
+  -- which stays until the lease would have ended so that a retry finds the
+  -- fence, and reads what it replaced; one string compared, none parsed.
+  -- Anything else is put back as it was, expiry included, before the rest
+  -- reads it: no other script runs in between, so nothing else sees it.
+  -- (SET raises WRONGTYPE before it writes; a key that holds no state is
+  -- put back before the rest raises.)
+  v = redis.call('SET', KEYS[1], ARGV[5], 'KEEPTTL', 'GET')
+  if v == ARGV[5] .. '|1|0|0|' .. ARGV[1] then
+    if KEYS[4] then
+      -- An Election's: nobody leads now.
+      redis.call('DEL', KEYS[4])
+      redis.call('SPUBLISH', KEYS[4], '*')
+    end
+    return 1
   end
-  return 1
+  if v then
+    redis.call('SET', KEYS[1], v, 'KEEPTTL')
+  else
+    redis.call('DEL', KEYS[1])
+  end
+else
+  -- Every WRONGTYPE, and a lock key that holds no state, raises before the
+  -- first write: the state's, then the queue's where the script reads it.
+  v = redis.call('GET', KEYS[1])
 end
 -- (shared functions the rest calls)
 local s = st_read(KEYS[1], v)
@@ -85,7 +100,7 @@ if queued or (s and s.u ~= 0) then
   t, now = server_time()
 end
 local held = s ~= nil and s.o == ARGV[1] and st_live(s, now)
-if mode ~= '1' or ARGV[7] == '1' then
+if mode ~= '1' or ARGV[6] == '1' then
   -- A type check, before the writes to alive below: a Mutex's release
   -- reads alive first in the walk, or not at all.
   redis.call('HLEN', KEYS[3])
@@ -97,13 +112,13 @@ if mode == '2' then
     return 0
   end
 else
-  local code = st_give_back(KEYS[1], s, KEYS[3], ARGV[1], mode, ARGV[5], ARGV[6], held, now)
+  local code = st_give_back(KEYS[1], s, KEYS[3], ARGV[1], mode, ARGV[7], ARGV[5], held, now)
   if code then
     return code
   end
 end
 if queued then
-  if ARGV[7] == '1' then
+  if ARGV[6] == '1' then
     -- A FairMutex grantee kept its place: it goes with its hold. (A Mutex's
     -- left the queue when it was granted the lock or took it.)
     redis.call('ZREM', KEYS[2], ARGV[1])
@@ -122,7 +137,7 @@ if queued then
     -- A FairMutex's grantee stays at the head of the queue; a Mutex's leaves
     -- it, and whether anyone waits behind it is what the queue keeps.
     local waits = '1'
-    if ARGV[7] ~= '1' then
+    if ARGV[6] ~= '1' then
       redis.call('ZREM', KEYS[2], head)
       redis.call('HDEL', KEYS[3], head)
       if after == false or (after == nil and redis.call('EXISTS', KEYS[2]) == 0) then
