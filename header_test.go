@@ -20,14 +20,14 @@ import (
 
 // header is what a script's header says it takes: the name of each KEYS and
 // ARGV entry, in order, and how many of each every request must pass: the
-// entries after them say "(... only)", for only some requests pass them (an
-// Election's, a lock hash's, a take that queues).
+// entries after them say "(... only)" or "(optional...)", for only some
+// requests pass them (an Election's, a lock hash's, a take that queues).
 type header struct {
 	keys, args       []string
 	minKeys, minArgs int
 }
 
-var headerLine = regexp.MustCompile(`^-- (KEYS|ARGV)\[(\d+)\]\s+(\w+):( \([^)]* only\))?`)
+var headerLine = regexp.MustCompile(`^-- (KEYS|ARGV)\[(\d+)\]\s+(\w+):( \((?:[^)]* only|optional[^)]*)\))?`)
 
 // readHeaders reads the header of every script under internal/protocol/lua/
 // but lib.lua.

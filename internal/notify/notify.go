@@ -6,14 +6,14 @@ import (
 	"container/list"
 	"context"
 	"errors"
-	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/protocol"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/redis/go-redis/v9"
 )
 

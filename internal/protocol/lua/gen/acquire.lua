@@ -40,18 +40,18 @@ end
 --          lapses with it
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
--- ARGV[3]  mode: (a take that queues, a re-entry and an Election only) "0"
---          to take the lock; "1" to re-enter a hold of ARGV[1]
--- ARGV[4]  register: (the same only) taking, "0" not to queue (TryLock), else
---          how long (ms) the caller stays queued unless it renews (by calling
---          again); re-entering: the owner's hold count after this re-entry
--- ARGV[5]  grant: (the same only) the caller's grant lease (ms), for which a
---          release grants it the lock (release.lua): its own, from its own
---          TTL, whoever releases
---          A take that does not queue sends ARGV[1] and ARGV[2] alone, which
---          mean mode "0" and register "0": Redis turns every argument into a
---          Lua string before the script runs, and the common take needs no
---          more.
+-- ARGV[3]  mode: (optional: "0" if absent) "0" to take the lock; "1" to
+--          re-enter a hold of ARGV[1]
+-- ARGV[4]  register: (optional: "0" if absent) taking, "0" not to queue
+--          (TryLock), else how long (ms) the caller stays queued unless it
+--          renews (by calling again); re-entering: the owner's hold count
+--          after this re-entry
+-- ARGV[5]  grant: (optional: sent by a take that queues) the caller's grant
+--          lease (ms), for which a release grants it the lock (release.lua):
+--          its own, from its own TTL, whoever releases
+--          A take that does not queue may send ARGV[1] and ARGV[2] alone:
+--          Redis turns every argument into a Lua string before the script
+--          runs, and the common take needs no more.
 -- ARGV[6]  value: (an Election's only) the candidate's value
 --
 -- Returns:
