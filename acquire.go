@@ -485,6 +485,7 @@ func (a *acquirer) granted(ctx context.Context, owner string, m protocol.Wake, h
 	}
 	l := newHold(e, t)
 	l.handedOff = true
+	l.h.granted = true
 	return l
 }
 
@@ -807,6 +808,10 @@ type hold struct {
 	// exact.
 	mu    sync.Mutex
 	holds int
+
+	// granted: a release granted the lock to this hold, so others were
+	// waiting for it, and likely still are when it is released.
+	granted bool
 }
 
 // reenter adds one hold in Redis for a Lock made with a context carrying h;
@@ -896,7 +901,11 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	ttl := e.ren.Retire(t)
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
-	code, err := e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseLast, ttl, 0)
+	mode := protocol.ReleaseLast
+	if h.granted {
+		mode = protocol.ReleaseLastQueued
+	}
+	code, err := e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), mode, ttl, 0)
 	if err != nil {
 		e.log.Error("dlock: release failed; retrying in the background", "lock", t.K.Name, "fence", t.Fence, "err", err)
 		e.ren.End(t, errUnlocked, nil)

@@ -344,10 +344,15 @@ const (
 	takeMode    acquireMode = "0" // take the lock, or register as a waiter
 	reenterMode acquireMode = "1" // add a hold of an owner that has one
 
-	ReleaseOne   ReleaseMode = "0" // one of several holds goes: the count that remains is given
-	ReleaseLast  ReleaseMode = "1" // the last hold goes: the lock is freed
-	ReleaseLeave ReleaseMode = "2" // a waiter gives up: unregister it, pass the lock on if it was granted to it
-	releaseEvict ReleaseMode = "3" // as ReleaseLast, for ForceRelease: the owner's own release will say so
+	ReleaseOne  ReleaseMode = "0" // one of several holds goes: the count that remains is given
+	ReleaseLast ReleaseMode = "1" // the last hold goes: the lock is freed
+	// ReleaseLastQueued is ReleaseLast for a hold that others are likely to
+	// wait behind (it was granted): release.lua reads the state first
+	// instead of trying the common case's write first, which it would only
+	// have to put back. Scripts without that case take it as ReleaseLast.
+	ReleaseLastQueued ReleaseMode = "4"
+	ReleaseLeave      ReleaseMode = "2" // a waiter gives up: unregister it, pass the lock on if it was granted to it
+	releaseEvict      ReleaseMode = "3" // as ReleaseLast, for ForceRelease: the owner's own release will say so
 
 	SemSetTotal    SemMode = "3"
 	SemAvailable   SemMode = "4"
@@ -366,6 +371,8 @@ func (m ReleaseMode) arg() any {
 		return string(ReleaseOne)
 	case ReleaseLast:
 		return string(ReleaseLast)
+	case ReleaseLastQueued:
+		return string(ReleaseLastQueued)
 	case ReleaseLeave:
 		return string(ReleaseLeave)
 	case releaseEvict:
@@ -734,6 +741,9 @@ func decodeAcquire(v any) (AcquireResult, error) {
 // TTL, which sets the grant lease of the waiter a freed lock goes to;
 // count, for releaseOne, the holds that remain. It returns a result code.
 func (n *Node) Release(ctx context.Context, k Keys, owner string, fence FenceArg, mode ReleaseMode, ttl time.Duration, count int) (int64, error) {
+	if mode == ReleaseLastQueued && k.Kind.order == nil {
+		mode = ReleaseLast // release.lua alone tells the two apart
+	}
 	grant := grantArg(ttl)
 	if k.Kind.Handoff == handoffTell {
 		grant = tellArg // the next waiter is told to try, not granted the lock

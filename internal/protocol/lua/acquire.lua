@@ -122,7 +122,7 @@ if s and s.o ~= '' and (s.u == 0 or s.u > now) then
   return {-left - 3, floor, micros(t)}
 end
 -- Free: the first live waiter takes it; lapsed ones ahead of it are dropped.
-local head, lapse = live_waiters(KEYS[2], KEYS[3], now, pattern, me)()
+local head, lapse = live_waiters(KEYS[2], KEYS[3], now, pattern, me, 2)()
 if not head or head == me then
   local waits = '0'
   if head then

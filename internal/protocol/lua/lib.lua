@@ -486,14 +486,20 @@ end
 -- without reading on; the one after may have lapsed). Waiters
 -- whose entry lapsed (before now) or is missing are dropped from both on the
 -- way; keep, if given, is returned whatever its entry says. The walk reads the
--- queue 16 at a time, so a caller that stops early reads little of it.
-local function live_waiters(queue, alive, now, rest, keep)
-  local page, i, kept = {}, 0, 0
+-- queue 16 at a time, so a caller that stops early reads little of it; first,
+-- if given, is how many it reads first (a caller that wants the head: 2, which
+-- also tell whether anyone follows a live head, for Redis turns every member
+-- read into a Lua string).
+local function live_waiters(queue, alive, now, rest, keep, first)
+  local page, i, kept, size = {}, 0, 0, first or 16
   return function()
     while true do
       i = i + 1
       if i > #page then
-        page = redis.call('ZRANGE', queue, kept, kept + 15)
+        if #page > 0 then
+          size = 16
+        end
+        page = redis.call('ZRANGE', queue, kept, kept + size - 1)
         if #page == 0 then
           return nil
         end
@@ -508,7 +514,7 @@ local function live_waiters(queue, alive, now, rest, keep)
         local after
         if i < #page then
           after = true
-        elseif #page < 16 then
+        elseif #page < size then
           after = false
         end
         return w, lapse, r, after

@@ -24,6 +24,9 @@
 --          was granted to it, grant it to the next waiter instead, or free it
 --          "3": as "1", for ForceRelease: the hold is taken away, and ARGV[1]'s
 --          own release will say so (4)
+--          "4": as "1", for a hold that was granted: others likely wait, so
+--          the state is read first rather than written first (the common
+--          case below), which would only have to be put back
 -- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to, if
 --          its entry names none
 -- ARGV[5]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
@@ -87,6 +90,9 @@ else
   -- Every WRONGTYPE, and a lock key that holds no state, raises before the
   -- first write: the state's, then the queue's where the script reads it.
   v = redis.call('GET', KEYS[1])
+  if mode == '4' then
+    mode = '1'
+  end
 end
 -- (shared functions the rest calls)
 local s = st_read(KEYS[1], v)
@@ -128,7 +134,7 @@ if queued then
   if KEYS[4] then
     pattern = '%d+|.*'
   end
-  local head, _, g, after = live_waiters(KEYS[2], KEYS[3], now, pattern)()
+  local head, _, g, after = live_waiters(KEYS[2], KEYS[3], now, pattern, nil, 2)()
   if head then
     local value
     if KEYS[4] then

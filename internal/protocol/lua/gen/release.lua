@@ -25,6 +25,9 @@
 --          was granted to it, grant it to the next waiter instead, or free it
 --          "3": as "1", for ForceRelease: the hold is taken away, and ARGV[1]'s
 --          own release will say so (4)
+--          "4": as "1", for a hold that was granted: others likely wait, so
+--          the state is read first rather than written first (the common
+--          case below), which would only have to be put back
 -- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to, if
 --          its entry names none
 -- ARGV[5]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
@@ -88,6 +91,9 @@ else
   -- Every WRONGTYPE, and a lock key that holds no state, raises before the
   -- first write: the state's, then the queue's where the script reads it.
   v = redis.call('GET', KEYS[1])
+  if mode == '4' then
+    mode = '1'
+  end
 end
 -- server_time returns the server's clock: the reply of TIME (seconds and
 -- microseconds), and the same in milliseconds.
@@ -333,14 +339,20 @@ end
 -- without reading on; the one after may have lapsed). Waiters
 -- whose entry lapsed (before now) or is missing are dropped from both on the
 -- way; keep, if given, is returned whatever its entry says. The walk reads the
--- queue 16 at a time, so a caller that stops early reads little of it.
-local function live_waiters(queue, alive, now, rest, keep)
-  local page, i, kept = {}, 0, 0
+-- queue 16 at a time, so a caller that stops early reads little of it; first,
+-- if given, is how many it reads first (a caller that wants the head: 2, which
+-- also tell whether anyone follows a live head, for Redis turns every member
+-- read into a Lua string).
+local function live_waiters(queue, alive, now, rest, keep, first)
+  local page, i, kept, size = {}, 0, 0, first or 16
   return function()
     while true do
       i = i + 1
       if i > #page then
-        page = redis.call('ZRANGE', queue, kept, kept + 15)
+        if #page > 0 then
+          size = 16
+        end
+        page = redis.call('ZRANGE', queue, kept, kept + size - 1)
         if #page == 0 then
           return nil
         end
@@ -355,7 +367,7 @@ local function live_waiters(queue, alive, now, rest, keep)
         local after
         if i < #page then
           after = true
-        elseif #page < 16 then
+        elseif #page < size then
           after = false
         end
         return w, lapse, r, after
@@ -405,7 +417,7 @@ if queued then
   if KEYS[4] then
     pattern = '%d+|.*'
   end
-  local head, _, g, after = live_waiters(KEYS[2], KEYS[3], now, pattern)()
+  local head, _, g, after = live_waiters(KEYS[2], KEYS[3], now, pattern, nil, 2)()
   if head then
     local value
     if KEYS[4] then
