@@ -807,8 +807,7 @@ type hold struct {
 	// (re-entry and release), so that holds, the authoritative count, stays
 	// exact.
 	mu    sync.Mutex
-	holds int
-
+	holds int32 // beside granted, in one word: the hold and its Lease are one allocation
 	// granted: a release granted the lock to this hold, so others were
 	// waiting for it, and likely still are when it is released.
 	granted bool
@@ -823,7 +822,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 	if err := t.EndedErr("re-enter"); err != nil {
 		return nil, errs.Op(ErrNotAcquired, err, "re-enter %q", t.K.Name)
 	}
-	r, err := h.e.backend.Reenter(ctx, *t.K, t.Owner, h.e.ren.TTLOf(t), h.holds+1, extra...)
+	r, err := h.e.backend.Reenter(ctx, *t.K, t.Owner, h.e.ren.TTLOf(t), int(h.holds)+1, extra...)
 	if err != nil {
 		// If the reply was lost the count in Redis may be one too high; the
 		// next count sent, or the last release, sets it right.
@@ -839,7 +838,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 		ttl := h.e.ren.TTLOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
-		if _, err := h.e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseOne, ttl, h.holds); err != nil {
+		if _, err := h.e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseOne, ttl, int(h.holds)); err != nil {
 			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.K.Name, "err", err)
 		}
 		return nil, errs.Op(ErrNotAcquired, r.NotReplicated, "re-enter %q", t.K.Name)
@@ -884,7 +883,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		// this hold is given back whatever Redis answers, and a count that
 		// failed to reach Redis is set right by the next one that does.
 		h.holds--
-		code, err := e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseOne, ttl, h.holds)
+		code, err := e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseOne, ttl, int(h.holds))
 		switch {
 		case err != nil:
 			return false, errs.Op(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.K.Name)
