@@ -209,7 +209,7 @@ func (a *acquirer) bracket(ctx context.Context, op string, take func(context.Con
 	if h.LockEnd != nil {
 		r := LockResult{Waited: time.Since(start), Err: err}
 		if l != nil {
-			r.Fence, r.Reentered, r.HandedOff = l.Fence(), l.reentered, l.handedOff
+			r.Fence, r.Reentered, r.HandedOff = l.Fence(), l.reentered, l.h.granted && !l.reentered
 		}
 		h.LockEnd(ctx, info, r)
 	}
@@ -484,8 +484,7 @@ func (a *acquirer) granted(ctx context.Context, owner string, m protocol.Wake, h
 		e.log.Debug("dlock: acquired by a grant", "lock", a.k.Name, "fence", m.Fence, "waited", time.Since(start))
 	}
 	l := newHold(e, t)
-	l.handedOff = true
-	l.h.granted = true
+	l.h.granted = true // before the Lease is returned: read-only from then on
 	return l
 }
 
@@ -808,8 +807,9 @@ type hold struct {
 	// exact.
 	mu    sync.Mutex
 	holds int32 // beside granted, in one word: the hold and its Lease are one allocation
-	// granted: a release granted the lock to this hold, so others were
-	// waiting for it, and likely still are when it is released.
+	// granted: a release granted the lock to this hold (its first Lease
+	// was handed off), so others were waiting for it, and likely still are
+	// when it is released.
 	granted bool
 }
 

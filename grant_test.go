@@ -502,3 +502,85 @@ func TestRetriedReleaseAfterLapsedGrant(t *testing.T) {
 		t.Errorf("fence %d after the lapsed grant's %d", l2.Fence(), st.Fence)
 	}
 }
+
+// releaseMode matches a run of release.lua in mode m (its ARGV[3]).
+func releaseMode(m string) faultproxy.Match {
+	isRelease := script("release")
+	return func(c faultproxy.Command) bool {
+		if !isRelease(c) {
+			return false
+		}
+		nk, err := strconv.Atoi(string(c.Arg(2)))
+		return err == nil && string(c.Arg(3+nk+2)) == m
+	}
+}
+
+// TestRetriedGrantedRelease: a hold the lock was granted to releases in the
+// mode that reads the state first ("4"), for others likely wait behind it.
+// When that release's reply is lost, go-redis runs it again: the first run
+// granted the lock to the next waiter, and the retry must leave that grant
+// alone. Unlock succeeds, the next waiter holds the lock once with a higher
+// fence, and its own Unlock succeeds.
+func TestRetriedGrantedRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, kind := range []struct {
+		name string
+		lock func(c *dlock.Client) func(context.Context) (*dlock.Lease, error)
+		key  string
+	}{
+		{"Mutex", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.Mutex("g").Lock }, "dlock:{g}"},
+		{"FairMutex", func(c *dlock.Client) func(context.Context) (*dlock.Lease, error) { return c.FairMutex("g").Lock }, "dlock:fair:{g}"},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			handedOff := make(chan bool, 4)
+			c, p, rdb := proxied(t, dlock.WithHooks(dlock.Hooks{LockEnd: func(_ context.Context, _ dlock.LockInfo, r dlock.LockResult) {
+				if r.Err == nil {
+					handedOff <- r.HandedOff
+				}
+			}}))
+			first, err := kind.lock(c)(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if <-handedOff {
+				t.Fatal("the first Lock was reported handed off")
+			}
+			// The second waits on the same (proxied) Client, and is granted
+			// the lock by the first's release.
+			second := inLine(t, rdb, kind.lock(c), kind.key+":waiters", 1)
+			if err := first.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l := outcomeLease(t, <-second)
+			if !<-handedOff {
+				t.Fatal("the waiter's Lock was not handed off: this test needs a granted hold")
+			}
+			// The third waits on a Client of its own, behind the granted hold.
+			want := int64(1)
+			if kind.name == "FairMutex" {
+				want = 2 // a FairMutex grantee keeps the head until it releases
+			}
+			third := inLine(t, rdb, kind.lock(clientOn(t, rdb)), kind.key+":waiters", want)
+			lost := p.Inject(faultproxy.Rule{Match: releaseMode("4"), Fault: faultproxy.DropReply, Times: 1})
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock of a granted hold whose reply was lost: %v", err)
+			}
+			checkHit(t, lost)
+			if errors.Is(l.Err(), dlock.ErrLockLost) {
+				t.Errorf("lease Err %v, want unlocked", l.Err())
+			}
+			l3 := outcomeLease(t, <-third)
+			if l3.Fence() <= l.Fence() {
+				t.Errorf("the next holder's fence %d is not above the granted hold's %d", l3.Fence(), l.Fence())
+			}
+			if s := readLock(t, rdb, kind.key); !s.Held() || s.Owner != l3.Owner() || s.Holds != 1 || s.Fence != l3.Fence() {
+				t.Errorf("after the retried release: %+v, want held once by the next holder with fence %d", s, l3.Fence())
+			}
+			if err := l3.Unlock(ctx); err != nil {
+				t.Errorf("the next holder's Unlock: %v", err)
+			}
+		})
+	}
+}

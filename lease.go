@@ -20,7 +20,6 @@ import (
 type Lease struct {
 	h         *hold
 	reentered bool // re-entered an existing hold; Unlock gives back one hold count
-	handedOff bool // taken on a release's grant, without a request of its own
 	unlocked  atomic.Bool
 }
 

@@ -61,11 +61,12 @@
 -- call; mode "0" sets the same count; mode "2" finds nothing more to do.
 local mode = ARGV[3]
 local v
-if mode == '1' then
+if mode == '1' and ARGV[5] ~= '0' then
   -- The common case, with the least the script defines and calls: the
   -- owner gives back its one hold, its lease ending with the key, and
   -- nobody waits: the state is "<fence>|1|0|0|<owner>", with the fence the
-  -- owner was given (ARGV[5]). One command writes the free state "<fence>",
+  -- owner was given (ARGV[5]; without one, as when an acquire whose answer
+  -- was lost is undone, nothing can match, and the state is read first). One command writes the free state "<fence>",
   -- which stays until the lease would have ended so that a retry finds the
   -- fence, and reads what it replaced; one string compared, none parsed.
   -- Anything else is put back as it was, expiry included, before the rest
