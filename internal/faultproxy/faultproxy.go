@@ -4,7 +4,10 @@
 // Unlike a byte-level proxy it reads the Redis protocol (RESP2 and RESP3) in
 // both directions, so it knows which reply answers which request: a test can
 // lose the reply to one particular script, delay one command, or hold a
-// request back, and leave everything else alone. It also offers
+// request back until the test lets it go, and leave everything else alone. A
+// held request outlives its client: it still reaches Redis when released,
+// after the client has given up on it and retried elsewhere, as a request
+// stuck in the network can. It also offers
 // connection-level faults: cutting every connection, refusing new ones,
 // pausing all traffic and turning pub/sub connections into half-open ones.
 //
@@ -83,9 +86,10 @@ func Start(t testing.TB, target string) *Proxy {
 // Addr returns the address clients should connect to.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Close stops listening, closes every connection and waits until all of the
-// proxy's goroutines have ended. It works while the proxy is paused, and
-// calling it again does nothing.
+// Close stops listening, closes every connection, dropping the requests held
+// on them, and waits until all of the proxy's goroutines have ended. It works
+// while the proxy is paused or holds requests, and calling it again does
+// nothing.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -197,8 +201,27 @@ const (
 	// connection and its upstream connection.
 	DropRequest
 	// DelayRequest holds the request for Rule.Delay before forwarding it to
-	// Redis. Later requests on the same connection wait behind it.
+	// Redis. Later requests on the same connection wait behind it. If the
+	// client closes the connection meanwhile, the request may never run;
+	// HoldRequest is the fault for a request that outlives its client.
 	DelayRequest
+	// HoldRequest keeps the request from Redis until the rule is released
+	// (Injection.Release, Remove or Clear), then forwards it. Later requests
+	// on the same connection wait behind it, as on a real socket. Hit's
+	// channel is closed when the rule first holds a request, and Delivered's
+	// once Redis has answered every request the rule held. Requests the rule
+	// applies to after its release are forwarded at once.
+	//
+	// A held request outlives its client. If the client closes the
+	// connection meanwhile (go-redis does after a read timeout, and retries
+	// on a new connection), the proxy keeps the connection to Redis open. On
+	// release it forwards the held request and then every request it had read
+	// from the client before noticing the close, in order and with the rules
+	// applied as usual; it discards their replies and closes the connection
+	// once Redis has answered them all. Cut and Close drop held requests, and
+	// so does a fault that closes the connection, such as DropReply on an
+	// earlier request.
+	HoldRequest
 )
 
 // Rule says which requests get which fault.
@@ -211,19 +234,34 @@ type Rule struct {
 
 // Injection is a rule added by Inject.
 type Injection struct {
-	p       *Proxy
-	rule    Rule
-	hit     chan struct{}
-	hits    int  // guarded by p.mu
-	removed bool // guarded by p.mu
+	p         *Proxy
+	rule      Rule
+	hit       chan struct{}
+	release   chan struct{} // closed by Release
+	delivered chan struct{} // closed when released and every held request is answered
+
+	// guarded by p.mu
+	hits          int
+	removed       bool
+	released      bool
+	unsettled     int  // held requests neither answered nor dropped yet
+	dropped       bool // a held request was dropped
+	deliveredShut bool // delivered is closed
 }
 
 // Inject adds a rule. Rules are checked in the order they were added; the
 // first one that matches a request and still has Times left applies to it.
-// Rules apply to requests read after Inject returns, and not to connections in
-// pub/sub mode.
+// Rules apply to requests read after Inject returns, and to those waiting
+// behind a held request when it is released; not to connections in pub/sub
+// mode.
 func (p *Proxy) Inject(r Rule) *Injection {
-	in := &Injection{p: p, rule: r, hit: make(chan struct{})}
+	in := &Injection{
+		p:         p,
+		rule:      r,
+		hit:       make(chan struct{}),
+		release:   make(chan struct{}),
+		delivered: make(chan struct{}),
+	}
 	p.mu.Lock()
 	p.rules = append(p.rules, in)
 	p.mu.Unlock()
@@ -240,19 +278,71 @@ func (in *Injection) Hits() int {
 // Hit returns a channel that is closed when the rule first applies.
 func (in *Injection) Hit() <-chan struct{} { return in.hit }
 
-// Remove removes the rule. Requests it already applied to keep their fault.
+// Release lets go of every request the rule holds: each is forwarded to
+// Redis, in order on its connection, even if its client has gone. Requests
+// the rule applies to from now on are forwarded at once. Calling it again
+// does nothing; for a rule whose fault is not HoldRequest it only closes
+// Delivered's channel.
+func (in *Injection) Release() {
+	in.p.mu.Lock()
+	defer in.p.mu.Unlock()
+	in.releaseLocked()
+}
+
+// Delivered returns a channel that is closed once the rule has been released
+// and Redis has answered every request it held: each was forwarded and the
+// proxy has read its reply, whether or not the client was still there to
+// receive it. If the rule held nothing, the channel is closed by Release. If
+// a held request is dropped instead (see HoldRequest), the channel is never
+// closed.
+func (in *Injection) Delivered() <-chan struct{} { return in.delivered }
+
+// releaseLocked is Release with p.mu held.
+func (in *Injection) releaseLocked() {
+	if in.released {
+		return
+	}
+	in.released = true
+	close(in.release)
+	in.deliverLocked()
+}
+
+// deliverLocked closes delivered if its time has come; p.mu is held.
+func (in *Injection) deliverLocked() {
+	if in.released && in.unsettled == 0 && !in.dropped && !in.deliveredShut {
+		in.deliveredShut = true
+		close(in.delivered)
+	}
+}
+
+// settle records the end of a request the rule held: answered by Redis, or
+// dropped.
+func (in *Injection) settle(answered bool) {
+	in.p.mu.Lock()
+	defer in.p.mu.Unlock()
+	in.unsettled--
+	if !answered {
+		in.dropped = true
+	}
+	in.deliverLocked()
+}
+
+// Remove removes the rule. Requests it already applied to keep their fault,
+// except that the requests it holds are released, as by Release.
 func (in *Injection) Remove() {
 	in.p.mu.Lock()
 	defer in.p.mu.Unlock()
 	in.removed = true
+	in.releaseLocked()
 	in.p.rules = slices.DeleteFunc(in.p.rules, func(r *Injection) bool { return r == in })
 }
 
-// Clear removes every rule.
+// Clear removes every rule, releasing the requests they hold.
 func (p *Proxy) Clear() {
 	p.mu.Lock()
 	for _, in := range p.rules {
 		in.removed = true
+		in.releaseLocked()
 	}
 	p.rules = nil
 	p.mu.Unlock()
@@ -277,14 +367,19 @@ func (p *Proxy) apply(cmd Command) pending {
 			if in.hits == 1 {
 				close(in.hit)
 			}
-			return pending{fault: r.Fault, delay: r.Delay}
+			e := pending{fault: r.Fault, delay: r.Delay}
+			if r.Fault == HoldRequest && !in.released {
+				in.unsettled++
+				e.hold = in
+			}
+			return e
 		}
 	}
 	return pending{}
 }
 
-// Cut closes every open client connection and its upstream connection, and
-// returns how many it closed.
+// Cut closes every open connection, on both sides, and returns how many it
+// closed. Requests held on them are dropped.
 func (p *Proxy) Cut() int {
 	p.mu.Lock()
 	cs := make([]*conn, 0, len(p.conns))
@@ -356,7 +451,8 @@ func (p *Proxy) Accepted() int {
 	return p.accepted
 }
 
-// Open returns how many client connections are open now.
+// Open returns how many connections are open now, counting those whose client
+// has gone while they still deliver held requests to Redis (see HoldRequest).
 func (p *Proxy) Open() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -387,7 +483,8 @@ func (p *Proxy) accept() {
 	}
 }
 
-// serve dials the target for one client connection and runs its two pumps.
+// serve dials the target for one client connection and runs its three pumps:
+// read (here), forward and replies.
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	var d net.Dialer
@@ -396,7 +493,14 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = client.Close()
 		return
 	}
-	c := &conn{p: p, client: client, server: server, done: make(chan struct{})}
+	c := &conn{
+		p:           p,
+		client:      client,
+		server:      server,
+		done:        make(chan struct{}),
+		readable:    make(chan struct{}, 1),
+		forwardable: make(chan struct{}, 1),
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -405,43 +509,123 @@ func (p *Proxy) serve(client net.Conn) {
 		return
 	}
 	p.conns[c] = struct{}{}
-	p.wg.Add(1)
+	p.wg.Add(2)
 	p.mu.Unlock()
+	go c.forward()
 	go c.replies()
-	c.requests()
+	c.read()
 }
 
 // pending is what the reply pump must do with the reply to one request.
 type pending struct {
 	fault     Fault
 	delay     time.Duration
-	subscribe bool // the request was SUBSCRIBE, PSUBSCRIBE or SSUBSCRIBE
+	subscribe bool       // the request was SUBSCRIBE, PSUBSCRIBE or SSUBSCRIBE
+	hold      *Injection // the rule that held the request; nil if none did
+}
+
+// request is one request read from the client and not yet forwarded.
+type request struct {
+	cmd Command
+	raw []byte // its bytes as the client sent them
 }
 
 // conn is one proxied client connection and its upstream connection.
+//
+// Three pumps serve it. read reads requests from the client and hands them to
+// forward one at a time, waiting until each has been sent before it reads the
+// next, as a single loop would; but while forward holds a request, read reads
+// ahead, so that it notices when the client closes. forward applies the rules
+// and writes requests to Redis, in order. replies reads Redis's replies and
+// writes them to the client.
+//
+// When the client side ends (EOF or an error, seen by read or by replies)
+// while a held request is not yet answered, the connection drains instead of
+// closing: the client connection is closed, forward goes on with what read
+// had read, replies discards what Redis answers, and the connection closes
+// once nothing is left to forward or to answer.
 type conn struct {
 	p              *Proxy
 	client, server net.Conn
 	done           chan struct{} // closed by close
 	closeOnce      sync.Once
+	readable       chan struct{} // wakes read; buffered 1
+	forwardable    chan struct{} // wakes forward; buffered 1
 
-	mu    sync.Mutex
-	queue []pending // one per request forwarded and not yet answered, oldest first
+	mu         sync.Mutex
+	backlog    []request // read and not yet taken by forward, oldest first
+	busy       bool      // forward is working on a request from backlog
+	holding    bool      // forward waits for a held request to be released
+	held       int       // held requests on this connection not yet answered
+	queue      []pending // one per request forwarded and not yet answered, oldest first
+	clientGone bool      // the client side has ended and the connection drains
+	closed     bool      // close has begun
 
 	pubsub     atomic.Bool // replies are forwarded without matching
 	blackholed atomic.Bool // nothing is forwarded any more
 }
 
-// close closes both sides and wakes both pumps.
+// wake wakes the pump waiting on ch, or its next wait, without blocking.
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// close closes both sides and wakes every pump. The held requests that Redis
+// has not answered are dropped.
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		var dropped []*Injection
+		for _, e := range c.queue {
+			if e.hold != nil {
+				dropped = append(dropped, e.hold)
+			}
+		}
+		c.queue = nil
+		c.mu.Unlock()
 		close(c.done)
 		_ = c.client.Close()
 		_ = c.server.Close()
 		c.p.mu.Lock()
 		delete(c.p.conns, c)
 		c.p.mu.Unlock()
+		for _, in := range dropped {
+			in.settle(false)
+		}
 	})
+}
+
+// endClient handles the end of the client side. If a held request is not yet
+// answered, it closes only the client connection and lets the connection
+// drain, and reports true; otherwise it closes the connection and reports
+// false.
+func (c *conn) endClient() bool {
+	c.mu.Lock()
+	drain := !c.closed && (c.clientGone || c.held > 0)
+	c.clientGone = drain
+	c.mu.Unlock()
+	if !drain {
+		c.close()
+		return false
+	}
+	_ = c.client.Close()
+	c.closeIfDrained()
+	return true
+}
+
+// closeIfDrained closes a draining connection once nothing is left to forward
+// or to answer.
+func (c *conn) closeIfDrained() {
+	c.mu.Lock()
+	drained := c.clientGone && len(c.backlog) == 0 && !c.busy && len(c.queue) == 0
+	c.mu.Unlock()
+	if drained {
+		c.close()
+	}
 }
 
 // proceed blocks while the proxy is paused and reports whether the pump may
@@ -475,59 +659,183 @@ func (c *conn) sleep(d time.Duration) bool {
 	}
 }
 
-// requests is the request pump: client to Redis.
-func (c *conn) requests() {
-	defer c.close()
+// read is the client half of the request pump: it reads requests from the
+// client and hands them to forward.
+func (c *conn) read() {
 	rd := newReader(c.client)
 	for {
 		cmd, err := rd.command()
 		if err != nil {
+			c.endClient()
 			return
 		}
-		var e pending
-		if len(cmd) > 0 && !c.pubsub.Load() {
-			e = c.p.apply(cmd)
-			switch cmd.Name() {
-			case "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE":
-				e.subscribe = true
-			}
-		}
-		switch e.fault {
-		case DropRequest:
-			return
-		case DelayRequest:
-			if !c.sleep(e.delay) {
-				return
-			}
-		}
-		if !c.proceed() {
-			return
-		}
-		if len(cmd) > 0 && !c.pubsub.Load() { // Redis does not answer an empty inline command
-			c.mu.Lock()
-			c.queue = append(c.queue, e)
+		c.mu.Lock()
+		if c.clientGone || c.closed {
 			c.mu.Unlock()
+			return
 		}
-		if _, err := c.server.Write(rd.raw); err != nil {
+		c.backlog = append(c.backlog, request{cmd: cmd, raw: slices.Clone(rd.raw)})
+		c.mu.Unlock()
+		wake(c.forwardable)
+		if !c.waitTurn() {
 			return
 		}
 	}
 }
 
+// waitTurn blocks until read may read the next request: when forward has sent
+// every request read so far, or while it holds one. It returns false once the
+// connection is closed.
+func (c *conn) waitTurn() bool {
+	for {
+		c.mu.Lock()
+		ok := c.holding || (len(c.backlog) == 0 && !c.busy)
+		c.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-c.readable:
+		case <-c.done:
+			return false
+		}
+	}
+}
+
+// forward is the Redis half of the request pump: it sends the requests read
+// by read to Redis, in order.
+func (c *conn) forward() {
+	defer c.p.wg.Done()
+	for {
+		r, ok := c.take()
+		if !ok {
+			return
+		}
+		ok = c.send(r)
+		c.mu.Lock()
+		c.busy = false
+		c.mu.Unlock()
+		wake(c.readable)
+		if !ok {
+			c.close()
+			return
+		}
+		c.closeIfDrained()
+	}
+}
+
+// take waits for the next request read from the client and takes it; it
+// returns false once the connection is closed.
+func (c *conn) take() (request, bool) {
+	for {
+		c.mu.Lock()
+		if len(c.backlog) > 0 {
+			r := c.backlog[0]
+			c.backlog = slices.Delete(c.backlog, 0, 1)
+			c.busy = true
+			c.mu.Unlock()
+			return r, true
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.forwardable:
+		case <-c.done:
+			return request{}, false
+		}
+	}
+}
+
+// send applies the rules to one request and forwards it, after holding or
+// delaying it if a rule says so. It reports false when the connection must
+// close.
+func (c *conn) send(r request) bool {
+	var e pending
+	if len(r.cmd) > 0 && !c.pubsub.Load() {
+		e = c.p.apply(r.cmd)
+		switch r.cmd.Name() {
+		case "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE":
+			e.subscribe = true
+		}
+	}
+	if e.hold != nil {
+		queued := false
+		defer func() {
+			if !queued { // the connection closed first
+				e.hold.settle(false)
+			}
+		}()
+		c.mu.Lock()
+		c.held++
+		c.holding = true
+		c.mu.Unlock()
+		wake(c.readable) // read may read ahead now
+		select {
+		case <-e.hold.release:
+		case <-c.done:
+			return false
+		}
+		c.mu.Lock()
+		c.holding = false
+		c.mu.Unlock()
+		if !c.proceed() {
+			return false
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return false
+		}
+		// Queued even in pub/sub mode, so that close can tell it was
+		// dropped if no reply is ever matched to it.
+		c.queue = append(c.queue, e)
+		queued = true
+		c.mu.Unlock()
+		_, err := c.server.Write(r.raw)
+		return err == nil
+	}
+	switch e.fault {
+	case DropRequest:
+		return false
+	case DelayRequest:
+		if !c.sleep(e.delay) {
+			return false
+		}
+	}
+	if !c.proceed() {
+		return false
+	}
+	if len(r.cmd) > 0 && !c.pubsub.Load() { // Redis does not answer an empty inline command
+		c.mu.Lock()
+		c.queue = append(c.queue, e)
+		c.mu.Unlock()
+	}
+	_, err := c.server.Write(r.raw)
+	return err == nil
+}
+
 // next pops the entry for reply v. A push answers no request, except the
 // confirmation of a pending subscribe; a reply with no request waiting (which
-// Redis should not send) gets the zero entry.
+// Redis should not send) gets the zero entry. A held request it answers is
+// settled as answered.
 func (c *conn) next(v value) pending {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if len(c.queue) == 0 {
+		c.mu.Unlock()
 		return pending{}
 	}
 	e := c.queue[0]
 	if v.kind == '>' && !(e.subscribe && isSubscribeReply(v)) {
+		c.mu.Unlock()
 		return pending{}
 	}
 	c.queue = c.queue[1:]
+	if e.hold != nil {
+		c.held--
+	}
+	c.mu.Unlock()
+	if e.hold != nil {
+		e.hold.settle(true)
+	}
 	return e
 }
 
@@ -537,6 +845,21 @@ func isSubscribeReply(v value) bool {
 		return v.kind == '>' || v.kind == '*'
 	}
 	return false
+}
+
+// deliver writes a reply to the client, or discards it once the client has
+// gone. It reports false when the connection has closed.
+func (c *conn) deliver(raw []byte) bool {
+	c.mu.Lock()
+	gone := c.clientGone
+	c.mu.Unlock()
+	if gone {
+		return true
+	}
+	if _, err := c.client.Write(raw); err != nil {
+		return c.endClient()
+	}
+	return true
 }
 
 // replies is the reply pump: Redis to client.
@@ -567,9 +890,10 @@ func (c *conn) replies() {
 		if e.subscribe && isSubscribeReply(v) {
 			c.pubsub.Store(true) // before the client can see the confirmation
 		}
-		if _, err := c.client.Write(rd.raw); err != nil {
+		if !c.deliver(rd.raw) {
 			return
 		}
+		c.closeIfDrained()
 	}
 	// Pub/sub mode: forward bytes as they come, starting with any already
 	// buffered.

@@ -653,3 +653,265 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// appendA matches APPEND requests with the argument "a".
+var appendA = faultproxy.And(faultproxy.CommandIs("append"), faultproxy.HasArg("a"))
+
+// request encodes a request as clients send it: an array of bulk strings.
+func request(args ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return b.String()
+}
+
+// dial opens a raw connection through the proxy and sends reqs on it in one
+// write.
+func (e env) dial(t *testing.T, reqs ...string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", e.p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := io.WriteString(c, strings.Join(reqs, "")); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// get reads a string key directly from the server; a missing key reads as "".
+func (e env) get(t *testing.T, key string) string {
+	t.Helper()
+	s, err := e.direct.Get(context.Background(), key).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	return s
+}
+
+// waitOpen waits until the proxy has want open connections.
+func waitOpen(t *testing.T, p *faultproxy.Proxy, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); p.Open() != want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("Open = %d, want %d", p.Open(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitDelivered(t *testing.T, in *faultproxy.Injection) {
+	t.Helper()
+	select {
+	case <-in.Delivered():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Delivered not closed: the held request was not answered")
+	}
+}
+
+func notDelivered(t *testing.T, in *faultproxy.Injection, msg string) {
+	t.Helper()
+	select {
+	case <-in.Delivered():
+		t.Fatal("Delivered closed " + msg)
+	default:
+	}
+}
+
+// TestHoldRequestOutlivesClient is a request stuck in the network: go-redis
+// gives up on it after its read timeout, retries on a new connection and goes
+// on, and the first copy reaches Redis only when the test releases it.
+func TestHoldRequestOutlivesClient(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t)
+	c := e.client(t, func(o *redis.Options) {
+		o.ReadTimeout = 200 * time.Millisecond
+		o.MaxRetries = 1
+	})
+	in := e.p.Inject(faultproxy.Rule{Match: appendA, Fault: faultproxy.HoldRequest, Times: 1})
+	if n, err := c.Append(ctx, "k", "a").Result(); err != nil || n != 1 {
+		t.Fatalf("APPEND a = %d, %v; want 1 (the retry runs, the first copy is held)", n, err)
+	}
+	if n, err := c.Append(ctx, "k", "b").Result(); err != nil || n != 2 {
+		t.Fatalf("APPEND b = %d, %v; want 2", n, err)
+	}
+	if got := e.p.Accepted(); got != 2 {
+		t.Errorf("Accepted = %d, want 2 (go-redis reconnected once)", got)
+	}
+	if got := e.get(t, "k"); got != "ab" {
+		t.Fatalf("k = %q before Release, want ab", got)
+	}
+	notDelivered(t, in, "before Release")
+	in.Release()
+	waitDelivered(t, in)
+	if got := e.get(t, "k"); got != "aba" {
+		t.Fatalf("k = %q, want aba: the held copy runs when released, after the client's next request", got)
+	}
+	if in.Hits() != 1 {
+		t.Errorf("Hits = %d, want 1", in.Hits())
+	}
+	waitOpen(t, e.p, 1) // the held copy's connection closes once it is answered
+}
+
+// TestHoldRequestClientGone checks that the requests a client sent after a
+// held one, before closing the connection, reach Redis after it when it is
+// released, with their own faults, and that the connection then closes.
+func TestHoldRequestClientGone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t)
+	in := e.p.Inject(faultproxy.Rule{Match: appendA, Fault: faultproxy.HoldRequest})
+	// b still goes, after its delay, though a has been answered by then.
+	delayB := e.p.Inject(faultproxy.Rule{
+		Match: faultproxy.And(faultproxy.CommandIs("append"), faultproxy.HasArg("b")),
+		Fault: faultproxy.DelayRequest, Delay: 100 * time.Millisecond,
+	})
+	raw := e.dial(t, request("APPEND", "k", "a"), request("APPEND", "k", "b"))
+	<-in.Hit()
+	if err := raw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.direct.Append(ctx, "k", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	in.Release()
+	waitDelivered(t, in)
+	waitOpen(t, e.p, 0)
+	if got := e.get(t, "k"); got != "xab" {
+		t.Fatalf("k = %q, want xab: the held request, then the one behind it", got)
+	}
+	if delayB.Hits() != 1 {
+		t.Errorf("the rule for b applied %d times, want 1", delayB.Hits())
+	}
+}
+
+// TestHoldRequestRelease lets a held request go while its client still
+// waits: the client gets its reply, and the request it sent behind the held
+// one runs after it.
+func TestHoldRequestRelease(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		letGo    func(*faultproxy.Proxy, *faultproxy.Injection)
+		hitsThen int // Hits after one more matching request
+	}{
+		{"Release", func(_ *faultproxy.Proxy, in *faultproxy.Injection) { in.Release() }, 2},
+		{"Remove", func(_ *faultproxy.Proxy, in *faultproxy.Injection) { in.Remove() }, 1},
+		{"Clear", func(p *faultproxy.Proxy, _ *faultproxy.Injection) { p.Clear() }, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := setup(t)
+			c := e.client(t, nil)
+			in := e.p.Inject(faultproxy.Rule{Match: appendA, Fault: faultproxy.HoldRequest})
+			done := make(chan []redis.Cmder, 1)
+			go func() {
+				// One pipeline: both requests go out in one write, b behind a.
+				cmds, _ := c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+					pl.Append(ctx, "k", "a")
+					pl.Append(ctx, "k", "b")
+					return nil
+				})
+				done <- cmds
+			}()
+			<-in.Hit()
+			if err := e.direct.Append(ctx, "k", "x").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.get(t, "k"); got != "x" {
+				t.Fatalf("k = %q while a is held, want x: b must wait behind a", got)
+			}
+			notDelivered(t, in, "before the request was let go")
+			tc.letGo(e.p, in)
+			var cmds []redis.Cmder
+			select {
+			case cmds = <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the pipeline got no replies after the held request was let go")
+			}
+			for i, want := range []int64{2, 3} {
+				if n, err := cmds[i].(*redis.IntCmd).Result(); err != nil || n != want {
+					t.Errorf("reply %d = %d, %v; want %d", i, n, err, want)
+				}
+			}
+			waitDelivered(t, in)
+			if got := e.get(t, "k"); got != "xab" {
+				t.Fatalf("k = %q, want xab", got)
+			}
+			// A request after the release is not held.
+			if n, err := c.Append(ctx, "k", "a").Result(); err != nil || n != 4 {
+				t.Fatalf("APPEND after release = %d, %v; want 4", n, err)
+			}
+			if got := in.Hits(); got != tc.hitsThen {
+				t.Errorf("Hits = %d, want %d", got, tc.hitsThen)
+			}
+		})
+	}
+}
+
+// TestHoldRequestDropped checks that Cut and Close drop held requests, whether
+// or not their client is still there, and that Close does not wait for them.
+func TestHoldRequestDropped(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name       string
+		clientGone bool // the client closes its connection first
+		close      bool // Close the proxy rather than Cut
+	}{
+		{"Cut", false, false},
+		{"CutAfterClientGone", true, false},
+		{"Close", false, true},
+		{"CloseAfterClientGone", true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := setup(t)
+			in := e.p.Inject(faultproxy.Rule{Match: faultproxy.CommandIs("set"), Fault: faultproxy.HoldRequest})
+			raw := e.dial(t, request("SET", "k", "v"))
+			<-in.Hit()
+			if tc.clientGone {
+				if err := raw.Close(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(50 * time.Millisecond) // for the proxy to see the close
+			}
+			if tc.close {
+				closed := make(chan error, 1)
+				go func() { closed <- e.p.Close() }()
+				select {
+				case err := <-closed:
+					if err != nil {
+						t.Errorf("Close: %v", err)
+					}
+				case <-time.After(2 * time.Second):
+					t.Fatal("Close hung while a request was held")
+				}
+			} else if n := e.p.Cut(); n != 1 {
+				t.Errorf("Cut = %d, want 1", n)
+			}
+			if got := e.p.Open(); got != 0 {
+				t.Errorf("Open = %d, want 0", got)
+			}
+			if !tc.clientGone {
+				_ = raw.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if got, err := io.ReadAll(raw); err != nil || len(got) != 0 {
+					t.Errorf("client read %q, %v; want EOF", got, err)
+				}
+			}
+			in.Release()
+			time.Sleep(100 * time.Millisecond) // time for a request that should not come
+			notDelivered(t, in, "for a dropped request")
+			if n, err := e.direct.Exists(ctx, "k").Result(); err != nil || n != 0 {
+				t.Fatalf("EXISTS k = %d, %v; want 0: the dropped request must never run", n, err)
+			}
+		})
+	}
+}
