@@ -291,6 +291,13 @@ type turn struct {
 	// held is the last attempt that found the lock held: a grant told of
 	// later with a fence above its floor was made after it reached Redis.
 	held heldAt
+	// doubt is the latest deadline of an attempt whose outcome is unknown
+	// (protocol.AcquireResult.Doubt), 0 if none: a copy of it may still
+	// reach Redis until then, so the release that ends the turn's owner
+	// passes it on. doubtSent is when the first such attempt was sent: a
+	// lock it took is counted from then.
+	doubt     int64
+	doubtSent time.Time
 }
 
 // end stops t's timer and leaves its gate, taking its registration out of
@@ -301,7 +308,7 @@ func (t *turn) end() {
 		t.timer.Stop()
 	}
 	if t.w != nil {
-		e.note.Exit(t.g, t.w, t.registered)
+		e.note.Exit(t.g, t.w, t.registered, t.doubt)
 		e.bg.wg.Done()
 	}
 	if t.g != nil {
@@ -331,7 +338,13 @@ func (t *turn) try(ctx context.Context, extra []any) (l *Lease, pttl time.Durati
 		t.w.Drain()                                              // a grant made before this attempt is found by it
 	}
 	sent := time.Now()
-	l, pttl, r, err := a.attempt(ctx, t.owner, t.start, sent, register, extra)
+	l, pttl, r, err := a.attempt(ctx, t, sent, register, extra)
+	if r.Doubt > t.doubt {
+		t.doubt = r.Doubt
+		if t.doubtSent.IsZero() {
+			t.doubtSent = sent
+		}
+	}
 	if err == nil {
 		t.out = outage{}
 		t.held = heldAt{sent: sent, floor: r.Floor, at: r.At}
@@ -347,15 +360,19 @@ func (t *turn) try(ctx context.Context, extra []any) (l *Lease, pttl time.Durati
 		if again {
 			return nil, 0, true, nil
 		}
-		a.abandon(ctx, t.owner, sent)
+		a.abandon(ctx, t.owner, sent, t.doubt)
 		if stop != nil {
 			return nil, 0, false, a.interrupted(ctx, t.op, stop, &t.out)
 		}
 		return nil, 0, false, t.failed(ctx, err)
 	case err != nil:
-		a.abandon(ctx, t.owner, sent)
+		a.abandon(ctx, t.owner, sent, t.doubt)
 		return nil, 0, false, t.failed(ctx, err)
 	case !t.wait:
+		if t.doubt != 0 {
+			// An earlier copy may still take the lock: the owner ends here.
+			a.abandon(ctx, t.owner, sent, t.doubt)
+		}
 		return nil, 0, false, errs.Op(ErrNotAcquired, nil, "%s %q: held by another owner", t.op, a.k.Name)
 	}
 	return nil, pttl, false, nil
@@ -417,7 +434,7 @@ func (t *turn) sleep(ctx context.Context, pttl time.Duration) (*Lease, error) {
 	}
 	select {
 	case m := <-t.w.Wake:
-		if l := a.granted(ctx, t.owner, m, t.held, t.start); l != nil {
+		if l := a.granted(ctx, t, m); l != nil {
 			t.registered = false // the grant took the registration out of the queue
 			return l, nil
 		}
@@ -440,6 +457,11 @@ func (a *acquirer) contended(ctx context.Context) {
 // answers that more permits were asked for than its total.
 var errTooMany = errors.New("more permits than the semaphore's total")
 
+// errExpired is what attempt returns when every copy of an acquire reached
+// Redis after its deadline: the server's clock is far from what this host
+// learned of it.
+var errExpired = errors.New("the request reached Redis after its deadline each time it was sent: is Redis's clock far from this host's?")
+
 // heldAt is what an attempt that found the lock held tells of the moment it
 // reached Redis: when it was sent, the fence floor and the server time (µs)
 // its script answered with.
@@ -460,8 +482,8 @@ type heldAt struct {
 // older grant, too little left, WithWaitReplicas, whose acquire waits for the
 // replicas to acknowledge the grant) the caller tries again, which finds the
 // lock held by owner if it was granted and lengthens it.
-func (a *acquirer) granted(ctx context.Context, owner string, m protocol.Wake, h heldAt, start time.Time) *Lease {
-	e := a.e
+func (a *acquirer) granted(ctx context.Context, tn *turn, m protocol.Wake) *Lease {
+	e, owner, h, start := a.e, tn.owner, tn.held, tn.start
 	if a.k.Kind.Handoff != protocol.HandoffGrant || !e.traits.GrantWake || h.sent.IsZero() {
 		return nil
 	}
@@ -476,7 +498,7 @@ func (a *acquirer) granted(ctx context.Context, owner string, m protocol.Wake, h
 	if time.Since(from) >= m.Lease/2 {
 		return nil
 	}
-	t, err := e.ren.Begin(&a.k, owner, m.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: from, Grant: m.Lease})
+	t, err := e.ren.Begin(&a.k, owner, m.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: from, Grant: m.Lease, Doubt: tn.doubt})
 	if err != nil {
 		return nil // closing: the caller's next attempt fails with ErrClosed, and gives the grant back
 	}
@@ -488,42 +510,53 @@ func (a *acquirer) granted(ctx context.Context, owner string, m protocol.Wake, h
 	return l
 }
 
-// attempt runs the acquire script once, sent at sent, registering owner as a
-// waiter for register if the lock is held (0: not at all). It returns the
-// Lease if the lock was taken, else how long the holder's lease has left
-// (never less than 1ms; the lock's own TTL if that is unknown) and the
-// script's answer (its fence floor and server time, if it tells them).
-func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.Time, register time.Duration, extra []any) (*Lease, time.Duration, protocol.AcquireResult, error) {
+// attempt runs the acquire script once for the turn t, sent at sent,
+// registering its owner as a waiter for register if the lock is held (0: not
+// at all). It returns the Lease if the lock was taken, else how long the
+// holder's lease has left (never less than 1ms; the lock's own TTL if that
+// is unknown); and the script's answer (its fence floor and server time, if
+// it tells them, and the deadline of a copy whose outcome is unknown, also
+// with an error).
+func (a *acquirer) attempt(ctx context.Context, tn *turn, sent time.Time, register time.Duration, extra []any) (*Lease, time.Duration, protocol.AcquireResult, error) {
 	a.e.announce()
-	e := a.e
+	e, owner, before := a.e, tn.owner, tn.doubt
 	var r protocol.AcquireResult
 	var err error
 	if inline(e, ctx) {
 		r, err = e.backend.Acquire(ctx, a.k, owner, a.ttl, register, extra...)
 	} else {
+		// The closures take copies, not tn, which stays on its caller's
+		// stack.
 		r, err = within(e, ctx, func() (protocol.AcquireResult, error) {
 			return e.backend.Acquire(ctx, a.k, owner, a.ttl, register, extra...)
 		}, func(r protocol.AcquireResult, err error) {
 			// The caller has gone: undo whatever the script did for it. Its
 			// own unregistration may have run before this script did.
+			doubt := max(r.Doubt, before)
 			if err != nil || r.Fence > 0 {
-				a.abandon(context.Background(), owner, sent)
+				a.abandon(context.Background(), owner, sent, doubt)
 			}
 			if register > 0 {
-				e.note.Unregister(a.k, a.ttl, owner)
+				e.note.Unregister(a.k, a.ttl, owner, doubt)
 			}
 		})
 	}
 	e.heard(err)
 	switch {
 	case errors.Is(err, errLeftBehind):
+		// Its outcome is unknown until the background call ends, which
+		// then undoes what it did.
 		return nil, 0, protocol.AcquireResult{}, errs.Op(nil, err, "acquire %q", a.k.Name)
 	case err != nil:
 		// The script may have run: the caller tries again with the same
 		// owner, which gives the same outcome, or abandons.
-		return nil, 0, protocol.AcquireResult{}, err
+		return nil, 0, protocol.AcquireResult{Doubt: r.Doubt}, err
+	case r.Expired:
+		// Sent again with new deadlines, and too late each time: as an
+		// outage, it is tried again or fails.
+		return nil, 0, r, errs.Op(nil, errExpired, "acquire %q", a.k.Name)
 	case r.Gone:
-		return nil, 0, protocol.AcquireResult{}, errTooMany
+		return nil, 0, r, errTooMany
 	case r.Fence == 0 && r.Pttl < 0:
 		return nil, a.ttl, r, nil
 	case r.Fence == 0:
@@ -531,30 +564,44 @@ func (a *acquirer) attempt(ctx context.Context, owner string, start, sent time.T
 	case r.NotReplicated != nil:
 		// Taken on the primary only: a failover could grant it again. The
 		// caller abandons it.
-		return nil, 0, protocol.AcquireResult{}, errs.Op(ErrNotAcquired, r.NotReplicated, "acquire %q", a.k.Name)
+		return nil, 0, r, errs.Op(ErrNotAcquired, r.NotReplicated, "acquire %q", a.k.Name)
 	}
-	t, err := e.ren.Begin(&a.k, owner, r.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: sent, FenceArg: r.FenceArg})
+	// The lease runs from the first copy that may have taken it: a retry
+	// that finds the lock held by its owner does not lengthen it.
+	begun := sent
+	if !tn.doubtSent.IsZero() && tn.doubtSent.Before(begun) {
+		begun = tn.doubtSent
+	}
+	t, err := e.ren.Begin(&a.k, owner, r.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: begun, FenceArg: r.FenceArg, Doubt: max(r.Doubt, tn.doubt)})
 	if err != nil {
-		a.abandon(ctx, owner, sent)
-		return nil, 0, protocol.AcquireResult{}, err
+		a.abandon(ctx, owner, sent, max(r.Doubt, tn.doubt))
+		return nil, 0, r, err
 	}
 	if e.log.Enabled(ctx, slog.LevelDebug) { // the arguments would escape even if discarded
-		e.log.Debug("dlock: acquired", "lock", a.k.Name, "fence", r.Fence, "waited", time.Since(start))
+		e.log.Debug("dlock: acquired", "lock", a.k.Name, "fence", r.Fence, "waited", time.Since(tn.start))
 	}
-	return newHold(e, t), 0, protocol.AcquireResult{}, nil
+	return newHold(e, t), 0, r, nil
 }
 
 // abandon releases whatever owner may hold after an acquire, sent at sent,
 // whose outcome is unknown: the script may have run even though its reply
-// never arrived. If ctx has ended, the release goes on in the background, so
+// never arrived, and, if doubt is not 0, a copy of it may still reach Redis
+// until then (the release records owner, so that it takes nothing). If ctx has ended, the release goes on in the background, so
 // that a stalled Redis does not hold the caller. A release that fails is
 // retried in the background, as a failed Unlock is, until Redis answers or
 // the lock's TTL from sent has run out.
-func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time) {
+func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time, doubt int64) {
 	e := a.e
 	release := func(ctx context.Context) error {
-		_, err := e.backend.Release(ctx, a.k, owner, protocol.NoFence, protocol.ReleaseLast, a.ttl, 0)
+		_, err := e.backend.Release(ctx, a.k, protocol.ReleaseArgs{Owner: owner, Fence: protocol.NoFence, Mode: protocol.ReleaseLast, TTL: a.ttl, Void: doubt})
 		return err
+	}
+	// A copy still on its way may take the lock until its deadline, which
+	// may be later than the TTL from sent: the release, which records the
+	// owner until then, is worth sending until then too.
+	until := sent.Add(a.ttl)
+	if doubt != 0 {
+		until = latest(until, sent.Add(protocol.RequestTTL))
 	}
 	first := func() {
 		cctx, cancel := cleanupContext(ctx, a.ttl)
@@ -567,7 +614,7 @@ func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time) {
 		// The script may have taken the lock: left alone, it would be held
 		// by nobody, and refuse everyone, for its whole TTL.
 		e.bg.doSoon(func() {
-			switch err := timing.RetryRelease(e.closing, sent.Add(a.ttl), a.ttl, release); {
+			switch err := timing.RetryRelease(e.closing, until, a.ttl, release); {
 			case err == nil:
 				e.log.Debug("dlock: cleanup after failed acquire done in the background", "lock", a.k.Name)
 			case errors.Is(err, timing.ErrReleaseLapsed):
@@ -580,6 +627,14 @@ func (a *acquirer) abandon(ctx context.Context, owner string, sent time.Time) {
 	if !ended(ctx) || !e.bg.goDo(first) {
 		first()
 	}
+}
+
+// latest returns the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // outageLimit bounds how long a waiting call whose context has no deadline
@@ -838,7 +893,7 @@ func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
 		ttl := h.e.ren.TTLOf(t)
 		cctx, cancel := cleanupContext(ctx, ttl)
 		defer cancel()
-		if _, err := h.e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseOne, ttl, int(h.holds)); err != nil {
+		if _, err := h.e.backend.Release(cctx, *t.K, protocol.ReleaseArgs{Owner: t.Owner, Fence: t.FenceArg(), Mode: protocol.ReleaseOne, TTL: ttl, Count: int(h.holds)}); err != nil {
 			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.K.Name, "err", err)
 		}
 		return nil, errs.Op(ErrNotAcquired, r.NotReplicated, "re-enter %q", t.K.Name)
@@ -883,14 +938,14 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		// this hold is given back whatever Redis answers, and a count that
 		// failed to reach Redis is set right by the next one that does.
 		h.holds--
-		code, err := e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseOne, ttl, int(h.holds))
+		r, err := e.backend.Release(cctx, *t.K, protocol.ReleaseArgs{Owner: t.Owner, Fence: t.FenceArg(), Mode: protocol.ReleaseOne, TTL: ttl, Count: int(h.holds)})
 		switch {
 		case err != nil:
 			return false, errs.Op(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.K.Name)
-		case code == protocol.CodeHeld:
+		case r.Code == protocol.CodeHeld:
 			return false, nil
 		}
-		lost := t.LostErr(code)
+		lost := t.LostErr(r.Code)
 		e.ren.Lose(t, lost)
 		return false, errs.Op(ErrNotHeld, lost, "unlock")
 	}
@@ -904,14 +959,14 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	if h.granted {
 		mode = protocol.ReleaseLastQueued
 	}
-	code, err := e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), mode, ttl, 0)
+	r, err := e.backend.Release(cctx, *t.K, protocol.ReleaseArgs{Owner: t.Owner, Fence: t.FenceArg(), Mode: mode, TTL: ttl, Void: t.Doubt})
 	if err != nil {
 		e.log.Error("dlock: release failed; retrying in the background", "lock", t.K.Name, "fence", t.Fence, "err", err)
 		e.ren.End(t, errUnlocked, nil)
 		e.bg.doSoon(func() { h.releaseLater(ttl) })
 		return true, errs.Op(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.K.Name)
 	}
-	if lost := releasedLoss(t, code, e.ren.DeadlineOf(t)); lost != nil {
+	if lost := releasedLoss(t, r, e.ren.DeadlineOf(t)); lost != nil {
 		e.ren.Lose(t, lost)
 		return true, errs.Op(ErrNotHeld, lost, "unlock")
 	}
@@ -923,24 +978,39 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	return true, nil
 }
 
-// releasedLoss tells what code, the answer of the release of t's last hold,
+// releasedLoss tells what r, the answer of the release of t's last hold,
 // says: nil if the release freed the lock, else how the lease was lost.
 // deadline is the lease's local deadline.
-func releasedLoss(t *renew.Term, code int64, deadline time.Time) error {
+func releasedLoss(t *renew.Term, r protocol.Released, deadline time.Time) error {
+	before := time.Now().Before(deadline)
 	switch {
-	case code == protocol.CodeDone,
-		// The owner holds nothing and the lock's keys show it went on from
-		// this hold; before the lease's local deadline it cannot have
-		// lapsed, so an earlier run of this release (go-redis runs it again
-		// when a reply is lost) freed it.
-		code == protocol.CodeAfter && time.Now().Before(deadline):
+	case r.Code == protocol.CodeDone,
+		// The owner holds nothing, and the lock's keys show that its hold
+		// ended while they were there: an earlier copy of this release (its
+		// reply lost) freed it, since before the lease's local deadline it
+		// cannot have expired instead.
+		r.Code == protocol.CodeAfter && before && r.Retried:
 		return nil
-	case code == protocol.CodeAfter:
-		return errs.Op(ErrLockLost, nil, "%q was free of this owner when the release ran, but the reply came after the lease's deadline: this release may have freed it (then this is a false alarm), or the lease had expired first", t.K.Name)
-	case code == protocol.CodeVanished:
-		return errs.Op(ErrLockLost, nil, "Redis keeps none of %q's keys: they expired, or Redis lost them (a restart, a failover); if that happened after this release freed it, this is a false alarm", t.K.Name)
+	case r.Code == protocol.CodeEvicted:
+		return t.LostErr(r.Code)
+	case r.Code == protocol.CodeAfter && r.Retried:
+		return errs.Op(ErrLockLost, nil, "%q was free of this owner when the release ran, but the reply came after the lease's deadline: an earlier copy of this release may have freed it (then this is a false alarm), or the lease had expired first", t.K.Name)
+	case r.Code == protocol.CodeAfter:
+		// No copy of this release ran before: the hold expired in Redis.
+		return errs.Op(ErrLockLost, nil, "%q expired in Redis before its release ran", t.K.Name)
+	case r.Retried:
+		// A copy of this release whose reply was lost may have freed it,
+		// and the keys no longer show it: the lock moved on since, or they
+		// expired or were lost.
+		return errs.Op(ErrLockLost, nil, "%q was not this owner's when the release was sent again after a lost reply, and Redis no longer shows whether the first copy freed it: if it did, this is a false alarm; if not, the lease had expired or Redis lost its keys (a restart, a failover, eviction)", t.K.Name)
+	case before && r.Code == protocol.CodeOther:
+		return errs.Op(ErrLockLost, nil, "%q is held by another owner, before this lease could have expired: Redis lost the lock's keys (a restart without persistence, a failover to a replica that missed it, eviction) and it was taken again", t.K.Name)
+	case before:
+		return errs.Op(ErrLockLost, nil, "%q was gone from Redis before this lease could have expired: Redis lost the lock's keys (a restart without persistence, a failover to a replica that missed it, eviction)", t.K.Name)
+	case r.Code == protocol.CodeOther:
+		return errs.Op(ErrLockLost, nil, "%q expired, and is held by another owner", t.K.Name)
 	}
-	return t.LostErr(code)
+	return t.LostErr(r.Code)
 }
 
 // releaseLater retries the release of a hold whose last Unlock could not
@@ -948,8 +1018,13 @@ func releasedLoss(t *renew.Term, code int64, deadline time.Time) error {
 // deadline passes; once the Client closes, it makes one last attempt.
 func (h *hold) releaseLater(ttl time.Duration) {
 	t, e := h.t, h.e
-	err := timing.RetryRelease(e.closing, e.ren.DeadlineOf(t), ttl, func(ctx context.Context) error {
-		_, err := e.backend.Release(ctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseLast, ttl, 0)
+	until := e.ren.DeadlineOf(t)
+	if t.Doubt != 0 {
+		// Until the record it carries can matter.
+		until = latest(until, t.Begun.Add(protocol.RequestTTL))
+	}
+	err := timing.RetryRelease(e.closing, until, ttl, func(ctx context.Context) error {
+		_, err := e.backend.Release(ctx, *t.K, protocol.ReleaseArgs{Owner: t.Owner, Fence: t.FenceArg(), Mode: protocol.ReleaseLast, TTL: ttl, Void: t.Doubt})
 		return err
 	})
 	switch {

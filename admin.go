@@ -381,10 +381,10 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 		if err != nil {
 			return ev, errs.Op(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
 		}
-		// CodeAfter for a hold Inspect saw: it is over, and the fence has
-		// passed it (a run of this call whose reply was lost took it away,
-		// or it ended just before).
-		if code != protocol.CodeDone && (code != protocol.CodeAfter || fence == 0) {
+		// CodeEvicted: a run of this call whose reply was lost took it away
+		// (or another ForceRelease did). CodeAfter for a hold Inspect saw:
+		// it is over, its fence still the last (it ended just before).
+		if code != protocol.CodeDone && code != protocol.CodeEvicted && (code != protocol.CodeAfter || fence == 0) {
 			ev.Gone = append(ev.Gone, o)
 			continue
 		}

@@ -2,7 +2,9 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,7 +47,8 @@ func (pc *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 // releases of 64 goroutines on one Client go together in pipelines, which
 // go-redis sends again whole when a request or reply in them is lost; and
 // through all of it, and late replies, each lock has one holder at a time,
-// its fences rise, and every Unlock succeeds.
+// its fences rise, and every Unlock succeeds but those that cannot tell
+// their retried release from a loss, which say so.
 func TestBatching(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -80,7 +83,8 @@ func TestBatching(t *testing.T) {
 			drops = append(drops, p.Inject(faultproxy.Rule{Match: script(op), Fault: f, Delay: 50 * time.Millisecond, Times: 3}))
 		}
 	}
-	crowd(t, c)
+	alarms := crowd(t, c, true)
+	t.Logf("%d Unlocks sent again after a lost reply could not be told from a loss", alarms)
 	for _, in := range drops {
 		checkHit(t, in)
 	}
@@ -88,13 +92,20 @@ func TestBatching(t *testing.T) {
 		t.Errorf("%d pipelines, the largest of %d commands: the goroutines' requests did not go together", pc.pipelines.Load(), pc.largest.Load())
 	}
 	// Each name keeps its free state, with its last fence, until the lease
-	// that freed it would have ended; none is held.
+	// that freed it would have ended, or, if it records owners whose
+	// acquire's reply was lost, until that request's deadline; none is
+	// held.
 	for _, k := range stateKeys(direct, "dlock:{n*}") {
-		if s := readLock(t, direct, k); s.Held() {
+		s := readLock(t, direct, k)
+		if s.Held() {
 			t.Errorf("%s still held: %+v", k, s)
 		}
-		if p := direct.PTTL(ctx, k).Val(); p <= 0 || p > 5*time.Second {
-			t.Errorf("%s left with PTTL %v, want a TTL within the lease's 5s", k, p)
+		within := 5 * time.Second
+		if s.Records != "" {
+			within = dlock.RequestTTL + time.Second
+		}
+		if p := direct.PTTL(ctx, k).Val(); p <= 0 || p > within {
+			t.Errorf("%s left with PTTL %v, want a TTL within %v: %+v", k, p, within, s)
 		}
 	}
 	t.Logf("%d pipelines, the largest of %d commands", pc.pipelines.Load(), pc.largest.Load())
@@ -110,7 +121,7 @@ func TestBatchingCluster(t *testing.T) {
 	var pc pipelineCounter
 	rdb.AddHook(&pc)
 	c := clientOn(t, rdb, dlock.WithTTL(5*time.Second))
-	crowd(t, c)
+	crowd(t, c, false)
 	if pc.pipelines.Load() == 0 || pc.largest.Load() < 2 {
 		t.Errorf("%d pipelines, the largest of %d commands: the goroutines' requests did not go together", pc.pipelines.Load(), pc.largest.Load())
 	}
@@ -119,8 +130,12 @@ func TestBatchingCluster(t *testing.T) {
 
 // crowd has 64 goroutines take and release 16 Mutexes, 4 on each, 40 times
 // each, and fails the test if a lock has two holders at once, a fence does
-// not rise, or a Lock or Unlock fails.
-func crowd(t *testing.T, c *dlock.Client) {
+// not rise, or a Lock or Unlock fails. An Unlock whose release was sent
+// again after a lost reply, and found the lock gone on further than its
+// state shows, answers that it may be a false alarm (the keys can no longer
+// tell it from a loss): with lostReleases set, such answers are counted and
+// returned instead of failing the test.
+func crowd(t *testing.T, c *dlock.Client, lostReleases bool) (falseAlarms int64) {
 	t.Helper()
 	ctx := context.Background()
 	const names, perName, rounds = 16, 4, 40
@@ -131,7 +146,7 @@ func crowd(t *testing.T, c *dlock.Client) {
 	}
 	guards := make([]guard, names)
 	var wg sync.WaitGroup
-	var failures atomic.Int64
+	var failures, alarms atomic.Int64
 	fail := func(format string, args ...any) {
 		if failures.Add(1) <= 5 {
 			t.Errorf(format, args...)
@@ -161,10 +176,15 @@ func crowd(t *testing.T, c *dlock.Client) {
 				gd.mu.Unlock()
 				gd.holders.Add(-1)
 				if err := l.Unlock(ctx); err != nil {
+					if lostReleases && errors.Is(err, dlock.ErrLockLost) && strings.Contains(err.Error(), "false alarm") {
+						alarms.Add(1)
+						continue
+					}
 					fail("Unlock n%d: %v", i, err)
 				}
 			}
 		})
 	}
 	wg.Wait()
+	return alarms.Load()
 }

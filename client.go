@@ -139,7 +139,7 @@ func (c *Client) Close() error {
 		defer cancel()
 		var failed []error
 		for _, t := range live {
-			if _, rerr := e.backend.Release(ctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseLast, e.ren.TTLOf(t), 0); rerr != nil {
+			if _, rerr := e.backend.Release(ctx, *t.K, protocol.ReleaseArgs{Owner: t.Owner, Fence: t.FenceArg(), Mode: protocol.ReleaseLast, TTL: e.ren.TTLOf(t), Void: t.Doubt}); rerr != nil {
 				failed = append(failed, rerr)
 			}
 			cause := errs.Op(ErrClosed, nil, "lock %q ended by Close", t.K.Name)

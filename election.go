@@ -167,7 +167,7 @@ func (o *observer) run(ctx context.Context, yield func(Leader, error) bool) {
 	a, e := o.a, o.a.e
 	defer func() {
 		if o.w != nil {
-			e.note.Exit(o.g, o.w, false)
+			e.note.Exit(o.g, o.w, false, 0)
 		}
 		if o.g != nil {
 			e.note.Leave(o.g)
@@ -529,12 +529,13 @@ func (ld *Leadership) release1(ctx context.Context, r *resignation) error {
 	h := ld.l.h
 	e, t := h.e, h.t
 	ttl := e.ren.TTLOf(t)
+	args := protocol.ReleaseArgs{Owner: t.Owner, Fence: t.FenceArg(), Mode: protocol.ReleaseLast, TTL: ttl, Void: t.Doubt}
 	release := func(ctx context.Context) error {
-		_, err := e.backend.Release(ctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseLast, ttl, 0)
+		_, err := e.backend.Release(ctx, *t.K, args)
 		return err
 	}
 	cctx, cancel := cleanupContext(ctx, ttl)
-	code, err := e.backend.Release(cctx, *t.K, t.Owner, t.FenceArg(), protocol.ReleaseLast, ttl, 0)
+	code, err := e.backend.Release(cctx, *t.K, args)
 	cancel()
 	if err != nil {
 		e.log.Error("dlock: resign failed; retrying in the background", "election", t.K.Name, "term", t.Fence, "err", err)

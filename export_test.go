@@ -7,6 +7,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// RequestTTL is how long an acquire may take to reach Redis; a record of
+// its owner, once it ended, lasts that long at most.
+const RequestTTL = protocol.RequestTTL
+
 // Deliberately broken scripts: the multi-process safety tests run them in
 // their worker processes to show that their checks catch a broken lock.
 var mutants = map[string]string{
@@ -51,7 +55,7 @@ return t[1] * 1000000 + t[2] + 3600000000`,
 var semMutants = map[string]string{
 	// Permits are handed out whether or not any are free.
 	"sem-ignores-count": `
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[5])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[6])
 redis.call('ZADD', KEYS[5], '+inf', ARGV[1])
 return redis.call('INCR', KEYS[2])`,
 }
@@ -63,7 +67,7 @@ var rwMutants = map[string]string{
 	"rw-writer-ignores-readers": `
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-if ARGV[3] == '1' then
+if ARGV[4] == '1' then
   if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
     return 0
@@ -77,7 +81,7 @@ end
 if redis.call('HLEN', KEYS[1]) > 0 then
   return -redis.call('PTTL', KEYS[1]) - 3
 end
-if ARGV[5] == 'r' then
+if ARGV[6] == 'r' then
   redis.call('ZADD', KEYS[5], now + tonumber(ARGV[2]), ARGV[1])
 else
   redis.call('HSET', KEYS[1], ARGV[1], 1)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -173,6 +175,35 @@ func TestScriptHeaders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The release of an owner whose acquire's reply was lost, which records
+	// it until that request's deadline.
+	srv := redistest.Start(t)
+	p := faultproxy.Start(t, srv.Addr)
+	loadScripts(t, srv.Client(t))
+	prdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { _ = prdb.Close() })
+	prdb.AddHook(&rec)
+	pc := clientOn(t, prdb)
+	for _, op := range []string{"acquire", "rw_acquire", "sem_acquire"} {
+		in := dropOnce(t, p, op)
+		var l *dlock.Lease
+		var err error
+		switch op {
+		case "acquire":
+			l, err = pc.Mutex("void").Lock(ctx)
+		case "rw_acquire":
+			l, err = pc.RWMutex("void").Lock(ctx)
+		default:
+			l, err = pc.Semaphore("void", 1).Acquire(ctx, 1)
+		}
+		checkHit(t, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	rec.mu.Lock()
 	calls := rec.calls
@@ -236,7 +267,8 @@ func TestScriptHeaders(t *testing.T) {
 
 // checkExtend checks an extend.lua request: groups of six ARGV, each
 // naming how many KEYS its lease has, which add up to the KEYS sent, and
-// each group's keys sharing one tag, the extends hash last.
+// each group's keys sharing one tag, the extends hash last but for a lock's
+// state (type "s"), which keeps its generation itself.
 func checkExtend(t *testing.T, h header, call scriptCall) {
 	t.Helper()
 	if len(call.args)%6 != 0 || len(call.args) == 0 {
@@ -246,7 +278,8 @@ func checkExtend(t *testing.T, h header, call scriptCall) {
 	k := 0
 	for g := 0; g < len(call.args); g += 6 {
 		n, err := strconv.Atoi(call.args[g+5])
-		if err != nil || n < 2 || k+n > len(call.keys) {
+		state := call.args[g] == "s"
+		if err != nil || n < 1 || (!state && n < 2) || k+n > len(call.keys) {
 			t.Errorf("extend: group %d names %q keys; %d sent", g/6, call.args[g+5], len(call.keys))
 			return
 		}
@@ -259,8 +292,8 @@ func checkExtend(t *testing.T, h header, call scriptCall) {
 				t.Errorf("extend: group %d mixes locks: %v", g/6, call.keys[k:k+n])
 			}
 		}
-		if last := call.keys[k+n-1]; !strings.HasSuffix(last, "}:extends") {
-			t.Errorf("extend: group %d's last key is %q, not the extends hash", g/6, last)
+		if last := call.keys[k+n-1]; state == strings.HasSuffix(last, "}:extends") {
+			t.Errorf("extend: group %d (type %q) ends with %q", g/6, call.args[g], last)
 		}
 		k += n
 	}

@@ -150,7 +150,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	}
 	defer e.note.Leave(g)
 	w := e.note.Enter(g, e.newOwner())
-	defer e.note.Exit(g, w, false)
+	defer e.note.Exit(g, w, false, 0)
 
 	// Subscribed: the latch opening from now on wakes w, so it is enough to
 	// look once before each sleep.

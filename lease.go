@@ -59,6 +59,7 @@ func (l *Lease) Done() <-chan struct{} {
 	if l == nil || l.h == nil {
 		return renew.ClosedChan
 	}
+	l.h.t.Check()
 	return l.h.t.Ending.Done()
 }
 
@@ -69,6 +70,7 @@ func (l *Lease) Err() error {
 	if l == nil || l.h == nil {
 		return errNilLease
 	}
+	l.h.t.Check()
 	return l.h.t.Ending.Cause()
 }
 
@@ -85,13 +87,39 @@ func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel con
 		cancelCause(errNilLease)
 		return ctx, func() {}
 	}
-	end := &l.h.t.Ending
+	t := l.h.t
+	end := &t.Ending
 	stop := end.AfterFunc(func() { cancelCause(end.Cause()) })
 	ctx = context.WithValue(ctx, heldKey{}, &heldEntry{l: l, next: heldIn(parent)})
-	return ctx, func() {
+	lc := &leaseContext{Context: ctx, t: t, cancel: cancelCause}
+	lc.Err() // a lease past its deadline ends here, and ctx with it
+	return lc, func() {
 		stop()
 		cancelCause(context.Canceled)
 	}
+}
+
+// leaseContext is a Lease's Context: its Err (and Done, through it) ends the
+// context as soon as the lease has ended, also when the lease's local
+// deadline has passed and no timer has fired yet (a process resumed after a
+// pause): asked, it does not answer that the lease still holds.
+type leaseContext struct {
+	context.Context
+	t      *renew.Term
+	cancel context.CancelCauseFunc
+}
+
+func (c *leaseContext) Err() error {
+	c.t.Check()
+	if cause := c.t.Ending.Cause(); cause != nil {
+		c.cancel(cause)
+	}
+	return c.Context.Err()
+}
+
+func (c *leaseContext) Done() <-chan struct{} {
+	c.Err()
+	return c.Context.Done()
 }
 
 // Unlock releases the hold this Lease stands for; once its owner's last hold

@@ -8,24 +8,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
 
 // lockState is a Mutex's, a FairMutex's or an Election's lock as Redis keeps
-// it: one string key, "<fence>|<holds>|<waits>|<until>|<owner>", or
-// "<fence>" alone for a free lock nobody waits for
-// (internal/protocol/lua/lib.lua).
+// it: one string key, "<fence>|<holds>|<waits>|<until>|<owner>" (the owner
+// followed by "/<gen>" once its lease was extended), then
+// "|<link>" and "|<records>" when they are not empty, or "<fence>" alone for
+// a free lock nobody waits for (internal/protocol/lua/lib.lua).
 type lockState struct {
-	Exists bool   // the key is there (held, or free with its last fence)
-	Fence  int64  // the last fence handed out
-	Holds  int    // the holder's hold count, 0 when free
-	Waits  bool   // the queue may hold waiters
-	Until  int64  // when the lease ends (server ms), 0: with the key
-	Owner  string // the holder, "" when free
+	Exists  bool   // the key is there (held, or free with its last fence)
+	Fence   int64  // the last fence handed out
+	Holds   int    // the holder's hold count, 0 when free or granted and not yet taken up
+	Waits   bool   // the queue may hold waiters
+	Until   int64  // when the lease ends (server ms), 0: with the key
+	Owner   string // the holder, "" when free
+	Gen     int    // how many of the holder's Extends Redis ran
+	Links   string // the fences of the releases the state follows, latest first
+	Records string // owners that ended with an acquire on its way, or whose hold was taken away
 }
 
 var (
-	lockStateRE = regexp.MustCompile(`^(\d+)\|(\d+)\|([01])\|(\d+)\|(.*)$`)
+	lockStateRE = regexp.MustCompile(`^(\d+)\|(\d+)\|([01])\|(\d+)\|([^|/]*)(?:/(\d+))?\|?([\d,]*)\|?(.*)$`)
 	freeStateRE = regexp.MustCompile(`^\d+$`)
 )
 
@@ -60,7 +65,8 @@ func readLockErr(rdb redis.Cmdable, key string) (lockState, error) {
 	f, _ := strconv.ParseInt(m[1], 10, 64)
 	c, _ := strconv.Atoi(m[2])
 	u, _ := strconv.ParseInt(m[4], 10, 64)
-	return lockState{Exists: true, Fence: f, Holds: c, Waits: m[3] == "1", Until: u, Owner: m[5]}, nil
+	g, _ := strconv.Atoi(m[6])
+	return lockState{Exists: true, Fence: f, Holds: c, Waits: m[3] == "1", Until: u, Owner: m[5], Gen: g, Links: m[7], Records: m[8]}, nil
 }
 
 // Held tells whether s has a holder whose lease runs (the tests' servers
@@ -127,7 +133,9 @@ func holdLeft(t testing.TB, rdb redis.Cmdable, key string) time.Duration {
 // freedErr returns nil if the lock state at key (a Mutex's, a FairMutex's or
 // an Election's) is freed: gone, or left free (no holder, no holds, nobody
 // waiting) with an expiry at most lease from now, so that nothing of it stays
-// behind longer than the lease would have; else what is wrong.
+// behind longer than the lease would have, or, if it keeps records of owners
+// whose acquire may still arrive, longer than those requests' deadline;
+// else what is wrong.
 func freedErr(rdb redis.Cmdable, key string, lease time.Duration) error {
 	s, err := readLockErr(rdb, key)
 	if err != nil || !s.Exists {
@@ -135,6 +143,10 @@ func freedErr(rdb redis.Cmdable, key string, lease time.Duration) error {
 	}
 	if s.Owner != "" || s.Holds != 0 || s.Waits || s.Until != 0 {
 		return fmt.Errorf("%s holds %+v, want it free", key, s)
+	}
+	if s.Records != "" {
+		// A record lasts until its request's deadline, rounded up.
+		lease = max(lease, dlock.RequestTTL+time.Second)
 	}
 	p, err := rdb.PTTL(context.Background(), key).Result()
 	switch {

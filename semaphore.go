@@ -95,20 +95,25 @@ func (s *Semaphore) try(ctx context.Context, a *acquirer, n int64) (*Lease, erro
 	if ctx.Err() != nil {
 		return nil, a.gaveUp(ctx, op)
 	}
-	owner, sent := a.e.newOwner(), time.Now()
-	l, _, r, err := a.attempt(ctx, owner, sent, sent, protocol.SemWhy, []any{n, s.permits})
+	sent := time.Now()
+	t := &turn{a: a, op: op, owner: a.e.newOwner(), start: sent}
+	l, _, r, err := a.attempt(ctx, t, sent, protocol.SemWhy, []any{n, s.permits})
 	switch {
 	case l != nil:
 		s.readTotal(a)
 		return l, nil
 	case err != nil:
 		// The script may have run: give back whatever it took.
-		a.abandon(ctx, owner, sent)
+		a.abandon(ctx, t.owner, sent, r.Doubt)
 		if ended(ctx) {
 			return nil, a.gaveUp(ctx, op)
 		}
 		return nil, err
-	case r.Sem == nil:
+	case r.Doubt != 0:
+		// Refused, but a copy whose reply was lost may still take permits.
+		a.abandon(ctx, t.owner, sent, r.Doubt)
+	}
+	if r.Sem == nil {
 		return nil, errs.Op(ErrNotAcquired, nil, "%s %d permits of %q: permits in use", op, n, a.k.Name)
 	}
 	st := *r.Sem

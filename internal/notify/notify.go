@@ -433,27 +433,29 @@ func (n *Notifier) Enter(g *Gate, owner string) *Waiter {
 
 // Exit ends w's wait. If w gives up (registered is true and it did not take
 // the lock), its registration is removed from Redis, and the lock passed on if
-// it was granted to w.
-func (n *Notifier) Exit(g *Gate, w *Waiter, registered bool) {
+// it was granted to w; doubt is as Unregister's.
+func (n *Notifier) Exit(g *Gate, w *Waiter, registered bool, doubt int64) {
 	n.mu.Lock()
 	delete(g.waiters, w.owner)
 	n.mu.Unlock()
 	if registered {
-		n.Unregister(g.k, g.ttl, w.owner)
+		n.Unregister(g.k, g.ttl, w.owner, doubt)
 	}
 }
 
 // Unregister removes owner's registration as a waiter of lock k (whose TTL
-// is ttl), and if the lock was granted to owner, passes it
-// to the next waiter or frees it. It runs in the background, which Close waits for, since the
-// caller may be a Lock that is returning or the receive loop; once Close
-// waits, it runs on the caller's goroutine (a waiting Lock, which Close waits
-// for too).
-func (n *Notifier) Unregister(k protocol.Keys, ttl time.Duration, owner string) {
+// is ttl), and if the lock was granted to owner, passes it to the next
+// waiter or frees it. doubt, if not 0, is the deadline of an acquire of
+// owner whose outcome is unknown (protocol.AcquireResult.Doubt): Redis
+// refuses it until then, should it arrive later. It runs in the background,
+// which Close waits for, since the caller may be a Lock that is returning or
+// the receive loop; once Close waits, it runs on the caller's goroutine (a
+// waiting Lock, which Close waits for too).
+func (n *Notifier) Unregister(k protocol.Keys, ttl time.Duration, owner string, doubt int64) {
 	n.later(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := n.backend.Release(ctx, k, owner, protocol.NoFence, protocol.ReleaseLeave, ttl, 0); err != nil {
+		if _, err := n.backend.Release(ctx, k, protocol.ReleaseArgs{Owner: owner, Fence: protocol.NoFence, Mode: protocol.ReleaseLeave, TTL: ttl, Void: doubt}); err != nil {
 			n.log.Warn("dlock: removing a waiter that gave up failed", "lock", k.Name, "err", err)
 		}
 	})

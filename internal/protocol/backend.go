@@ -38,10 +38,10 @@ type Backend interface {
 	Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error)
 	// Reenter adds a hold of owner, which then has count holds.
 	Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error)
-	// Release runs k's release script once and returns a result code.
-	// fence is owner's (NoFence if unknown): a retry of a release that
-	// freed the lock answers CodeAfter, read from the lock's own keys.
-	Release(ctx context.Context, k Keys, owner string, fence FenceArg, mode ReleaseMode, ttl time.Duration, count int) (int64, error)
+	// Release runs k's release script and returns its result code. The
+	// owner's fence lets a retry of a release that freed the lock answer
+	// CodeAfter, read from the lock's own keys.
+	Release(ctx context.Context, k Keys, a ReleaseArgs) (Released, error)
 	// Extend runs extend.lua once over items; extendAll runs it once per
 	// call, all in one round trip per server, and writes rec there too if
 	// it is not nil and the backend can (rec.Sent).

@@ -48,10 +48,14 @@ type Node struct {
 	// scripts are the scripts the node runs: defaultScripts, unless a
 	// test's Client asked for others.
 	scripts *ScriptSet
+	// retry is how the node sends an acquire or a release again (send.go);
+	// clock dates their deadlines.
+	retry retryPolicy
+	clock serverClock
 }
 
 func NewNode(rdb redis.UniversalClient, autoPipeline bool, scripts *ScriptSet) (*Node, error) {
-	n := &Node{rdb: rdb, cmd: rdb, proc: rdb, scripts: scripts}
+	n := &Node{rdb: rdb, cmd: rdb, proc: rdb, scripts: scripts, retry: retryPolicyOf(rdb)}
 	switch r := rdb.(type) {
 	case *redis.Client:
 		n.ctxAware = r.Options().ContextTimeoutEnabled
@@ -191,7 +195,7 @@ var (
 		Handoff:     HandoffGrant, Reentrant: true, order: orderKeep}
 	SemKind = &Kind{Name: "Semaphore", Space: "sem:", acquire: ScriptSemAcquire, release: scriptSemRelease,
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
-		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total"},
+		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total", "fence"},
 		leaseKeys:   []string{"holders", "fence", "semaphore"},
 		leaseIn:     leaseInZSet}
 	// The two kinds of hold of an RWMutex share its keys, scripts and
@@ -357,6 +361,7 @@ const (
 	SemSetTotal    SemMode = "3"
 	SemAvailable   SemMode = "4"
 	SemDeleteTotal SemMode = "5"
+	semEvict       SemMode = "6" // as ReleaseLast, for ForceRelease: the holder's own release and renewal will say so
 
 	LatchDown   LatchMode = "down"
 	LatchSet    LatchMode = "set"
@@ -394,18 +399,16 @@ const (
 	CodeHeld  = 2  // release: one hold given back, the lock still held
 	CodeStale = 2  // extend: not extended, for a later Extend of the lease ran first
 	// CodeAfter: release: the owner holds nothing, and the lock's keys show
-	// that it went on from the owner's hold (the fence is at or past the
-	// owner's; a Semaphore's hash is there, as it is until at least its
-	// lease would have lapsed): an earlier run of this release freed it (its
-	// reply was lost), or the lease ended otherwise (it expired). Before
-	// the lease's local deadline it cannot have expired.
+	// that an earlier run of this release freed the lock (its reply was
+	// lost): a lock's state is free with the owner's fence, or its holder
+	// took the lock from that release, or was granted it by it (its link);
+	// an RWMutex's or a RedLock member's fence key still holds the owner's
+	// fence, which, once the lease's local deadline has passed, an expiry
+	// would leave too.
 	CodeAfter = 3
-	// CodeEvicted: release: the owner's hold was taken away by ForceRelease.
+	// CodeEvicted: release, extend: the owner's hold was taken away by
+	// ForceRelease.
 	CodeEvicted = 4
-	// CodeVanished (a Semaphore's release): the owner holds nothing, and
-	// Redis keeps none of the lock's keys: they expired, or Redis lost them
-	// (a restart, a failover), maybe after an earlier run freed it.
-	CodeVanished = 5
 )
 
 // Replies and arguments of the scripts that are numbers or strings with a
@@ -480,6 +483,16 @@ type AcquireResult struct {
 	// Sem, when a Semaphore's permits were not taken and the caller asked
 	// why (SemWhy): the semaphore's total and use as the script saw them.
 	Sem *SemTotal
+	// Doubt, if not 0, is the deadline (the server's time, in ms) of a copy
+	// of the request whose outcome is unknown (its reply was lost): it may
+	// have run, or may still reach Redis until then. The owner's release, if
+	// it comes sooner, passes it on (ReleaseArgs.Void), so that such a copy
+	// takes nothing. Set with an error too.
+	Doubt int64
+	// Expired: the request reached Redis after its deadline, or after its
+	// owner ended, and changed nothing. Acquire sends a new one; a RedLock's
+	// member may answer so.
+	Expired bool
 }
 
 // SemTotal is a Semaphore's total as Redis holds it, and its use.
@@ -492,77 +505,100 @@ type SemTotal struct {
 	Ahead int64
 }
 
-// Acquire runs k's acquire script once: one round trip. If the lock is held
-// and register is above zero, owner is registered as a waiter for that long.
-// extra are the kind's own arguments, after the four every acquire script
-// takes.
+// Acquire runs k's acquire script: one round trip, unless a copy's reply is
+// lost (it is sent again, as the Redis client would) or the request reaches
+// Redis after its deadline (it is sent again with a new one). If the lock is
+// held and register is above zero, owner is registered as a waiter for that
+// long. extra are the kind's own arguments, after the five every acquire
+// script takes.
 func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
-	if k.Kind.order != nil && len(extra) == 0 {
-		// A Mutex or a FairMutex: one more argument, the caller's grant
-		// lease, boxed once per TTL. (An Election's candidate adds its
-		// value: acquireArgs.) A take that does not queue sends the owner
-		// and the TTL alone: Redis makes a Lua string of every argument
-		// before the script runs, and the script needs no others then.
-		var v any
-		var err error
-		if register == 0 {
-			v, err = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl)).Result()
-		} else {
-			v, err = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds(), grantArg(ttl)).Result()
+	var doubt int64
+	for tries := 0; ; tries++ {
+		dl, dlArg := n.clock.deadline()
+		var rep evalReply
+		switch {
+		case k.Kind.order != nil && len(extra) == 0 && register == 0:
+			// A Mutex's or a FairMutex's take that does not queue sends the
+			// owner, the TTL and the deadline alone: Redis makes a Lua
+			// string of every argument before the script runs, and the
+			// script needs no others then.
+			rep = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), dlArg)
+		case k.Kind.order != nil && len(extra) == 0:
+			// One that queues: the grant lease, boxed once per TTL, and the
+			// channel and order, for a grant it may make (acquire.lua).
+			rep = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), dlArg,
+				string(takeMode), register.Milliseconds(), grantArg(ttl), k.channelArg, k.Kind.order)
+		default:
+			rep = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", acquireArgs(k, owner, ttl, dlArg, takeMode, register.Milliseconds(), extra)...)
 		}
-		return n.acquired(k, v, err)
+		if rep.doubt {
+			doubt = dl
+		}
+		r, err := n.acquired(k, rep)
+		r.Doubt = doubt
+		if err == nil && r.Expired && tries < expiredTries && ctx.Err() == nil {
+			continue
+		}
+		return r, err
 	}
-	if len(extra) == 0 {
-		// The common call, without a slice of arguments of its own.
-		v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), string(takeMode), register.Milliseconds()).Result()
-		return n.acquired(k, v, err)
-	}
-	return n.runAcquire(ctx, k, acquireArgs(k, owner, ttl, takeMode, register.Milliseconds(), extra))
 }
+
+// expiredTries is how many times an acquire that reached Redis after its
+// deadline is sent again with a new one, the node's clock having learned the
+// server's from the answer.
+const expiredTries = 3
 
 // Reenter runs k's acquire script to add a hold of owner, which then has
 // count holds: one round trip. extra are the kind's own arguments, as for
 // acquire.
 func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
-	return n.runAcquire(ctx, k, acquireArgs(k, owner, ttl, reenterMode, int64(count), extra))
+	_, dl := n.clock.deadline()
+	r, err := n.acquired(k, n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", acquireArgs(k, owner, ttl, dl, reenterMode, int64(count), extra)...))
+	if err == nil && r.Expired {
+		// Its deadline passed on the way: the count is set again by the next
+		// re-entry or release that reaches Redis; the hold is there.
+		r = AcquireResult{Reentered: true}
+	}
+	return r, err
 }
 
-// acquireArgs are the ARGV of k's acquire script: the four every acquire
-// script takes (owner, ttl, mode, and the registration or the hold count),
-// then the grant lease of a Mutex's, FairMutex's or Election's waiter, and
-// the kind's own arguments (an Election's candidate's value).
-func acquireArgs(k Keys, owner string, ttl time.Duration, mode acquireMode, n int64, extra []any) []any {
-	args := append(make([]any, 0, 5+len(extra)), owner, msArg(ttl), string(mode), n)
+// acquireArgs are the ARGV of k's acquire script: the five every acquire
+// script takes (owner, ttl, deadline, mode, and the registration or the hold
+// count), then a Mutex's, FairMutex's or Election's waiter's grant lease,
+// the channel stem and the order, and the kind's own arguments (an
+// Election's candidate's value).
+func acquireArgs(k Keys, owner string, ttl time.Duration, deadline any, mode acquireMode, n int64, extra []any) []any {
+	args := append(make([]any, 0, 8+len(extra)), owner, msArg(ttl), deadline, string(mode), n)
 	if k.Kind.order != nil {
-		args = append(args, grantArg(ttl))
+		args = append(args, grantArg(ttl), k.channelArg, k.Kind.order)
 	}
 	return append(args, extra...)
 }
 
-func (n *Node) runAcquire(ctx context.Context, k Keys, args []any) (AcquireResult, error) {
-	v, err := n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", args...).Result()
-	return n.acquired(k, v, err)
-}
-
-// acquired decodes the reply v, or err, of k's acquire script.
-func (n *Node) acquired(k Keys, v any, err error) (AcquireResult, error) {
+// acquired decodes the reply of k's acquire script, or its error, and learns
+// the server's clock from it where it tells it.
+func (n *Node) acquired(k Keys, rep evalReply) (AcquireResult, error) {
 	var r AcquireResult
+	err := rep.err
 	if err == nil {
-		r, err = decodeAcquire(v)
+		r, err = decodeAcquire(rep.v)
 	}
 	if err != nil {
 		n.Failed(err)
 		return AcquireResult{}, errs.Op(nil, err, "acquire %q", k.Name)
 	}
+	if r.At > 0 {
+		n.clock.learn(r.At)
+	}
 	return r, nil
 }
 
-// eval runs script s once with keys, then key if not empty, and args, as
-// Script.Run does (EVALSHA, then EVAL if the server does not know it), but
-// with the command's arguments in one slice built here and reused by later
-// calls once this one has its reply (go-redis, and its hooks, are done with
-// a command when Process returns): the call allocates only what boxing the
-// keys takes, and args can stay on the caller's stack.
+// eval runs script s with keys, then key if not empty, and args, as
+// Script.Run does (EVALSHA, then EVAL if the server does not know it), copy
+// by copy (send), with the command's arguments in one slice built here and
+// reused by later calls once this one has its reply (go-redis, and its
+// hooks, are done with a command when Process returns): the call allocates
+// only what boxing the keys takes, and args can stay on the caller's stack.
 func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, key string, args ...any) evalReply {
 	nk := len(keys)
 	if key != "" {
@@ -577,23 +613,11 @@ func (n *Node) eval(ctx context.Context, s *redis.Script, keys []string, key str
 		a = append(a, key)
 	}
 	a = append(a, args...)
-	cmd := redis.NewCmd(ctx, a...)
-	cmd.SetFirstKeyPos(3)
-	_ = n.proc.Process(ctx, cmd)
-	v, err := cmd.Result()
-	if noScript(err) {
-		// The server does not know the script yet: send its body. Rare,
-		// so built the plain way.
-		ks := make([]string, 0, nk)
-		for _, k := range a[3 : 3+nk] {
-			ks = append(ks, k.(string))
-		}
-		v, err = s.Eval(ctx, n.cmd, ks, a[3+nk:]...).Result()
-	}
+	r := n.send(ctx, s, a)
 	clear(a)
 	*p = a[:0]
 	evalArgs.Put(p)
-	return evalReply{v, refused(err)}
+	return evalReply{r.v, refused(r.err), r.doubt, r.retried}
 }
 
 // refused says what Redis's refusal of a client that has not authenticated
@@ -621,10 +645,13 @@ var evalArgs = sync.Pool{New: func() any {
 	return &a
 }}
 
-// evalReply is the reply of a script call, or its error.
+// evalReply is the reply of a script call, or its error, and what send
+// knows of its copies.
 type evalReply struct {
-	v   any
-	err error
+	v       any
+	err     error
+	doubt   bool // a copy's outcome is unknown
+	retried bool // the reply follows a copy that may have run
 }
 
 // Result returns the reply and the error.
@@ -711,6 +738,13 @@ func decodeAcquire(v any) (AcquireResult, error) {
 		return AcquireResult{Pttl: time.Duration(-v-heldOffset) * time.Millisecond}, nil
 	case []any:
 		switch len(v) {
+		case 2:
+			// Too late, or its owner ended: nothing done.
+			c, ok1 := v[0].(int64)
+			at, ok2 := v[1].(int64)
+			if ok1 && ok2 && c == 0 {
+				return AcquireResult{Expired: true, At: at}, nil
+			}
 		case 3:
 			c, ok1 := v[0].(int64)
 			f, ok2 := v[1].(int64)
@@ -737,39 +771,76 @@ func decodeAcquire(v any) (AcquireResult, error) {
 	return AcquireResult{}, fmt.Errorf("unexpected reply %v from the acquire script", v)
 }
 
-// Release runs k's release script once: one round trip. ttl is the lock's
-// TTL, which sets the grant lease of the waiter a freed lock goes to;
-// count, for releaseOne, the holds that remain. It returns a result code.
-func (n *Node) Release(ctx context.Context, k Keys, owner string, fence FenceArg, mode ReleaseMode, ttl time.Duration, count int) (int64, error) {
+// ReleaseArgs are what a release says besides its lock.
+type ReleaseArgs struct {
+	Owner string
+	Fence FenceArg // the owner's; NoFence if unknown
+	Mode  ReleaseMode
+	TTL   time.Duration // the lock's: it sets the grant lease of the waiter a freed lock goes to
+	Count int           // for ReleaseOne, the holds that remain
+	// Void, if not 0, is the deadline (the server's time, in ms) of an
+	// acquire of Owner whose outcome is unknown (AcquireResult.Doubt): until
+	// then, Redis refuses Owner's acquires, which can only be that one
+	// arriving late, since the owner has ended.
+	Void int64
+}
+
+// Released is what a release script answered: its result code, and whether
+// the answer came from a copy sent after one whose outcome is unknown, which
+// may have run first: then a code that says the owner held nothing may be
+// that first copy's doing.
+type Released struct {
+	Code    int64
+	Retried bool
+}
+
+// Release runs k's release script: one round trip, unless a copy's reply is
+// lost (it is sent again, as the Redis client would). It returns the result
+// code.
+func (n *Node) Release(ctx context.Context, k Keys, a ReleaseArgs) (Released, error) {
+	mode := a.Mode
 	if mode == ReleaseLastQueued && k.Kind.order == nil {
 		mode = ReleaseLast // release.lua alone tells the two apart
 	}
-	grant := grantArg(ttl)
+	grant := grantArg(a.TTL)
 	if k.Kind.Handoff == handoffTell {
 		grant = tellArg // the next waiter is told to try, not granted the lock
 	}
-	var code int64
-	var err error
-	if k.Kind == SemKind {
-		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
-			owner, k.channelArg, mode.arg(), grant, count, remnantTTLArg).Int64()
-	} else if k.Kind.order != nil && mode == ReleaseOne {
-		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
-			owner, k.channelArg, mode.arg(), grant, fence.arg(), k.Kind.order, count).Int64()
-	} else if k.Kind.order != nil {
+	var rep evalReply
+	switch {
+	case a.Void != 0:
+		// Rare: an owner whose acquire is still out. Built the plain way.
+		var args []any
+		switch {
+		case k.Kind == SemKind:
+			args = []any{a.Owner, k.channelArg, mode.arg(), grant, a.Count, remnantTTLArg, a.Fence.arg(), a.Void}
+		case k.Kind.order != nil:
+			args = []any{a.Owner, k.channelArg, mode.arg(), grant, a.Fence.arg(), k.Kind.order, a.Count, a.Void}
+		default:
+			args = []any{a.Owner, k.channelArg, mode.arg(), grant, a.Count, a.Fence.arg(), a.Void}
+		}
+		rep = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "", args...)
+	case k.Kind == SemKind:
+		rep = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			a.Owner, k.channelArg, mode.arg(), grant, a.Count, remnantTTLArg, a.Fence.arg())
+	case k.Kind.order != nil && mode == ReleaseOne:
+		rep = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			a.Owner, k.channelArg, mode.arg(), grant, a.Fence.arg(), k.Kind.order, a.Count)
+	case k.Kind.order != nil:
 		// release.lua reads a hold count in mode "0" alone: the others
 		// do not send one (Redis makes a Lua string of every argument).
-		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
-			owner, k.channelArg, mode.arg(), grant, fence.arg(), k.Kind.order).Int64()
-	} else {
-		code, err = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
-			owner, k.channelArg, mode.arg(), grant, count, fence.arg()).Int64()
+		rep = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			a.Owner, k.channelArg, mode.arg(), grant, a.Fence.arg(), k.Kind.order)
+	default:
+		rep = n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			a.Owner, k.channelArg, mode.arg(), grant, a.Count, a.Fence.arg())
 	}
+	code, err := rep.Int64()
 	if err != nil {
 		n.Failed(err)
-		return 0, errs.Op(nil, err, "release %q", k.Name)
+		return Released{}, errs.Op(nil, err, "release %q", k.Name)
 	}
-	return code, nil
+	return Released{Code: code, Retried: rep.retried}, nil
 }
 
 // RaiseFence runs raise_fence.lua on a RedLock's member: owner's fence on k
@@ -948,8 +1019,15 @@ func extendArgs(items []ExtendItem) (ks []string, args []any) {
 		if it.Exact {
 			how = extendExact
 		}
-		ks = append(append(ks, it.K.leaseKeys...), it.K.extendsKey())
-		args = append(args, it.K.Kind.leaseIn.arg(), it.Owner, it.TTL.Milliseconds(), how.arg(), it.Gen, len(it.K.leaseKeys)+1)
+		ks = append(ks, it.K.leaseKeys...)
+		n := len(it.K.leaseKeys)
+		if it.K.Kind.leaseIn != leaseInState {
+			// A lock's state keeps its Extend generation itself
+			// (extend.lua).
+			ks = append(ks, it.K.extendsKey())
+			n++
+		}
+		args = append(args, it.K.Kind.leaseIn.arg(), it.Owner, it.TTL.Milliseconds(), how.arg(), it.Gen, n)
 	}
 	return ks, args
 }
@@ -1309,7 +1387,7 @@ func (n *Node) Evict(ctx context.Context, k Keys, owner string, fence int64, ttl
 	switch {
 	case k.Kind == SemKind:
 		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
-			owner, k.channelArg, ReleaseLast.arg(), grantArg(ttl), 0, remnantTTLArg).Int64()
+			owner, k.channelArg, string(semEvict), grantArg(ttl), 0, remnantTTLArg).Int64()
 	case k.Kind.order != nil:
 		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 			owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), fence, k.Kind.order).Int64()

@@ -6,6 +6,7 @@ package protocol
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/dlock-go/dlock/internal/errs"
 	"strconv"
@@ -65,12 +66,29 @@ func (w *WaitNode) Traits() Traits {
 
 // Acquire is node.acquire followed by WAIT.
 func (w *WaitNode) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
-	return w.runAcquireWaited(ctx, k, acquireArgs(k, owner, ttl, takeMode, register.Milliseconds(), extra))
+	var doubt int64
+	for tries := 0; ; tries++ {
+		dl, dlArg := w.clock.deadline()
+		r, unknown, err := w.runAcquireWaited(ctx, k, acquireArgs(k, owner, ttl, dlArg, takeMode, register.Milliseconds(), extra))
+		if unknown {
+			doubt = dl
+		}
+		r.Doubt = doubt
+		if err == nil && r.Expired && tries < expiredTries && ctx.Err() == nil {
+			continue
+		}
+		return r, err
+	}
 }
 
 // Reenter is node.reenter followed by WAIT.
 func (w *WaitNode) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
-	return w.runAcquireWaited(ctx, k, acquireArgs(k, owner, ttl, reenterMode, int64(count), extra))
+	_, dl := w.clock.deadline()
+	r, _, err := w.runAcquireWaited(ctx, k, acquireArgs(k, owner, ttl, dl, reenterMode, int64(count), extra))
+	if err == nil && r.Expired {
+		r = AcquireResult{Reentered: true}
+	}
+	return r, err
 }
 
 // Extend is node.extend followed by WAIT.
@@ -100,9 +118,9 @@ func (w *WaitNode) ExtendAll(ctx context.Context, calls [][]ExtendItem, rec *Rec
 // runAcquireWaited runs k's acquire script followed by WAIT, pipelined: one
 // round trip. A hold it granted or re-entered that too few replicas
 // acknowledged comes back with notReplicated set; the caller undoes it.
-func (w *WaitNode) runAcquireWaited(ctx context.Context, k Keys, args []any) (AcquireResult, error) {
-	replies, acks, err := w.waited(ctx, k.Tag, w.scripts[k.Kind.acquire], [][]string{k.AcquireKeys}, [][]any{args})
-	var r AcquireResult
+// doubt tells whether a copy's outcome is unknown.
+func (w *WaitNode) runAcquireWaited(ctx context.Context, k Keys, args []any) (r AcquireResult, doubt bool, err error) {
+	replies, acks, doubt, err := w.waited(ctx, k.Tag, w.scripts[k.Kind.acquire], [][]string{k.AcquireKeys}, [][]any{args})
 	if replies != nil {
 		var v any
 		if v, err = replies[0].Result(); err == nil {
@@ -112,12 +130,15 @@ func (w *WaitNode) runAcquireWaited(ctx context.Context, k Keys, args []any) (Ac
 		}
 	}
 	if err != nil {
-		return AcquireResult{}, errs.Op(nil, err, "acquire %q", k.Name)
+		return AcquireResult{}, doubt, errs.Op(nil, err, "acquire %q", k.Name)
+	}
+	if r.At > 0 {
+		w.clock.learn(r.At)
 	}
 	if r.Fence > 0 || r.Reentered {
 		r.NotReplicated = acks.short()
 	}
-	return r, nil
+	return r, doubt, nil
 }
 
 // waited runs script once per keys and args, followed by WAIT for n.wait,
@@ -127,29 +148,76 @@ func (w *WaitNode) runAcquireWaited(ctx context.Context, k Keys, args []any) (Ac
 // know the script yet is sent its body. If the pipeline could not be sent,
 // replies is nil and err says why; otherwise each reply carries its own
 // error, and the WAIT's outcome is in acks.
-func (w *WaitNode) waited(ctx context.Context, key string, script *redis.Script, keys [][]string, args [][]any) (replies []*redis.Cmd, acks waitResult, err error) {
+func (w *WaitNode) waited(ctx context.Context, key string, script *redis.Script, keys [][]string, args [][]any) (replies []*redis.Cmd, acks waitResult, doubt bool, err error) {
 	srv, err := w.serverOf(ctx, key)
 	if err != nil {
 		w.Failed(err)
-		return nil, waitResult{}, err
+		return nil, waitResult{}, false, err
 	}
 	var wait *redis.Cmd
-	run := func(eval bool) {
+	// run sends the calls, each sent once (go-redis sends the pipeline of
+	// a NoRetry command once: see send.go), then WAIT; asking first if the
+	// server only imports the keys' slot.
+	run := func(srv *redis.Client, eval, asking bool) {
 		pipe := srv.Pipeline()
+		if asking {
+			pipe.Do(ctx, "asking")
+		}
 		replies = make([]*redis.Cmd, len(keys))
 		for i := range keys {
+			a := make([]any, 0, 3+len(keys[i])+len(args[i]))
 			if eval {
-				replies[i] = script.Eval(ctx, pipe, keys[i], args[i]...)
+				a = append(a, "eval", srcArg(script))
 			} else {
-				replies[i] = script.EvalSha(ctx, pipe, keys[i], args[i]...)
+				a = append(a, "evalsha", shaArg(script))
 			}
+			a = append(a, len(keys[i]))
+			for _, key := range keys[i] {
+				a = append(a, key)
+			}
+			a = append(a, args[i]...)
+			c := newOnce(ctx, a)
+			replies[i] = &c.Cmd
+			_ = pipe.Process(ctx, c)
 		}
 		wait = pipe.Do(ctx, "wait", w.wait.N, w.wait.Timeout.Milliseconds())
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 	}
-	run(false)
-	if noScript(replies[0].Err()) {
-		run(true) // every call is the same script on the same server
+	// once sends the calls once to srv, then, if the server does not know
+	// the script, its body; and, if the slot is on its way to another
+	// server, where the reply says: its keys may be there already (ASK), or
+	// it has moved (MOVED). WAIT goes with them each time.
+	once := func(srv *redis.Client) {
+		run(srv, false, false)
+		if noScript(replies[0].Err()) {
+			run(srv, true, false) // every call is the same script on the same server
+		}
+		if addr, ask := redirected(replies[0].Err()); addr != "" {
+			if to, err := w.serverAt(ctx, addr); err == nil {
+				if !ask {
+					w.Reload()
+				}
+				run(to, false, ask)
+				if noScript(replies[0].Err()) {
+					run(to, true, ask)
+				}
+			}
+		}
+	}
+	// Sent again, as send does, while a copy fails in a way that may not
+	// recur and tries are left.
+	for try := 0; ; try++ {
+		once(srv)
+		err := replies[0].Err()
+		if err == nil || try >= w.retry.max || !retryable(err) || ctx.Err() != nil {
+			break
+		}
+		if !unsent(err) {
+			doubt = true
+		}
+		if !sleep(ctx, w.retry.backoff(try+1)) {
+			break
+		}
 	}
 	for _, r := range replies {
 		if err := r.Err(); err != nil {
@@ -162,7 +230,10 @@ func (w *WaitNode) waited(ctx context.Context, key string, script *redis.Script,
 		w.Failed(acks.err)
 		acks.err = errs.Op(nil, acks.err, "wait for %d replicas", w.wait.N)
 	}
-	return replies, acks, nil
+	if err := replies[0].Err(); err != nil && !unsent(err) {
+		doubt = true
+	}
+	return replies, acks, doubt, nil
 }
 
 // waitResult is the outcome of a WAIT.
@@ -179,6 +250,46 @@ func (w waitResult) short() error {
 		return nil
 	}
 	return errs.Op(errs.ErrNotReplicated, nil, "%d of %d replicas acknowledged the write within %v", w.got, w.want.N, w.want.Timeout)
+}
+
+// redirected returns, if err is a Cluster's redirection (ASK or MOVED), the
+// address it names, and whether it is ASK.
+func redirected(err error) (addr string, ask bool) {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return "", false
+	}
+	msg := rerr.Error()
+	for _, p := range []string{"ASK ", "MOVED "} {
+		if rest, ok := strings.CutPrefix(msg, p); ok {
+			if _, a, ok := strings.Cut(rest, " "); ok {
+				return a, p == "ASK "
+			}
+		}
+	}
+	return "", false
+}
+
+// serverAt returns the client of the Cluster's server at addr.
+func (n *Node) serverAt(ctx context.Context, addr string) (*redis.Client, error) {
+	cc, ok := n.rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil, fmt.Errorf("a redirection to %s outside a Cluster", addr)
+	}
+	var found *redis.Client
+	var mu sync.Mutex
+	err := cc.ForEachShard(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err == nil && found == nil {
+		err = fmt.Errorf("no server at %s in the Cluster's map", addr)
+	}
+	return found, err
 }
 
 // serverOf returns the client of the server that owns key: on a Cluster its
@@ -203,7 +314,7 @@ func (w *WaitNode) extendWaited(ctx context.Context, calls [][]ExtendItem) ([][]
 	for i, items := range calls {
 		keys[i], args[i] = extendArgs(items)
 	}
-	replies, acks, err := w.waited(ctx, calls[0][0].K.Tag, w.scripts[ScriptExtend], keys, args)
+	replies, acks, _, err := w.waited(ctx, calls[0][0].K.Tag, w.scripts[ScriptExtend], keys, args)
 	for i, items := range calls {
 		var v []int64
 		cerr := err

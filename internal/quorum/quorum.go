@@ -434,7 +434,7 @@ func (q *quorum) undo(k protocol.Keys, owner string, i int, ttl time.Duration, s
 	release := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, q.undoTimeout())
 		defer cancel()
-		_, err := q.members[i].Release(ctx, k, owner, protocol.NoFence, protocol.ReleaseLeave, ttl, 0)
+		_, err := q.members[i].Release(ctx, k, protocol.ReleaseArgs{Owner: owner, Fence: protocol.NoFence, Mode: protocol.ReleaseLeave, TTL: ttl})
 		return err
 	}
 	if release(context.Background()) == nil {
@@ -688,58 +688,65 @@ func (q *quorum) Reenter(ctx context.Context, k protocol.Keys, owner string, ttl
 // members that answered otherwise leave no majority that could have,
 // codeOther if one of them has another owner, codeGone if not; else an
 // error: too few answered to tell.
-func (q *quorum) Release(ctx context.Context, k protocol.Keys, owner string, fence protocol.FenceArg, mode protocol.ReleaseMode, ttl time.Duration, count int) (int64, error) {
+func (q *quorum) Release(ctx context.Context, k protocol.Keys, a protocol.ReleaseArgs) (protocol.Released, error) {
+	owner, mode := a.Owner, a.Mode
 	if mode != protocol.ReleaseOne {
 		q.awaitRetakes(ctx, owner)
 		q.end(owner)
 	}
 	n := len(q.members)
 	var ok, after, not int
-	replies := fanOut(ctx, q, fan[int64]{
-		call: func(ctx context.Context, _ int, m protocol.Backend) (int64, error) {
-			return m.Release(ctx, k, owner, fence, mode, ttl, count)
+	retried := false
+	replies := fanOut(ctx, q, fan[protocol.Released]{
+		call: func(ctx context.Context, _ int, m protocol.Backend) (protocol.Released, error) {
+			return m.Release(ctx, k, a)
 		},
-		decide: func(r memberReply[int64]) bool {
+		decide: func(r memberReply[protocol.Released]) bool {
 			switch {
 			case r.err != nil:
-			case r.v == protocol.CodeDone || r.v == protocol.CodeHeld:
+			case r.v.Code == protocol.CodeDone || r.v.Code == protocol.CodeHeld:
 				ok++
-			case r.v == protocol.CodeAfter:
+			case r.v.Code == protocol.CodeAfter:
 				ok++
 				after++
 			default:
 				not++
 			}
-			return ok >= q.need || not > n-q.need
+			retried = retried || (r.err == nil && r.v.Retried)
+			// A member where owner holds nothing but its fence is there (one
+			// the acquire only raised the fence of) tells less than one that
+			// released it: the answers of all are waited for then.
+			return ok-after >= q.need || not > n-q.need
 		},
 	})
 	if mode == protocol.ReleaseLeave {
 		if ok+not == 0 {
-			return 0, errs.Op(nil, q.short(0, errsOf(replies)), "release %q", k.Name)
+			return protocol.Released{}, errs.Op(nil, q.short(0, errsOf(replies)), "release %q", k.Name)
 		}
-		return protocol.CodeDone, nil
+		return protocol.Released{Code: protocol.CodeDone}, nil
 	}
 	want := int64(protocol.CodeDone)
 	if mode == protocol.ReleaseOne {
 		want = protocol.CodeHeld
 	}
 	switch {
-	case ok >= q.need && after > 0:
-		// A member where the lock is free of owner with its fence passed
-		// (a retry of a release that ran) counts when the caller finds the
-		// answer came before the lease's deadline.
-		return protocol.CodeAfter, nil
+	case ok-after >= q.need:
+		return protocol.Released{Code: want, Retried: retried}, nil
 	case ok >= q.need:
-		return want, nil
+		// Members where the lock is free of owner with its fence still
+		// there (a retry of a release that ran, or a member the acquire
+		// only raised the fence of) count when the caller finds the answer
+		// came from a retry before the lease's deadline.
+		return protocol.Released{Code: protocol.CodeAfter, Retried: retried}, nil
 	case not > n-q.need:
 		for _, r := range replies {
-			if r.err == nil && r.v == protocol.CodeOther {
-				return protocol.CodeOther, nil
+			if r.err == nil && r.v.Code == protocol.CodeOther {
+				return protocol.Released{Code: protocol.CodeOther, Retried: retried}, nil
 			}
 		}
-		return protocol.CodeGone, nil
+		return protocol.Released{Code: protocol.CodeGone, Retried: retried}, nil
 	}
-	return 0, errs.Op(nil, q.short(ok+not, errsOf(replies)), "release %q", k.Name)
+	return protocol.Released{}, errs.Op(nil, q.short(ok+not, errsOf(replies)), "release %q", k.Name)
 }
 
 // ExtendAll runs every call on every member, each member in one pipeline,

@@ -33,6 +33,11 @@ type Term struct {
 	// back by the release without boxing it again (FenceArg).
 	fenceArg protocol.FenceArg
 	Begun    time.Time // when the acquire was sent: the latest Redis can have started the TTL
+	// Doubt, if not 0, is the deadline (the server's time, in ms) of an
+	// acquire of the owner whose outcome is unknown, which may still reach
+	// Redis: the release that ends the lease passes it on
+	// (protocol.ReleaseArgs.Void).
+	Doubt int64
 
 	// Ends, once, when the lease does, with the reason; safe for concurrent
 	// use on its own.
@@ -58,6 +63,11 @@ type Term struct {
 	// latest Extend it sent, whenever either arrives.
 	gen uint32
 
+	// r is the renewer whose care t is in; dl is deadline, in nanoseconds
+	// from monoBase, which Check reads without r.mu.
+	r  *Renewer
+	dl atomic.Int64
+
 	// How it ends.
 	ended bool
 	// retired: its owner is giving it up (Unlock): the release's answer
@@ -78,6 +88,48 @@ type Term struct {
 	lastErr error         // of the last renewal, for the loss message
 }
 
+// monoBase is the time deadlines are counted from for Check: a reading of
+// the monotonic clock.
+var monoBase = time.Now()
+
+// setDeadline sets t's local deadline to d. renewer.mu must be held, or t
+// not yet be in the renewer's care.
+func (t *Term) setDeadline(d time.Time) {
+	t.deadline = d
+	t.dl.Store(int64(d.Sub(monoBase)))
+}
+
+// Check ends t as lost if its local deadline has passed and the renewer has
+// not ended it yet: after a pause of the process (a SIGSTOP, a stopped VM)
+// the goroutines wake in any order, and whatever asks whether the lease is
+// held (Err, Done, a Context's Err, Held) must not be told yes by a term
+// whose timer has not fired. Its deadline is compared with the monotonic
+// clock when asked.
+func (t *Term) Check() {
+	if t.r == nil || t.givenUp.Load() || time.Since(monoBase) < time.Duration(t.dl.Load()) || t.Ending.Cause() != nil {
+		return
+	}
+	t.r.overdue(t)
+}
+
+// overdue ends t as lost if its deadline has passed: what the renewer's
+// goroutine does at that deadline (tick).
+func (r *Renewer) overdue(t *Term) {
+	r.mu.Lock()
+	if t.ended || t.retired || time.Now().Before(t.deadline) {
+		r.mu.Unlock()
+		return
+	}
+	t.ended = true
+	if t.index >= 0 {
+		heap.Remove(&r.queue, int(t.index))
+	}
+	r.mu.Unlock()
+	err := r.deadlineErr(t)
+	r.lost(t, err)
+	t.Ending.End(err)
+}
+
 // setWake sets when the renewer looks at t next. renewer.mu must be held.
 func (t *Term) setWake() {
 	t.wakeDue = (t.renew || t.lengthen) && t.busy == nil && t.due.Before(t.deadline)
@@ -95,11 +147,15 @@ func (t *Term) wake() time.Time {
 // being given up. A RedLock asks it before it takes the lock again for t on
 // a member that lost it (protocol.Holder): a release that follows Retire or
 // Stop then finds every such retake done, or none begun.
-func (t *Term) Held() bool { return !t.givenUp.Load() && t.Ending.Cause() == nil }
+func (t *Term) Held() bool {
+	t.Check()
+	return !t.givenUp.Load() && t.Ending.Cause() == nil
+}
 
 // EndedErr returns nil while t is held, else an error matching ErrNotHeld and
 // the reason it ended.
 func (t *Term) EndedErr(op string) error {
+	t.Check()
 	cause := t.Ending.Cause()
 	if cause == nil {
 		return nil
@@ -171,6 +227,8 @@ type Start struct {
 	Grant time.Duration
 	// FenceArg, if set, is the fence as the acquire's reply boxed it.
 	FenceArg protocol.FenceArg
+	// Doubt is the Term's.
+	Doubt int64
 }
 
 // Begin starts the term of a lease just acquired: it lapses at s.Sent +
@@ -179,9 +237,10 @@ type Start struct {
 // s.Grant at the latest, s.Sent being a request that reached Redis before
 // the grant was made, and counts as lost Drift(s.Grant) before that.
 func (r *Renewer) Begin(k *protocol.Keys, owner string, fence int64, s Start) (*Term, error) {
-	t := &Term{K: k, Owner: owner, Fence: fence, fenceArg: s.FenceArg, Begun: s.Sent,
-		renew: s.Renew, ttl: s.TTL, deadline: s.Sent.Add(s.TTL - timing.Drift(s.TTL)),
+	t := &Term{K: k, Owner: owner, Fence: fence, fenceArg: s.FenceArg, Begun: s.Sent, Doubt: s.Doubt, r: r,
+		renew: s.Renew, ttl: s.TTL,
 		due: s.Sent.Add(timing.RenewEvery(s.TTL)), slack: timing.RenewSlack(s.TTL)}
+	t.setDeadline(s.Sent.Add(s.TTL - timing.Drift(s.TTL)))
 	if s.Grant > 0 {
 		t.granted(s.Sent, s.Grant)
 	}
@@ -195,7 +254,8 @@ func (r *Renewer) Begin(k *protocol.Keys, owner string, fence int64, s Start) (*
 // granted makes t's lease a grant lease of grant from sent, to be lengthened
 // at once.
 func (t *Term) granted(sent time.Time, grant time.Duration) {
-	t.lengthen, t.deadline, t.due, t.slack = true, sent.Add(grant-timing.Drift(grant)), time.Now(), 0
+	t.lengthen, t.due, t.slack = true, time.Now(), 0
+	t.setDeadline(sent.Add(grant - timing.Drift(grant)))
 }
 
 // admit puts t, new, in the renewer's care, starting the renewer's goroutine
@@ -320,7 +380,7 @@ func (r *Renewer) Extend(ctx context.Context, t *Term, ttl time.Duration) error 
 	gen := t.gen
 	sent := time.Now()
 	if d := sent.Add(ttl - timing.Drift(ttl)); d.Before(t.deadline) {
-		t.deadline = d
+		t.setDeadline(d)
 	}
 	r.reschedule(t)
 	r.mu.Unlock()
@@ -348,7 +408,8 @@ func (r *Renewer) Extend(ctx context.Context, t *Term, ttl time.Duration) error 
 		// The lease, shortened, ran out before the reply came.
 		lost = errs.Op(errs.ErrLockLost, nil, "%q: its lease of %v ran out before the Extend's reply came", t.K.Name, ttl)
 	default:
-		t.ttl, t.deadline, t.lastErr, t.lengthen = ttl, sent.Add(ttl-timing.Drift(ttl)), nil, false
+		t.ttl, t.lastErr, t.lengthen = ttl, nil, false
+		t.setDeadline(sent.Add(ttl - timing.Drift(ttl)))
 		t.due, t.slack = sent.Add(timing.RenewEvery(ttl)), timing.RenewSlack(ttl)
 	}
 	if !t.ended {
@@ -693,7 +754,8 @@ func (t *Term) renewal(mine bool, item protocol.ExtendItem, sent time.Time, code
 		// which Redis may have run before or after.
 		return renewalIgnored
 	}
-	t.deadline, t.lastErr, t.lengthen = d, nil, false
+	t.lastErr, t.lengthen = nil, false
+	t.setDeadline(d)
 	if mine || t.busy == nil {
 		t.due, t.slack = sent.Add(timing.RenewEvery(ttl)), timing.RenewSlack(ttl)
 	}

@@ -2,14 +2,19 @@
 --
 -- The keys come in one group per lease: first the key that carries the lease,
 -- then the keys that must live at least as long as it (the lock's fence, and
--- for some kinds a hash of holders), and last the lock's extends hash.
+-- for some kinds a hash of holders), and last, but for a lock's state, the
+-- lock's extends hash.
 --
 -- KEYS        lease: group i, ARGV[6i] keys, the first of which carries lease i: a
 --             lock's state (a string, lib.lua), a lock hash (owner id -> hold
 --             count, with a PX expiry), or a sorted set of holders (owner id -> server time in ms at which
---             that holder's lease lapses); the last is the extends hash
---             (owner id -> the generation of that holder's latest
---             Lease.Extend), which exists only once an Extend has run
+--             that holder's lease lapses); then the keys that must live at
+--             least as long; and, but for a lock's state (which keeps the
+--             generation after its owner's id), last the extends hash (owner
+--             id -> the generation of that holder's latest Lease.Extend),
+--             which exists only once an Extend has run. A group of a hash
+--             kind's has its third key a hash where ForceRelease records the
+--             holds it took (an RWMutex's fences, a Semaphore's hash)
 -- ARGV[6i-5]  type: "s" for a lock's state, "h" for a lock hash, "z" for a
 --             sorted set of holders
 -- ARGV[6i-4]  owner: the owner id expected to hold lease i
@@ -25,11 +30,14 @@
 -- Returns one code per lease, in order:
 --    1  extended: the owner holds it, and it now lapses TTL from now (or
 --       later, for "gt"); every key of its group expires no sooner (the
---       extends hash: if it holds the owner's entry)
+--       extends hash: if it holds the owner's entry); a grant not yet taken
+--       up (lib.lua) is taken up
 --    0  not extended: another owner holds it (or a key of another type is there)
 --   -1  not extended: nobody holds it (for "z": the owner's lease lapsed)
 --    2  not extended: the owner holds it, but an Extend of a later
 --       generation has run: this request is older than what Redis keeps
+--    4  not extended: ForceRelease took the owner's hold away (a lock's
+--       state records it until the lease would have ended)
 --
 -- A key of a foreign type is reported, not raised, so that it cannot make the
 -- renewal of the other keys in the batch fail.
@@ -43,14 +51,29 @@
 -- shortens a lease, and a request of an earlier generation than the lease's
 -- latest Extend changes nothing (code 2): a renewal or Extend sent before an
 -- Extend that shortened the lease cannot lengthen it again, whenever it runs.
+-- evicted tells whether ForceRelease took owner's hold away, for the group
+-- of a lease of kind whose keys are KEYS[k] to KEYS[last], the extends hash
+-- left out: a record in its third key, a hash (an RWMutex's fences, a
+-- Semaphore's hash).
+local function evicted(kind, k, last, owner)
+  return kind ~= 's' and last >= k + 2 and redis.pcall('HEXISTS', KEYS[k + 2], 'evicted:' .. owner) == 1
+end
+
 local res = {}
 local now
 local k = 1
 for i = 1, #ARGV / 6 do
   local kind, owner, ttl, gen, nk = ARGV[6 * i - 5], ARGV[6 * i - 4], tonumber(ARGV[6 * i - 3]), tonumber(ARGV[6 * i - 1]), tonumber(ARGV[6 * i])
   local gt = ARGV[6 * i - 2] == 'gt'
-  local key, extends = KEYS[k], KEYS[k + nk - 1]
-  local ok, tracked = false, false
+  -- A lock's state keeps its owner's Extend generation itself, and names
+  -- no extends hash: during a Cluster slot migration, a key named but
+  -- missing (as the hash is until an Extend runs) would make the importing
+  -- node refuse the call.
+  local key, extends, last = KEYS[k], nil, k + nk - 1
+  if kind ~= 's' then
+    extends, last = KEYS[last], last - 1
+  end
+  local ok, tracked, changed = false, false, false
   local t, s
   if kind == 's' then
     -- One GET reads the state, and reports a key of another type.
@@ -70,16 +93,25 @@ for i = 1, #ARGV / 6 do
   end
   if t == 'none' then
     res[i] = -1
+    if evicted(kind, k, last, owner) then
+      res[i] = 4
+    end
   elseif (kind == 's' and not s) or (kind == 'h' and t ~= 'hash') or (kind == 'z' and t ~= 'zset') then
     res[i] = 0
   elseif kind == 's' and not (s.o == owner and st_live(s, now)) then
-    if st_live(s, now) then
+    local _, ev = st_record(s, owner, now or now_ms())
+    if ev then
+      res[i] = 4
+    elseif st_live(s, now) then
       res[i] = 0
     else
       res[i] = -1
     end
-  elseif kind == 'h' and redis.call('HEXISTS', key, owner) == 0 then
+  elseif kind == 'h' and not redis.call('HGET', key, owner) then
     res[i] = 0
+    if evicted(kind, k, last, owner) then
+      res[i] = 4
+    end
   else
     if kind == 'z' then
       if not now then
@@ -88,27 +120,43 @@ for i = 1, #ARGV / 6 do
       local lapse = tonumber(redis.call('ZSCORE', key, owner))
       if not (lapse and lapse > now) then
         res[i] = -1
+        if evicted(kind, k, last, owner) then
+          res[i] = 4
+        end
       end
     end
     if not res[i] then
-      local last = redis.pcall('HGET', extends, owner)
-      if type(last) == 'table' and last.err then
+      local seen = false
+      if kind == 's' then
+        seen = s.g ~= '' and s.g
+      else
+        seen = redis.pcall('HGET', extends, owner)
+      end
+      if type(seen) == 'table' and seen.err then
         res[i] = 0
-      elseif gen < (tonumber(last) or 0) then
+      elseif gen < (tonumber(seen) or 0) then
         res[i] = 2
       else
-        ok, tracked = true, last ~= false
-        if not gt and gen > (tonumber(last) or 0) then
-          redis.call('HSET', extends, owner, gen)
-          tracked = true
+        ok, tracked = true, seen ~= false and kind ~= 's'
+        if not gt and gen > (tonumber(seen) or 0) then
+          if kind == 's' then
+            s.g, changed = tostring(gen), true
+          else
+            redis.call('HSET', extends, owner, gen)
+            tracked = true
+          end
         end
       end
     end
   end
   if ok then
     if kind == 's' then
-      st_lengthen(key, s, ttl, gt, now)
+      st_lengthen(key, s, ttl, gt, now, changed)
     elseif kind == 'h' then
+      if redis.call('HGET', key, owner) == '0' then
+        -- A grant (rw_release.lua), taken up now.
+        redis.call('HSET', key, owner, 1)
+      end
       if gt then
         redis.call('PEXPIRE', key, ttl, 'GT')
       else
@@ -122,7 +170,7 @@ for i = 1, #ARGV / 6 do
       end
       at_least(key, ttl)
     end
-    for j = k + 1, k + nk - 2 do
+    for j = k + 1, last do
       at_least(KEYS[j], ttl)
     end
     if tracked then

@@ -118,27 +118,26 @@ local function held_reply(wait, fence, t)
 end
 
 -- held_again answers a take by an owner that holds the lock hash lock
--- already (a retry of a take that succeeded, or a lock a release granted it):
--- its lease, and the string key fence with it, now lapse ms from now, and its
--- fence is returned (a new one if the key has gone).
-local function held_again(lock, fence, ms)
+-- already (a retry of a take that succeeded): its fence, read from the string
+-- key fence (a new one, living as long as the lock, if that key has gone).
+-- The lease is not lengthened: the client counts it from before the first
+-- copy of the take was sent, and a later Extend may have shortened it.
+local function held_again(lock, fence)
   local f = tonumber(redis.call('GET', fence))
-  if f then
-    at_least(fence, ms)
-  else
-    f = next_fence(fence, (server_time()), ms, true)
+  if not f then
+    f = next_fence(fence, (server_time()), math.max(redis.call('PTTL', lock), 1), true)
   end
-  redis.call('PEXPIRE', lock, ms)
   return f
 end
 
 -- take makes owner the holder of the free lock hash lock (an RWMutex's
--- writer, a RedLock member's Mutex): one hold, lapsing ms from now, and a
--- new fence (next_fence on the string key fence, living as long, or at least
--- as long if shared is true; t is from TIME), which it returns.
-local function take(lock, fence, owner, ms, t, shared)
+-- writer, a RedLock member's Mutex): count holds (1, or 0 for a grant not
+-- yet taken up; 1 if nil), lapsing ms from now, and a new fence (next_fence
+-- on the string key fence, living as long, or at least as long if shared is
+-- true; t is from TIME), which it returns.
+local function take(lock, fence, owner, ms, t, shared, count)
   local f = next_fence(fence, t, ms, not shared)
-  redis.call('HSET', lock, owner, 1)
+  redis.call('HSET', lock, owner, count or 1)
   redis.call('PEXPIRE', lock, ms)
   return f
 end
@@ -153,12 +152,13 @@ local function tell(stem, owner, msg)
 end
 
 -- grant gives the free lock hash lock to the waiter w, which the caller has
--- taken out of its queue, as take does, and returns its fence. Only w's Client is told,
--- on the stem's channel, as tell does: the message is w, the fence, ms and
--- the server time in microseconds, separated by spaces, so that w's Lock can
--- return on it without another request.
+-- taken out of its queue, as take does, with a count of 0 (a grant w takes
+-- up with its next request or renewal, which lengthen it), and returns its
+-- fence. Only w's Client is told, on the stem's channel, as tell does: the
+-- message is w, the fence, ms and the server time in microseconds, separated
+-- by spaces, so that w's Lock can return on it without another request.
 local function grant(lock, fence, w, ms, t, stem, shared)
-  local f = take(lock, fence, w, ms, t, shared)
+  local f = take(lock, fence, w, ms, t, shared, 0)
   tell(stem, w, w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms .. ' ' .. string.format('%.0f', micros(t)))
   return f
 end
@@ -174,59 +174,46 @@ local function reenter(lock, owner, count)
   return 0
 end
 
--- after tells whether the lock went on from a hold with fence myfence that
--- is not there any more: the string key fence holds myfence or a later one,
--- a later one if the lock hash lock is held (by another owner: only a take
--- after that hold's end can hold it). The fence lives at least as long as
--- every lease it fenced, so the hold ended there (released, or expired or
--- evicted after the fence was written) rather than being lost with the
--- name's keys (a restart without persistence, a failover to a replica that
--- missed it).
-local function after(lock, fence, myfence)
-  local f = tonumber(redis.call('GET', fence))
-  if f == nil then
-    return false
-  end
-  if redis.call('EXISTS', lock) == 1 then
-    return f > tonumber(myfence)
-  end
-  return f >= tonumber(myfence)
+-- after tells whether the string key fence still holds myfence, the fence
+-- of an owner that holds nothing (as the script sent it): no lock has been
+-- taken since, so that owner's hold ended without another taking over: by
+-- an earlier run of its release, or, once its lease's time is up, by
+-- expiry, which the client tells apart by when the answer came. After a
+-- restart that lost the keys, or another's take, the fence is gone or
+-- another.
+local function after(fence, myfence)
+  return myfence ~= '0' and redis.call('GET', fence) == myfence
 end
 
--- evict records in the hash alive (the queue's, whose entries are waiters'
--- owner ids; this one is "evicted:" and owner's) that owner's hold was taken
--- away by ForceRelease, for ms (at least a millisecond), as long as its
--- lease would have lasted: owner's release then answers 4, not a retry's 3,
--- however often it runs.
-local function evict(alive, owner, ms)
-  redis.call('HSET', alive, 'evicted:' .. owner, 1)
-  at_least(alive, math.max(tonumber(ms), 1))
+-- evict records in the hash h (one whose other fields are not "evicted:"
+-- and an owner id: an RWMutex's fences, a Semaphore's hash) that owner's
+-- hold was taken away by ForceRelease, for ms (at least a millisecond), as
+-- long as its lease would have lasted: owner's release then answers 4, not a
+-- retry's 3, however often it runs, and its renewal 4 (extend.lua).
+local function evict(h, owner, ms)
+  redis.call('HSET', h, 'evicted:' .. owner, 1)
+  at_least(h, math.max(tonumber(ms), 1))
 end
 
 -- evicted tells whether owner's hold was taken away (evict). The record is
 -- read, not removed, so that a retry of owner's release answers the same; it
--- goes with alive's expiry. alive may be nil (no kind with it is evicted).
-local function evicted(alive, owner)
-  return alive ~= nil and redis.call('HEXISTS', alive, 'evicted:' .. owner) == 1
+-- goes with h's expiry. h may be nil (no kind with it is evicted).
+local function evicted(h, owner)
+  return h ~= nil and redis.call('HEXISTS', h, 'evicted:' .. owner) == 1
 end
 
--- give_back gives back holds of owner on the lock hash lock, where held
--- tells whether owner holds it (HEXISTS, read by the caller): mode "0" sets
--- its hold count to count (it keeps the lock), mode "1" gives back its last
--- hold, mode "3" takes it away (ForceRelease; alive is the queue's hash,
--- nil for a kind without one). It returns the code to return at once: 2
--- when owner keeps the lock; 4 when owner holds nothing, its last hold was
--- to go, and its hold was taken away (evict); 3 when owner
--- holds nothing, its last hold was to go, and the string key fence is at or
--- past owner's fence myfence (after); 0 when another owner holds the lock or
--- it is kept for a waiter; -1 when nobody holds it; or nil when owner's last
--- hold goes and the caller is to free the lock.
-local function give_back(lock, fence, alive, owner, mode, count, myfence, held)
+-- give_back gives back holds of owner on the lock hash lock (a RedLock
+-- member's), where held tells whether owner holds it (HEXISTS, read by the
+-- caller): mode "0" sets its hold count to count (it keeps the lock), mode
+-- "1" gives back its last hold. It returns the code to return at once: 2
+-- when owner keeps the lock; 3 when owner holds nothing, its last hold was
+-- to go, and the string key fence still holds owner's fence myfence (after);
+-- 0 when another owner holds the lock or it is kept for a waiter; -1 when
+-- nobody holds it; or nil when owner's last hold goes and the caller is to
+-- free the lock.
+local function give_back(lock, fence, owner, mode, count, myfence, held)
   if not held then
-    if mode == '1' and evicted(alive, owner) then
-      return 4
-    end
-    if mode ~= '0' and after(lock, fence, myfence) then
+    if mode ~= '0' and after(fence, myfence) then
       return 3
     end
     if redis.call('EXISTS', lock) == 0 then
@@ -238,28 +225,46 @@ local function give_back(lock, fence, alive, owner, mode, count, myfence, held)
     redis.call('HSET', lock, owner, count)
     return 2
   end
-  if mode == '3' then
-    evict(alive, owner, redis.call('PTTL', lock))
-  end
   return nil
 end
 
 -- A Mutex, a FairMutex and an Election keep their lock in one string key,
--- its state: "<fence>|<holds>|<waits>|<until>|<owner>". fence is the last
+-- its state: "<fence>|<holds>|<waits>|<until>|<owner>", and, when they are
+-- not empty, "|<link>" and "|<link>|<records>" after it. fence is the last
 -- fence handed out; owner the holder's owner id, empty when nobody holds it;
--- holds its hold count (0 when free); waits "1" if the queue may hold
--- waiters, "0" if it holds none (so that a free lock nobody waits for is
--- taken, and a hold nobody waits behind is given back, without reading the
--- queue); until 0 if the lease ends with the key (its PX expiry), else the
--- server time (ms) at which it ends, the key living longer: after a grant,
--- the releaser's retry reads the fence until its own lease's end. A free
--- state stays until the key's expiry, so that a retried release finds the
--- fence it left (DECISIONS 4). A free state nobody waits for is written as
--- its fence alone ("<fence>"), which a take tells apart with one pattern
--- and a release writes without building a string. The fence is kept as the
--- string it was written as: string.format, the one exact way to write a
--- number of 16 digits, costs more than the rest of a take, so a fence is
--- formatted only when it is not the server's time.
+-- holds its hold count (0 when free, and 0 for a grant its grantee has not
+-- taken up yet: its next request or renewal takes it up and lengthens it);
+-- waits "1" if the queue may hold waiters, "0" if it holds none (so that a
+-- free lock nobody waits for is taken, and a hold nobody waits behind is
+-- given back, without reading the queue); until 0 if the lease ends with
+-- the key (its PX expiry), else the server time (ms) at which it ends, the
+-- key living longer. The owner may be followed by "/<gen>", the generation
+-- of its latest Lease.Extend that Redis ran (extend.lua), so that a request
+-- of an earlier one changes nothing. link lists the fences of the holds
+-- whose releases this state follows, the latest first, at most st_chain of
+-- them, separated by ',': a hold that took the lock a release freed, or
+-- that a release granted it to, lists that release's fence, then what that
+-- hold's state listed; a free state written by a script that read the
+-- state first lists what the released hold's did (its own fence is the free
+-- state's). A retry of one of those releases, finding the lock moved on,
+-- tells from it that its own first run freed the lock (st_follows). The
+-- common release, which writes without reading, leaves its fence alone: the
+-- list starts again. records
+-- are "<owner>@<deadline>" (or "!<owner>@<deadline>"), separated by ';': an
+-- owner that has ended while an acquire of its may still be on its way
+-- (its reply was lost), whose acquires take nothing until that request's
+-- deadline (ms), and, marked '!', an owner whose hold ForceRelease took
+-- away, until its lease would have ended: its release and its renewals say
+-- so. The key lives until the last record's deadline at least.
+--
+-- A free state stays until the key's expiry, so that a retried release
+-- finds the fence it left (DECISIONS 4). A free state nobody waits for,
+-- with no records, is written as its fence alone ("<fence>"), which a take
+-- tells apart with one pattern and a release writes without building a
+-- string. The fence is kept as the string it was written as: string.format,
+-- the one exact way to write a number of 16 digits, costs more than the
+-- rest of a take, so a fence is formatted only when it is not the server's
+-- time.
 
 -- st_parse decodes a state's string v, or returns nil if v is nil or not a
 -- state.
@@ -267,14 +272,21 @@ local function st_parse(v)
   if not v then
     return nil
   end
-  local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
+  local f, c, m, u, o, l, r = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|([^|]*)|?([%d,]*)|?(.*)$')
   if not f then
     if string.find(v, '^%d+$') then
-      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = ''}
+      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = '', g = '', l = '', r = ''}
     end
     return nil
   end
-  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
+  local g = ''
+  if string.find(o, '/', 1, true) then
+    o, g = string.match(o, '^([^/]*)/(%d*)$')
+    if not o then
+      return nil
+    end
+  end
+  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o, g = g, l = l, r = r}
 end
 
 -- st_read decodes v, the value of the state key as GET read it (false if
@@ -300,8 +312,16 @@ end
 -- exactly.
 local function st_write(key, s, ms)
   local v = s.fs
-  if s.o ~= '' or s.m ~= '0' then
+  if s.o ~= '' or s.m ~= '0' or s.r ~= '' or s.l ~= '' then
     v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+    if s.g and s.g ~= '' and s.o ~= '' then
+      v = v .. '/' .. s.g
+    end
+    if s.r ~= '' then
+      v = v .. '|' .. s.l .. '|' .. s.r
+    elseif s.l ~= '' then
+      v = v .. '|' .. s.l
+    end
   end
   if ms then
     redis.call('SET', key, v, 'PX', ms)
@@ -329,27 +349,173 @@ local function st_left(key, s, now)
   return s.u - (now or now_ms())
 end
 
+-- st_chain is how many release fences a state lists at most (its link).
+local function st_chain()
+  return 4
+end
+
+-- st_links returns the link of a state that follows the state s (nil: none):
+-- s's fence first if s is free (a release freed it), then what s lists, at
+-- most st_chain fences in all.
+local function st_links(s)
+  if not s then
+    return ''
+  end
+  local l = s.l
+  if s.o == '' then
+    if l == '' then
+      return s.fs
+    end
+    l = s.fs .. ',' .. l
+  end
+  local cut = 0
+  for _ = 1, st_chain() do
+    cut = string.find(l, ',', cut + 1, true)
+    if not cut then
+      return l
+    end
+  end
+  return string.sub(l, 1, cut - 1)
+end
+
+-- st_follows tells whether the state s, of which owner holds nothing, shows
+-- that the release of owner's hold, whose fence is myfence (a string, as the
+-- script got it), freed the lock: s is free with that fence, or lists it.
+-- Only that release can have put it there (an eviction leaves a record; an
+-- expiry or a loss of the keys, no link). The fence must be the very one: a
+-- range of fences would take a history that went on from a replica that
+-- missed the hold (a failover) for this one.
+local function st_follows(s, myfence)
+  if myfence == '0' then
+    return false
+  end
+  if s.o == '' and s.fs == myfence then
+    return true
+  end
+  return s.l ~= '' and string.find(',' .. s.l .. ',', ',' .. myfence .. ',', 1, true) ~= nil
+end
+
+-- st_record returns the deadline (ms) of owner's record in the state s if
+-- it has one that has not lapsed by now, and whether it records that
+-- ForceRelease took owner's hold away; nil if none.
+local function st_record(s, owner, now)
+  if s.r == '' then
+    return nil
+  end
+  for x, o, d in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
+    if o == owner and tonumber(d) > now then
+      return tonumber(d), x == '!'
+    end
+  end
+  return nil
+end
+
+-- st_note gives the state s a record of owner until the deadline d (ms, a
+-- string), marked '!' if evicted, keeping one record per owner (the later
+-- deadline, and its mark if either has one), and drops the records that
+-- lapsed by now. It returns how long (ms) the key must live for the records.
+local function st_note(s, owner, d, evicted, now)
+  local out, keep = {}, tonumber(d) - now
+  for x, o, e in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      if o == owner then
+        if left > keep then
+          d, keep = e, left
+        end
+        evicted = evicted or x == '!'
+      else
+        out[#out + 1] = x .. o .. '@' .. e
+        keep = math.max(keep, left)
+      end
+    end
+  end
+  if evicted then
+    out[#out + 1] = '!' .. owner .. '@' .. d
+  else
+    out[#out + 1] = owner .. '@' .. d
+  end
+  s.r = table.concat(out, ';')
+  return keep
+end
+
+-- st_prune drops the records of the state s that lapsed by now, and returns
+-- how long (ms) the key must live for those left (0 if none).
+local function st_prune(s, now)
+  if s.r == '' then
+    return 0
+  end
+  local out, keep = {}, 0
+  for x, o, e in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      out[#out + 1] = x .. o .. '@' .. e
+      keep = math.max(keep, left)
+    end
+  end
+  s.r = table.concat(out, ';')
+  return keep
+end
+
+-- st_keep writes the state s to key so that the key lives at least ms (a
+-- number) from now (the server time in ms), and no less than it would have.
+-- A lease that ends with the key is given its end in until first: it ends
+-- when it would have.
+local function st_keep(key, s, ms, now)
+  local p = redis.call('PTTL', key)
+  if s.o ~= '' and s.u == 0 and p > 0 then
+    s.u = now + p
+  end
+  if p ~= -1 and p < ms then
+    st_write(key, s, ms)
+  else
+    st_write(key, s)
+  end
+end
+
 -- st_lengthen makes the lease of the live state s at key lapse ms from now;
--- if gt, only if it would lapse sooner. A lease that ends with its key
--- moves the key's expiry; one that ends before its key does (after a grant)
--- moves until, the key never lapsing sooner than it would have. now as for
--- st_live.
-local function st_lengthen(key, s, ms, gt, now)
+-- if gt, only if it would lapse sooner. A grant not yet taken up (holds 0)
+-- is taken up: its hold count becomes 1. A lease that ends with its key
+-- moves the key's expiry; one that ends before its key does (after a grant,
+-- while records live, or shortened while the key's link is read) moves
+-- until, the key never lapsing sooner than it would have. If write is true
+-- (the caller changed s), the state is written whatever happens to the
+-- lease. now as for st_live.
+local function st_lengthen(key, s, ms, gt, now, write)
   ms = tonumber(ms)
-  if s.u == 0 then
+  if s.c == 0 then
+    s.c, write = 1, true
+  end
+  if s.u == 0 and not write and s.r == '' then
     if gt then
       redis.call('PEXPIRE', key, ms, 'GT')
+      return
+    end
+    local p = redis.call('PTTL', key)
+    if p > ms and s.l ~= '' then
+      -- Shortened: the key keeps its life, for the link a retried release
+      -- reads; the lease ends at until.
+      s.u = (now or now_ms()) + ms
+      st_write(key, s)
     else
       redis.call('PEXPIRE', key, ms)
     end
     return
   end
   now = now or now_ms()
-  if gt and s.u - now >= ms then
+  local p = redis.call('PTTL', key)
+  local left = p
+  if s.u ~= 0 then
+    left = s.u - now
+  end
+  if gt and left >= ms then
+    if write then
+      st_write(key, s)
+    end
     return
   end
-  local p = redis.call('PTTL', key)
-  if p < 0 or ms >= p then
+  if p < 0 or ms >= p or (not gt and s.l == '' and s.r == '') then
+    -- (Shortened, the key goes with the lease when nothing else needs it.)
     s.u = 0
     st_write(key, s, ms)
   else
@@ -375,22 +541,35 @@ local function st_fence(last, t)
   return micros_string(t), n
 end
 
--- st_hold makes owner the holder of the state key (last: its fence, nil if
--- none is kept): one hold, lapsing ms from now, waits as given, and a new
--- fence, above last and at least the server time t (from TIME) in
--- microseconds, which it returns as a string and as a number. If keep is
--- true the key lives at least as long as it would have (a grant: the
--- releaser reads its fence until its lease's end). An Election's take
--- passes its leader record rec, a hash, which then says that owner leads:
--- its term is the fence, its since t in microseconds, its value value, its
--- seq (the last Proclaim's) 0; it lapses with the lease, and the change is
--- published, as "*", on the shard channel named as rec is.
-local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
-  local f, n = st_fence(last, t)
+-- st_hold makes owner the holder of the state key in place of s (its
+-- state, nil if none): one hold, or 0 if grant is true (a grant its
+-- grantee takes up with its next request or renewal), lapsing ms from now,
+-- waits as given, the link given ("" for none), s's records that have not
+-- lapsed, and a new fence, above s's and at least the server time t (from
+-- TIME) in microseconds, which it returns as a string and as a number. The
+-- key lives as long as the records need, and, if keep is true, at least as
+-- long as it would have (a grant: the releaser reads its fence until its
+-- lease's end). An Election's take passes its leader record rec, a hash,
+-- which then says that owner leads: its term is the fence, its since t in
+-- microseconds, its value value, its seq (the last Proclaim's) 0; it
+-- lapses with the lease, and the change is published, as "*", on the shard
+-- channel named as rec is.
+local function st_hold(key, s, owner, ms, t, waits, link, grant, rec, value, keep)
+  local f, n = st_fence(s and s.f, t)
   if rec then
     redis.call('HSET', rec, 'owner', owner, 'term', f, 'since', micros_string(t), 'value', value, 'seq', 0)
     redis.call('PEXPIRE', rec, ms)
     redis.call('SPUBLISH', rec, '*')
+  end
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local r, need = '', 0
+  if s and s.r ~= '' then
+    need = st_prune(s, now)
+    r = s.r
+  end
+  local c = 1
+  if grant then
+    c = 0
   end
   -- The common case writes strings only: a number turned into a string
   -- costs Redis a formatting call.
@@ -398,56 +577,72 @@ local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
   if keep then
     p = redis.call('PTTL', key)
   end
-  if p > tonumber(ms) then
-    st_write(key, {fs = f, c = 1, m = waits, u = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ms), o = owner})
+  ms = tonumber(ms)
+  local h = {fs = f, c = c, m = waits, u = 0, o = owner, l = link, r = r}
+  if r == '' and p <= ms then
+    st_write(key, h, ms)
+    return f, n
+  end
+  -- The key outlives the lease: it ends at until.
+  h.u = now + ms
+  local life = math.max(need, ms)
+  if life > p then
+    st_write(key, h, life)
   else
-    redis.call('SET', key, f .. '|1|' .. waits .. '|0|' .. owner, 'PX', ms)
+    st_write(key, h)
   end
   return f, n
 end
 
 -- st_grant gives the free state key (s: its state) to the waiter w, which
 -- the caller has taken out of the queue or kept at its head, as st_hold
--- does, keeping the key's expiry, and returns its fence. Only w's Client is
--- told, as tell does: the message is w, the fence, ms and the server time
--- in microseconds, separated by spaces, so that w's Lock can return on it
--- without another request.
-local function st_grant(key, s, w, ms, t, stem, waits, rec, value)
-  local f = st_hold(key, s.f, w, ms, t, waits, rec, value, true)
+-- does for a grant, keeping the key's expiry, with the link given, and
+-- returns its fence. Only w's Client is told, as tell does: the message is
+-- w, the fence, ms and the server time in microseconds, separated by
+-- spaces, so that w's Lock can return on it without another request.
+local function st_grant(key, s, w, ms, t, stem, waits, link, rec, value)
+  local f = st_hold(key, s, w, ms, t, waits, link, true, rec, value, true)
   tell(stem, w, w .. ' ' .. f .. ' ' .. ms .. ' ' .. micros_string(t))
   return f
 end
 
 -- st_free writes the state s at key free: no holder, nobody waiting (the
--- caller knows the queue is empty), the fence kept, the key's expiry too.
+-- caller knows the queue is empty), the fence, the link and the records
+-- kept, the key's expiry too.
 local function st_free(key, s)
-  redis.call('SET', key, s.fs, 'KEEPTTL')
+  if s.r == '' and s.l == '' then
+    redis.call('SET', key, s.fs, 'KEEPTTL')
+    return
+  end
+  s.c, s.m, s.u, s.o = 0, '0', 0, ''
+  st_write(key, s)
 end
 
 -- st_give_back gives back holds of owner on the state key (s: its state,
 -- nil if none; held: whether owner's lease runs): mode "0" sets its hold
 -- count to count (it keeps the lock), mode "1" gives back its last hold,
--- mode "3" takes it away (ForceRelease; alive is the queue's hash). It
--- returns the code to return at once: 2 when owner keeps the lock; 4 when
--- owner holds nothing, its last hold was to go, and its hold was taken away
--- (evict); 3 when owner holds nothing, its last hold was to go, and the
--- state's fence is at or past owner's fence myfence, past it if another
--- owner's lease runs (the lock went on from owner's hold: an earlier run of
--- this release freed it, or the lease ended otherwise; the state lives at
--- least as long as every lease it fenced, so it was not lost with the
--- name's keys); 0 when another owner holds the lock; -1 when nobody does;
--- or nil when owner's last hold goes and the caller is to free the lock.
--- now as for st_live.
-local function st_give_back(key, s, alive, owner, mode, count, myfence, held, now)
+-- mode "3" takes it away (ForceRelease: a record, marked, says so until its
+-- lease would have ended). It returns the code to return at once: 2 when
+-- owner keeps the lock; 4 when owner holds nothing and a record says its
+-- hold was taken away; 3 when owner holds nothing, its last hold was to go,
+-- and the state shows that the release of owner's hold, whose fence is
+-- myfence, freed the lock (an earlier run of this release: st_follows); 0
+-- when another
+-- owner holds the lock and the state shows no such release; -1 when nobody
+-- does (nor does it show one); or nil when owner's last hold goes and the
+-- caller is to free the lock. now is the server time in ms.
+local function st_give_back(key, s, owner, mode, count, myfence, held, now)
   if not held then
-    if mode == '1' and evicted(alive, owner) then
-      return 4
+    if s and mode ~= '0' then
+      local _, ev = st_record(s, owner, now)
+      if ev then
+        return 4
+      end
+      if st_follows(s, myfence) then
+        return 3
+      end
     end
-    local live = st_live(s, now)
-    if mode ~= '0' and s and (s.f > tonumber(myfence) or (not live and s.f == tonumber(myfence))) then
-      return 3
-    end
-    if not live then
+    if not st_live(s, now) then
       return -1
     end
     return 0
@@ -458,7 +653,8 @@ local function st_give_back(key, s, alive, owner, mode, count, myfence, held, no
     return 2
   end
   if mode == '3' then
-    evict(alive, owner, st_left(key, s, now))
+    local left = st_left(key, s, now)
+    st_keep(key, s, st_note(s, owner, string.format('%.0f', now + math.max(left, 1)), true, now), now)
   end
   return nil
 end

@@ -24,7 +24,7 @@ if ARGV[4] == 's' then
   if not s then
     -- Waiters may be queued: a free state that says so sends the next
     -- taker through the queue.
-    st_write(KEYS[1], {fs = ARGV[2], c = 0, m = '1', u = 0, o = ''}, ms)
+    st_write(KEYS[1], {fs = ARGV[2], c = 0, m = '1', u = 0, o = '', l = '', r = ''}, ms)
     return 0
   end
   local now = s.u ~= 0 and now_ms() or nil

@@ -28,11 +28,10 @@
 --       granted to ARGV[1]; only its registration went)
 --   -1  nothing done: nobody holds the lock (it expired, or was never taken,
 --       or Redis lost its keys)
---    3  mode 1: nothing done: ARGV[1] holds nothing, and the lock's fence is
---       at or past ARGV[1]'s: an earlier run of this release freed it, or
---       ARGV[1]'s lease ended otherwise (it expired); the caller tells
---       which by when the answer came (before the lease's deadline, its
---       lease cannot have expired)
+--    3  mode 1: nothing done: ARGV[1] holds nothing, and the fence key
+--       still holds ARGV[1]'s fence: no lock was taken since, and its hold
+--       ended by an earlier run of this release or, once its lease's time
+--       was up, by expiry; the caller tells which by when the answer came
 --
 -- Run twice: a release that freed the lock finds the lock free of its owner
 -- and the fence it left (or a later one) and answers 3; it writes nothing, so
@@ -54,7 +53,7 @@ if mode == '2' then
     return 0
   end
 else
-  local code = give_back(KEYS[1], KEYS[2], nil, ARGV[1], mode, ARGV[5], ARGV[6], held)
+  local code = give_back(KEYS[1], KEYS[2], ARGV[1], mode, ARGV[5], ARGV[6], held)
   if code then
     return code
   end

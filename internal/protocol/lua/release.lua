@@ -7,9 +7,8 @@
 -- KEYS[1]  lock: the lock's state, a string (lib.lua)
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse>|<grant>", as acquire.lua
---          writes it; and "evicted:" .. owner id -> 1 for a hold ForceRelease
---          took away, until its lease would have ended; an Election's
---          candidate's entry carries its value (acquire.lua)
+--          writes it; an Election's candidate's entry carries its value
+--          (acquire.lua)
 -- KEYS[4]  leader: (an Election's only) its leader record (st_hold in
 --          lib.lua): written for the candidate a freed lease is granted to,
 --          deleted when nobody is (and the change published on the channel
@@ -22,67 +21,77 @@
 --          ARGV[7] (the client keeps the authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          was granted to it, grant it to the next waiter instead, or free it
---          "3": as "1", for ForceRelease: the hold is taken away, and ARGV[1]'s
---          own release will say so (4)
+--          "3": as "1", for ForceRelease: the hold is taken away, and a
+--          record in the state says so (4) until its lease would have ended
 --          "4": as "1", for a hold that was granted: others likely wait, so
 --          the state is read first rather than written first (the common
 --          case below), which would only have to be put back
 -- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to, if
 --          its entry names none
--- ARGV[5]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
---          the state's (st_give_back in lib.lua)
+-- ARGV[5]  fence: ARGV[1]'s fence (0 if unknown), by which a retry finds
+--          whether an earlier run of it freed the lock (st_give_back in
+--          lib.lua)
 -- ARGV[6]  order: "0" (a Mutex) takes a grantee out of the queue: if its
 --          grant lapses (it was paused past it), the next live waiter is
 --          served, and it goes to the back when it returns; "1" (a
 --          FairMutex) leaves it at the head until it releases or its
 --          registration lapses
--- ARGV[7]  count: (mode "0"'s only) the hold count that remains (Redis
---          turns every argument into a Lua string before the script runs, so
---          the other modes do not send it)
+-- ARGV[7]  count: (optional: mode "0"'s, or "0" before ARGV[8]) the hold
+--          count that remains (Redis turns every argument into a Lua string
+--          before the script runs, so the other modes do not send it)
+-- ARGV[8]  void: (optional; modes "1", "2" and "4") the server time (ms)
+--          until which an acquire of ARGV[1] may still reach Redis (its
+--          reply was lost): the state records ARGV[1] until then, and such
+--          an acquire changes nothing (acquire.lua)
 --
 -- Returns:
 --    1  released (mode 2: passed on or freed)
 --    2  still held: one hold was given back
 --    0  nothing done: another owner holds the lock (mode 2: the lock was not
---       granted to ARGV[1]; only its registration went)
+--       granted to ARGV[1]; only its registration went), and the state shows
+--       no release of ARGV[1]'s hold
 --   -1  nothing done: nobody holds the lock (it expired, or was never taken,
---       or Redis lost its keys)
---    3  mode 1: nothing done: ARGV[1] holds nothing, and the lock's fence is
---       at or past ARGV[1]'s: an earlier run of this release freed it, or
---       ARGV[1]'s lease ended otherwise (it expired, or was evicted); the
---       caller tells which by when the answer came (before the lease's
---       deadline, its lease cannot have expired)
---    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
+--       or Redis lost its keys), and the state shows no release of ARGV[1]'s
+--       hold
+--    3  modes 1 and 4: nothing done: ARGV[1] holds nothing, and the state
+--       shows that an earlier run of this release freed the lock: it is free
+--       with ARGV[1]'s fence, or lists it (its link: the lock went on from
+--       that release, by a take or a grant, a few holders at most since)
+--    4  modes 1 and 4: nothing done: ARGV[1]'s hold was taken away by
+--       ForceRelease
 --
--- Run twice: a release that freed the lock finds the state free of its owner
--- with the fence it left (or a later one) and answers 3; it leaves every key
--- as it found it (an Election's leader record is left to the lease's next
--- holder), so the lock is not granted twice and no key is written for the
--- call; mode "0" sets the same count; mode "2" finds nothing more to do.
+-- Run twice: a release that freed the lock finds the state free with the
+-- fence it left, or listing that fence, and answers 3; it
+-- leaves every key as it found it (an Election's leader record is left to
+-- the lease's next holder), so the lock is not granted twice and no key is
+-- written for the call; mode "0" sets the same count; mode "2" finds nothing
+-- more to do. A record, if asked for, is written once per owner.
 local mode = ARGV[3]
 local v
-if mode == '1' and ARGV[5] ~= '0' then
+if mode == '1' and ARGV[5] ~= '0' and not ARGV[8] then
   -- The common case, with the least the script defines and calls: the
   -- owner gives back its one hold, its lease ending with the key, and
   -- nobody waits: the state is "<fence>|1|0|0|<owner>", with the fence the
   -- owner was given (ARGV[5]; without one, as when an acquire whose answer
-  -- was lost is undone, nothing can match, and the state is read first). One command writes the free state "<fence>",
-  -- which stays until the lease would have ended so that a retry finds the
-  -- fence, and reads what it replaced; one string compared, none parsed.
-  -- Anything else is put back as it was, expiry included, before the rest
-  -- reads it: no other script runs in between, so nothing else sees it.
-  -- (SET raises WRONGTYPE before it writes; a key that holds no state is
-  -- put back before the rest raises.)
+  -- was lost is undone, nothing can match, and the state is read first),
+  -- and maybe its link ("|" and fences). One command writes the free state
+  -- "<fence>", which stays until the lease would have ended so that a retry
+  -- finds the fence, and reads what it replaced; one string compared, none
+  -- parsed. Anything else is put back as it was, expiry included, before
+  -- the rest reads it: no other script runs in between, so nothing else
+  -- sees it. (SET raises WRONGTYPE before it writes; a key that holds no
+  -- state is put back before the rest raises.)
   v = redis.call('SET', KEYS[1], ARGV[5], 'KEEPTTL', 'GET')
-  if v == ARGV[5] .. '|1|0|0|' .. ARGV[1] then
-    if KEYS[4] then
-      -- An Election's: nobody leads now.
-      redis.call('DEL', KEYS[4])
-      redis.call('SPUBLISH', KEYS[4], '*')
-    end
-    return 1
-  end
   if v then
+    local e = ARGV[5] .. '|1|0|0|' .. ARGV[1]
+    if v == e or (string.find(v, e, 1, true) == 1 and string.find(v, '^|[%d,]+$', #e + 1)) then
+      if KEYS[4] then
+        -- An Election's: nobody leads now.
+        redis.call('DEL', KEYS[4])
+        redis.call('SPUBLISH', KEYS[4], '*')
+      end
+      return 1
+    end
     redis.call('SET', KEYS[1], v, 'KEEPTTL')
   else
     redis.call('DEL', KEYS[1])
@@ -100,29 +109,48 @@ local s = st_read(KEYS[1], v)
 -- Whether anyone may wait: the state's mark says (every registration sets
 -- it; only a script that saw the queue empty clears it).
 local queued = s ~= nil and s.m == '1'
--- The server's clock, read once: a grant needs it, and so does a lease that
--- ends before its key.
-local t, now
-if queued or (s and s.u ~= 0) then
-  t, now = server_time()
-end
+local t, now = server_time()
 local held = s ~= nil and s.o == ARGV[1] and st_live(s, now)
 if mode ~= '1' or ARGV[6] == '1' then
   -- A type check, before the writes to alive below: a Mutex's release
   -- reads alive first in the walk, or not at all.
   redis.call('HLEN', KEYS[3])
 end
+-- record records ARGV[1] until ARGV[8], if it has not passed: a free state
+-- is made for it where there is none.
+local function record()
+  if not ARGV[8] or tonumber(ARGV[8]) <= now then
+    return 0
+  end
+  if not s then
+    s = {f = 0, fs = '0', c = 0, m = '0', u = 0, o = '', l = '', r = ''}
+  end
+  return st_note(s, ARGV[1], ARGV[8], false, now)
+end
+local code
 if mode == '2' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
   if not held then
-    return 0
+    code = 0
   end
 else
-  local code = st_give_back(KEYS[1], s, KEYS[3], ARGV[1], mode, ARGV[7], ARGV[5], held, now)
-  if code then
-    return code
+  code = st_give_back(KEYS[1], s, ARGV[1], mode, ARGV[7], ARGV[5], held, now)
+end
+if code then
+  local need = record()
+  if need > 0 then
+    st_keep(KEYS[1], s, need, now)
   end
+  return code
+end
+record()
+-- What a grant below follows: this release (owner's) and those the state
+-- lists; for a grantee that gives up, or ForceRelease, those alone.
+local link = s.l
+if mode == '1' then
+  s.o = ''
+  link = st_links(s)
 end
 if queued then
   if ARGV[6] == '1' then
@@ -153,12 +181,18 @@ if queued then
     end
     -- The state keeps its expiry if that is later than the grant lease's:
     -- the releaser's retry reads the fence until its lease's end.
-    st_grant(KEYS[1], s, head, g or ARGV[4], t, ARGV[2], waits, KEYS[4], value)
+    st_grant(KEYS[1], s, head, g or ARGV[4], t, ARGV[2], waits, link, KEYS[4], value)
     return 1
   end
 end
 -- Nobody waits: the walk emptied the queue, or the mark said it was empty.
-st_free(KEYS[1], s)
+-- The free state keeps the fence and what it lists.
+if s.r == '' then
+  st_free(KEYS[1], s)
+else
+  s.c, s.m, s.u, s.o = 0, '0', 0, ''
+  st_keep(KEYS[1], s, st_prune(s, now), now)
+end
 if KEYS[4] then
   redis.call('DEL', KEYS[4])
   redis.call('SPUBLISH', KEYS[4], '*')

@@ -3,11 +3,14 @@
 --
 -- KEYS[1]  lock: hash of the writer's owner id -> hold count
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
--- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|r" or "<lapse ms>|w";
---          and the records of evicted holds, as in release.lua
+-- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|r" or "<lapse ms>|w"
 -- KEYS[4]  readers: sorted set of read holders' owner ids, scored by when
 --          their lease lapses (server ms)
--- KEYS[5]  fences: hash of holder owner id -> the fence of its hold
+-- KEYS[5]  fences: hash of holder owner id -> the fence of its hold; and
+--          "evicted:" .. owner id -> 1 for a hold ForceRelease took away, and
+--          "void:" .. owner id -> a deadline (ms) for an owner that ended while
+--          an acquire of its may still reach Redis (rw_acquire.lua), each
+--          until then
 -- KEYS[6]  writers: the waiting writers' owner ids, scored as in the queue
 -- KEYS[7]  fence: the last fence handed out, shared by reads and writes
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's); whether it holds a read or the
@@ -23,10 +26,20 @@
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          was granted to it, or it stood in others' way, wake who can now
 --          proceed
---          "3": as "1", for ForceRelease, as in release.lua
+--          "3": as "1", for ForceRelease: the fences hash records it, until
+--          the lease would have ended, and ARGV[1]'s own release and renewal
+--          say so (4)
 -- ARGV[4]  grant: the grant lease (ms) of a writer the lock is granted to
 -- ARGV[5]  count: for mode "0", the hold count that remains
--- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), as in release.lua
+-- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), by which a retry finds
+--          whether an earlier run of it freed the lock
+-- ARGV[7]  void: (optional; modes "1" and "2") the server time (ms) until
+--          which an acquire of ARGV[1] may still reach Redis (its reply was
+--          lost): the fences hash records ARGV[1] until then, and such an
+--          acquire changes nothing (rw_acquire.lua)
+--
+-- A writer granted the lock holds it with a count of 0 until it takes it up
+-- (rw_acquire.lua).
 --
 -- Who is woken, when the lock has no writer: if the first live waiter is a
 -- writer and no live reader holds, the lock is granted to that writer, as
@@ -43,8 +56,10 @@
 --       granted to ARGV[1]; only its registration went)
 --   -1  nothing done: ARGV[1] holds nothing (its lease lapsed, or it was never
 --       taken, or Redis lost the keys)
---    3  mode 1: nothing done: ARGV[1] holds nothing, and the fence KEYS[7] is
---       at or past its fence, as in release.lua
+--    3  mode 1: nothing done: ARGV[1] holds nothing, and the fence KEYS[7]
+--       is still its fence: no lock was taken since its hold, which ended by
+--       an earlier run of this release or, once its lease's time was up, by
+--       expiry (the caller tells which by when the answer came)
 --    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
 --
 -- Run twice: a release that gave back the last hold finds nothing of its
@@ -59,6 +74,11 @@ redis.call('HLEN', KEYS[5])
 redis.call('ZCARD', KEYS[6])
 redis.call('STRLEN', KEYS[7])
 local t, now = server_time()
+if ARGV[7] and tonumber(ARGV[7]) > now then
+  -- Whatever follows, ARGV[1]'s late acquires take nothing.
+  redis.call('HSET', KEYS[5], 'void:' .. me, ARGV[7])
+  at_least(KEYS[5], tonumber(ARGV[7]) - now)
+end
 
 local res, reader
 if mode == '2' then
@@ -86,7 +106,7 @@ else
       return 2
     end
     if mode == '3' then
-      evict(KEYS[3], me, redis.call('PTTL', KEYS[1]))
+      evict(KEYS[5], me, redis.call('PTTL', KEYS[1]))
     end
     redis.call('DEL', KEYS[1])
     redis.call('HDEL', KEYS[5], me)
@@ -94,10 +114,10 @@ else
   else
     local lapse = tonumber(redis.call('ZSCORE', KEYS[4], me))
     if not lapse then
-      if mode == '1' and evicted(KEYS[3], me) then
+      if mode == '1' and evicted(KEYS[5], me) then
         return 4
       end
-      if mode ~= '0' and after(KEYS[1], KEYS[7], ARGV[6]) then
+      if mode ~= '0' and after(KEYS[7], ARGV[6]) then
         return 3
       end
       if redis.call('HLEN', KEYS[1]) > 0 then
@@ -109,7 +129,7 @@ else
       return 2
     end
     if lapse > now and mode == '3' then
-      evict(KEYS[3], me, lapse - now)
+      evict(KEYS[5], me, lapse - now)
     end
     redis.call('ZREM', KEYS[4], me)
     redis.call('HDEL', KEYS[5], me)

@@ -23,52 +23,69 @@ end
 -- it has.
 --
 -- KEYS[1]  lock: the lock's state, a string (lib.lua): its fence, holder,
---          hold count, whether anyone may wait, and when the lease ends; it
+--          hold count, whether anyone may wait, when the lease ends, the
+--          release it follows and the records of owners that ended; it
 --          expires with the lease, or later (a free state stays until the
 --          lease that freed it would have ended)
--- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival (server
---          time in microseconds)
+-- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by
+--          arrival (server time in microseconds)
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse>|<grant>": the server
 --          time (ms) at which it lapses unless renewed, and its grant lease
---          (ARGV[5]); a lapsed waiter is dropped from the queue.
+--          (ARGV[6]); a lapsed waiter is dropped from the queue.
 --          Queue and alive expire when the last registration would lapse.
 --          An Election's candidate's entry is "<lapse>|<grant>|<value>"
---          (ARGV[6]), so that the release that grants it the lock (release.lua)
+--          (ARGV[9]), so that the release that grants it the lock (release.lua)
 --          writes its value in the leader record.
 -- KEYS[4]  leader: (an Election's only) its leader record, a hash that
 --          taking the lock makes the caller's (st_hold in lib.lua) and that
 --          lapses with it
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
--- ARGV[3]  mode: (optional: "0" if absent) "0" to take the lock; "1" to
+-- ARGV[3]  deadline: the server time (ms) after which this request changes
+--          nothing: a copy whose reply was lost may reach Redis late, even
+--          after its owner's Unlock
+-- ARGV[4]  mode: (optional: "0" if absent) "0" to take the lock; "1" to
 --          re-enter a hold of ARGV[1]
--- ARGV[4]  register: (optional: "0" if absent) taking, "0" not to queue
+-- ARGV[5]  register: (optional: "0" if absent) taking, "0" not to queue
 --          (TryLock), else how long (ms) the caller stays queued unless it
 --          renews (by calling again); re-entering: the owner's hold count
 --          after this re-entry
--- ARGV[5]  grant: (optional: sent by a take that queues) the caller's grant
+-- ARGV[6]  grant: (optional: sent by a take that queues) the caller's grant
 --          lease (ms), for which a release grants it the lock (release.lua):
 --          its own, from its own TTL, whoever releases
---          A take that does not queue may send ARGV[1] and ARGV[2] alone:
+-- ARGV[7]  channel: (optional: sent by a take that queues) the channel
+--          stem, as release.lua's ARGV[2]: a caller that finds the lock free
+--          with a live waiter ahead of it grants it the lock, as a release
+--          would have
+-- ARGV[8]  order: (optional: sent with ARGV[7]) as release.lua's ARGV[6]
+-- ARGV[9]  value: (an Election's only) the candidate's value
+--          A take that does not queue may send ARGV[1] to ARGV[3] alone:
 --          Redis turns every argument into a Lua string before the script
 --          runs, and the common take needs no more.
--- ARGV[6]  value: (an Election's only) the candidate's value
 --
 -- Returns:
 --    > 0  acquired; the value is the fence (a lock the caller held already,
---         granted by release.lua or taken by a first run, now lapses TTL
---         from now)
+--         taken by a first run of this request, or granted by release.lua,
+--         which this call takes up: its lease then lapses TTL from now)
 --      0  re-entered: hold count set, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
 --   {c, f, t} not acquired; -c - 3 is how long (ms) the caller may sleep before
 --         the situation changes by itself: the holder's remaining TTL, or the
---         time until the waiter ahead lapses (-2: no expiry known); f is the
---         fence floor: a grant made to the caller after this call has a
---         fence above f; t is the server time in µs
+--         time until the waiter ahead lapses or takes up the lock granted to
+--         it (-2: no expiry known); f is the fence floor: a grant made to the
+--         caller after this call has a fence above f; t is the server time in
+--         µs
+--   {0, t} nothing done: the request came after its deadline, or after its
+--         owner ended (a record in the state says so); t is the server time
+--         in µs
 --
--- Run twice: a take that succeeded answers the same fence (an Election's
--- leader record stays as that take wrote it); a queued caller keeps its place
--- (its arrival is not renewed).
+-- Run twice: a take that succeeded answers the same fence, and does not
+-- lengthen the lease again (a later Extend may have shortened it; the client
+-- counts from before the first copy was sent); an Election's leader record
+-- stays as that take wrote it; a queued caller keeps its place (its arrival
+-- is not renewed). Run late: after its deadline, or once its owner ended
+-- with this request's reply lost (its release recorded the owner until this
+-- deadline), it changes nothing.
 local me = ARGV[1]
 -- Every WRONGTYPE, and a lock key that holds no state, raises before a write:
 -- the state's (GET) first; the queue's and alive's (ZADD, HSET; or the walk's
@@ -79,11 +96,20 @@ local v = redis.call('GET', KEYS[1])
 -- with the least the script defines and calls, for every Lua call and every
 -- number turned into a string costs Redis time: one pattern, TIME and one
 -- SET. Such a state is its fence alone, digits (lib.lua); with no state, the
--- queue must be empty.
-if ARGV[3] ~= '1' and not KEYS[4] and (not v or string.find(v, '^%d+$')) then
+-- queue must be empty. The hold's link is that fence: the release that freed
+-- the lock.
+if ARGV[4] ~= '1' and not KEYS[4] and (not v or string.find(v, '^%d+$')) then
   if v or redis.call('EXISTS', KEYS[2]) == 0 then
-    local f, n = st_fence(v and v + 0, redis.call('TIME'))
-    redis.call('SET', KEYS[1], f .. '|1|0|0|' .. me, 'PX', ARGV[2])
+    local t = redis.call('TIME')
+    if t[1] * 1000 + t[2] / 1000 > tonumber(ARGV[3]) then
+      return {0, t[1] * 1000000 + t[2]}
+    end
+    local f, n = st_fence(v and v + 0, t)
+    if v then
+      redis.call('SET', KEYS[1], f .. '|1|0|0|' .. me .. '|' .. v, 'PX', ARGV[2])
+    else
+      redis.call('SET', KEYS[1], f .. '|1|0|0|' .. me, 'PX', ARGV[2])
+    end
     return n
   end
 end
@@ -105,6 +131,19 @@ local function now_ms()
   return now
 end
 
+-- touch sets key's expiry again to when it is, so that a script that
+-- otherwise changes nothing still writes: a retry of a grant that finds it
+-- made then reaches the replicas after the grant's first run, and a WAIT
+-- that follows the retry on its connection covers that run. A key without an
+-- expiry, or none, is left alone. The expiry stays where it was, or moves a
+-- millisecond later if the clock ticks between the two calls.
+local function touch(key)
+  local p = redis.call('PTTL', key)
+  if p > 0 then
+    redis.call('PEXPIRE', key, p)
+  end
+end
+
 -- at_least makes key expire no sooner than ms from now: a key without an
 -- expiry gets one, a key that would expire sooner is given more, and a
 -- missing key stays missing.
@@ -114,20 +153,36 @@ local function at_least(key, ms)
   end
 end
 
+-- tell publishes msg, or owner if msg is nil, on the channel of owner's
+-- Client: stem, ':' and the part of owner before its first ':' (the Client's
+-- id). The channel is a shard channel (SPUBLISH), in the lock's slot: on a
+-- Cluster the message stays on the shard that holds the lock instead of
+-- crossing the bus to every node.
+local function tell(stem, owner, msg)
+  redis.call('SPUBLISH', stem .. ':' .. string.match(owner, '^[^:]*'), msg or owner)
+end
+
 -- st_parse decodes a state's string v, or returns nil if v is nil or not a
 -- state.
 local function st_parse(v)
   if not v then
     return nil
   end
-  local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
+  local f, c, m, u, o, l, r = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|([^|]*)|?([%d,]*)|?(.*)$')
   if not f then
     if string.find(v, '^%d+$') then
-      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = ''}
+      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = '', g = '', l = '', r = ''}
     end
     return nil
   end
-  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
+  local g = ''
+  if string.find(o, '/', 1, true) then
+    o, g = string.match(o, '^([^/]*)/(%d*)$')
+    if not o then
+      return nil
+    end
+  end
+  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o, g = g, l = l, r = r}
 end
 
 -- st_read decodes v, the value of the state key as GET read it (false if
@@ -153,8 +208,16 @@ end
 -- exactly.
 local function st_write(key, s, ms)
   local v = s.fs
-  if s.o ~= '' or s.m ~= '0' then
+  if s.o ~= '' or s.m ~= '0' or s.r ~= '' or s.l ~= '' then
     v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+    if s.g and s.g ~= '' and s.o ~= '' then
+      v = v .. '/' .. s.g
+    end
+    if s.r ~= '' then
+      v = v .. '|' .. s.l .. '|' .. s.r
+    elseif s.l ~= '' then
+      v = v .. '|' .. s.l
+    end
   end
   if ms then
     redis.call('SET', key, v, 'PX', ms)
@@ -173,27 +236,120 @@ local function st_live(s, now)
   return s.u == 0 or s.u > (now or now_ms())
 end
 
--- st_lengthen makes the lease of the live state s at key lapse ms from now;
--- if gt, only if it would lapse sooner. A lease that ends with its key
--- moves the key's expiry; one that ends before its key does (after a grant)
--- moves until, the key never lapsing sooner than it would have. now as for
--- st_live.
-local function st_lengthen(key, s, ms, gt, now)
-  ms = tonumber(ms)
+-- st_left returns what is left (ms) of the lease of the live state s at key;
+-- now as for st_live.
+local function st_left(key, s, now)
   if s.u == 0 then
+    return redis.call('PTTL', key)
+  end
+  return s.u - (now or now_ms())
+end
+
+-- st_chain is how many release fences a state lists at most (its link).
+local function st_chain()
+  return 4
+end
+
+-- st_links returns the link of a state that follows the state s (nil: none):
+-- s's fence first if s is free (a release freed it), then what s lists, at
+-- most st_chain fences in all.
+local function st_links(s)
+  if not s then
+    return ''
+  end
+  local l = s.l
+  if s.o == '' then
+    if l == '' then
+      return s.fs
+    end
+    l = s.fs .. ',' .. l
+  end
+  local cut = 0
+  for _ = 1, st_chain() do
+    cut = string.find(l, ',', cut + 1, true)
+    if not cut then
+      return l
+    end
+  end
+  return string.sub(l, 1, cut - 1)
+end
+
+-- st_record returns the deadline (ms) of owner's record in the state s if
+-- it has one that has not lapsed by now, and whether it records that
+-- ForceRelease took owner's hold away; nil if none.
+local function st_record(s, owner, now)
+  if s.r == '' then
+    return nil
+  end
+  for x, o, d in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
+    if o == owner and tonumber(d) > now then
+      return tonumber(d), x == '!'
+    end
+  end
+  return nil
+end
+
+-- st_prune drops the records of the state s that lapsed by now, and returns
+-- how long (ms) the key must live for those left (0 if none).
+local function st_prune(s, now)
+  if s.r == '' then
+    return 0
+  end
+  local out, keep = {}, 0
+  for x, o, e in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      out[#out + 1] = x .. o .. '@' .. e
+      keep = math.max(keep, left)
+    end
+  end
+  s.r = table.concat(out, ';')
+  return keep
+end
+
+-- st_lengthen makes the lease of the live state s at key lapse ms from now;
+-- if gt, only if it would lapse sooner. A grant not yet taken up (holds 0)
+-- is taken up: its hold count becomes 1. A lease that ends with its key
+-- moves the key's expiry; one that ends before its key does (after a grant,
+-- while records live, or shortened while the key's link is read) moves
+-- until, the key never lapsing sooner than it would have. If write is true
+-- (the caller changed s), the state is written whatever happens to the
+-- lease. now as for st_live.
+local function st_lengthen(key, s, ms, gt, now, write)
+  ms = tonumber(ms)
+  if s.c == 0 then
+    s.c, write = 1, true
+  end
+  if s.u == 0 and not write and s.r == '' then
     if gt then
       redis.call('PEXPIRE', key, ms, 'GT')
+      return
+    end
+    local p = redis.call('PTTL', key)
+    if p > ms and s.l ~= '' then
+      -- Shortened: the key keeps its life, for the link a retried release
+      -- reads; the lease ends at until.
+      s.u = (now or now_ms()) + ms
+      st_write(key, s)
     else
       redis.call('PEXPIRE', key, ms)
     end
     return
   end
   now = now or now_ms()
-  if gt and s.u - now >= ms then
+  local p = redis.call('PTTL', key)
+  local left = p
+  if s.u ~= 0 then
+    left = s.u - now
+  end
+  if gt and left >= ms then
+    if write then
+      st_write(key, s)
+    end
     return
   end
-  local p = redis.call('PTTL', key)
-  if p < 0 or ms >= p then
+  if p < 0 or ms >= p or (not gt and s.l == '' and s.r == '') then
+    -- (Shortened, the key goes with the lease when nothing else needs it.)
     s.u = 0
     st_write(key, s, ms)
   else
@@ -202,22 +358,35 @@ local function st_lengthen(key, s, ms, gt, now)
   end
 end
 
--- st_hold makes owner the holder of the state key (last: its fence, nil if
--- none is kept): one hold, lapsing ms from now, waits as given, and a new
--- fence, above last and at least the server time t (from TIME) in
--- microseconds, which it returns as a string and as a number. If keep is
--- true the key lives at least as long as it would have (a grant: the
--- releaser reads its fence until its lease's end). An Election's take
--- passes its leader record rec, a hash, which then says that owner leads:
--- its term is the fence, its since t in microseconds, its value value, its
--- seq (the last Proclaim's) 0; it lapses with the lease, and the change is
--- published, as "*", on the shard channel named as rec is.
-local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
-  local f, n = st_fence(last, t)
+-- st_hold makes owner the holder of the state key in place of s (its
+-- state, nil if none): one hold, or 0 if grant is true (a grant its
+-- grantee takes up with its next request or renewal), lapsing ms from now,
+-- waits as given, the link given ("" for none), s's records that have not
+-- lapsed, and a new fence, above s's and at least the server time t (from
+-- TIME) in microseconds, which it returns as a string and as a number. The
+-- key lives as long as the records need, and, if keep is true, at least as
+-- long as it would have (a grant: the releaser reads its fence until its
+-- lease's end). An Election's take passes its leader record rec, a hash,
+-- which then says that owner leads: its term is the fence, its since t in
+-- microseconds, its value value, its seq (the last Proclaim's) 0; it
+-- lapses with the lease, and the change is published, as "*", on the shard
+-- channel named as rec is.
+local function st_hold(key, s, owner, ms, t, waits, link, grant, rec, value, keep)
+  local f, n = st_fence(s and s.f, t)
   if rec then
     redis.call('HSET', rec, 'owner', owner, 'term', f, 'since', micros_string(t), 'value', value, 'seq', 0)
     redis.call('PEXPIRE', rec, ms)
     redis.call('SPUBLISH', rec, '*')
+  end
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local r, need = '', 0
+  if s and s.r ~= '' then
+    need = st_prune(s, now)
+    r = s.r
+  end
+  local c = 1
+  if grant then
+    c = 0
   end
   -- The common case writes strings only: a number turned into a string
   -- costs Redis a formatting call.
@@ -225,12 +394,33 @@ local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
   if keep then
     p = redis.call('PTTL', key)
   end
-  if p > tonumber(ms) then
-    st_write(key, {fs = f, c = 1, m = waits, u = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ms), o = owner})
+  ms = tonumber(ms)
+  local h = {fs = f, c = c, m = waits, u = 0, o = owner, l = link, r = r}
+  if r == '' and p <= ms then
+    st_write(key, h, ms)
+    return f, n
+  end
+  -- The key outlives the lease: it ends at until.
+  h.u = now + ms
+  local life = math.max(need, ms)
+  if life > p then
+    st_write(key, h, life)
   else
-    redis.call('SET', key, f .. '|1|' .. waits .. '|0|' .. owner, 'PX', ms)
+    st_write(key, h)
   end
   return f, n
+end
+
+-- st_grant gives the free state key (s: its state) to the waiter w, which
+-- the caller has taken out of the queue or kept at its head, as st_hold
+-- does for a grant, keeping the key's expiry, with the link given, and
+-- returns its fence. Only w's Client is told, as tell does: the message is
+-- w, the fence, ms and the server time in microseconds, separated by
+-- spaces, so that w's Lock can return on it without another request.
+local function st_grant(key, s, w, ms, t, stem, waits, link, rec, value)
+  local f = st_hold(key, s, w, ms, t, waits, link, true, rec, value, true)
+  tell(stem, w, w .. ' ' .. f .. ' ' .. ms .. ' ' .. micros_string(t))
+  return f
 end
 
 -- entry reads waiter w's entry in the hash h: "<lapse ms>|<rest>", where
@@ -308,21 +498,31 @@ local function queue(q, alive, owner, t, now, register, grant)
 end
 
 local s = st_read(KEYS[1], v)
-if ARGV[3] == '1' then
-  if not (s and s.o == me and st_live(s)) then
+local t, now = server_time()
+if now > tonumber(ARGV[3]) or (s and st_record(s, me, now)) then
+  return {0, micros(t)}
+end
+if ARGV[4] == '1' then
+  if not (s and s.o == me and st_live(s, now)) then
     return -1
   end
-  s.c = tonumber(ARGV[4])
+  s.c = tonumber(ARGV[5])
   st_write(KEYS[1], s)
   return 0
 end
-local t, now = server_time()
 if s and s.o == me and st_live(s, now) then
-  -- A retry of a take that succeeded, or a lock a release granted the
-  -- caller: its lease now lapses TTL from now.
-  st_lengthen(KEYS[1], s, ARGV[2], false, now)
-  if KEYS[4] then
-    at_least(KEYS[4], ARGV[2])
+  -- A retry of a take that succeeded: its lease is left as it is. Or a
+  -- lock a release granted the caller, which it takes up now: its lease
+  -- then lapses TTL from now.
+  if s.c == 0 then
+    st_lengthen(KEYS[1], s, ARGV[2], false, now)
+    if KEYS[4] then
+      at_least(KEYS[4], ARGV[2])
+    end
+  else
+    -- A write all the same, so that a WAIT after this call covers the
+    -- first run's (touch).
+    touch(KEYS[1])
   end
   return s.f
 end
@@ -332,34 +532,30 @@ if s and s.f > floor then
 end
 -- What follows the lapse in the caller's queue entry, and the pattern of
 -- that part in every entry.
-local rest, pattern = ARGV[5], '%d+'
+local rest, pattern = ARGV[6], '%d+'
 if KEYS[4] then
-  rest, pattern = ARGV[5] .. '|' .. ARGV[6], '%d+|.*'
+  rest, pattern = ARGV[6] .. '|' .. ARGV[9], '%d+|.*'
 end
--- queue_me queues the caller (unless it only tries), and marks the state:
--- someone may wait.
-local function queue_me()
-  if not ARGV[4] or ARGV[4] == '0' then
-    return
+local registers = ARGV[5] and ARGV[5] ~= '0'
+if st_live(s, now) then
+  -- Held by another owner: the caller is queued, and the state marked:
+  -- someone may wait. Its release walks the queue (dropping lapsed
+  -- waiters), not this call.
+  local left = st_left(KEYS[1], s, now)
+  if registers then
+    queue(KEYS[2], KEYS[3], me, t, now, ARGV[5], rest)
+    if s.m == '0' then
+      s.m = '1'
+      st_write(KEYS[1], s)
+    end
   end
-  queue(KEYS[2], KEYS[3], me, t, now, ARGV[4], rest)
-  if s and s.m == '0' then
-    s.m = '1'
-    st_write(KEYS[1], s)
-  end
-end
-if s and s.o ~= '' and (s.u == 0 or s.u > now) then
-  -- Held by another owner: the caller is queued; its release walks the
-  -- queue (dropping lapsed waiters), not this call.
-  local left = s.u - now
-  if s.u == 0 then
-    left = redis.call('PTTL', KEYS[1])
-  end
-  queue_me()
   return {-left - 3, floor, micros(t)}
 end
 -- Free: the first live waiter takes it; lapsed ones ahead of it are dropped.
-local head, lapse = live_waiters(KEYS[2], KEYS[3], now, pattern, me, 2)()
+-- The hold follows the release that freed it, if the state is free, and
+-- those the state lists.
+local link = st_links(s)
+local head, lapse, g = live_waiters(KEYS[2], KEYS[3], now, pattern, me, 2)()
 if not head or head == me then
   local waits = '0'
   if head then
@@ -369,9 +565,35 @@ if not head or head == me then
       waits = '1'
     end
   end
-  local _, f = st_hold(KEYS[1], s and s.f, me, ARGV[2], t, waits, KEYS[4], ARGV[6])
+  local _, f = st_hold(KEYS[1], s, me, ARGV[2], t, waits, link, false, KEYS[4], ARGV[9])
   return f
 end
-queue_me()
+if registers and ARGV[7] then
+  -- Free, with a live waiter ahead of the caller: the lock freed itself (its
+  -- holder's lease ended, or a grant lapsed), so no release granted it to
+  -- that waiter. The caller, which waits too, does it now, as release.lua
+  -- would have (a Mutex's grantee leaves the queue; a FairMutex's keeps its
+  -- place), and queues: the line moves on within a grant lease, whether or
+  -- not that waiter is still there to take it up.
+  local value
+  if KEYS[4] then
+    g, value = string.match(g, '^(%d+)|(.*)$')
+  end
+  if ARGV[8] ~= '1' then
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('HDEL', KEYS[3], head)
+  end
+  queue(KEYS[2], KEYS[3], me, t, now, ARGV[5], rest)
+  g = g or ARGV[6]
+  local f = tonumber(st_grant(KEYS[1], s, head, g, t, ARGV[7], '1', link, KEYS[4], value))
+  return {-tonumber(g) - 3, math.max(floor, f), micros(t)}
+end
+if registers then
+  queue(KEYS[2], KEYS[3], me, t, now, ARGV[5], rest)
+  if s and s.m == '0' then
+    s.m = '1'
+    st_write(KEYS[1], s)
+  end
+end
 return {-(lapse - now) - 3, floor, micros(t)}
 

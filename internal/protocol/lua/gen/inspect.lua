@@ -17,14 +17,21 @@ local function st_parse(v)
   if not v then
     return nil
   end
-  local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
+  local f, c, m, u, o, l, r = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|([^|]*)|?([%d,]*)|?(.*)$')
   if not f then
     if string.find(v, '^%d+$') then
-      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = ''}
+      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = '', g = '', l = '', r = ''}
     end
     return nil
   end
-  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
+  local g = ''
+  if string.find(o, '/', 1, true) then
+    o, g = string.match(o, '^([^/]*)/(%d*)$')
+    if not o then
+      return nil
+    end
+  end
+  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o, g = g, l = l, r = r}
 end
 
 -- st_read decodes v, the value of the state key as GET read it (false if

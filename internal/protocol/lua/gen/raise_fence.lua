@@ -27,14 +27,21 @@ local function st_parse(v)
   if not v then
     return nil
   end
-  local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
+  local f, c, m, u, o, l, r = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|([^|]*)|?([%d,]*)|?(.*)$')
   if not f then
     if string.find(v, '^%d+$') then
-      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = ''}
+      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = '', g = '', l = '', r = ''}
     end
     return nil
   end
-  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
+  local g = ''
+  if string.find(o, '/', 1, true) then
+    o, g = string.match(o, '^([^/]*)/(%d*)$')
+    if not o then
+      return nil
+    end
+  end
+  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o, g = g, l = l, r = r}
 end
 
 -- st_read decodes v, the value of the state key as GET read it (false if
@@ -60,8 +67,16 @@ end
 -- exactly.
 local function st_write(key, s, ms)
   local v = s.fs
-  if s.o ~= '' or s.m ~= '0' then
+  if s.o ~= '' or s.m ~= '0' or s.r ~= '' or s.l ~= '' then
     v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+    if s.g and s.g ~= '' and s.o ~= '' then
+      v = v .. '/' .. s.g
+    end
+    if s.r ~= '' then
+      v = v .. '|' .. s.l .. '|' .. s.r
+    elseif s.l ~= '' then
+      v = v .. '|' .. s.l
+    end
   end
   if ms then
     redis.call('SET', key, v, 'PX', ms)
@@ -106,7 +121,7 @@ if ARGV[4] == 's' then
   if not s then
     -- Waiters may be queued: a free state that says so sends the next
     -- taker through the queue.
-    st_write(KEYS[1], {fs = ARGV[2], c = 0, m = '1', u = 0, o = ''}, ms)
+    st_write(KEYS[1], {fs = ARGV[2], c = 0, m = '1', u = 0, o = '', l = '', r = ''}, ms)
     return 0
   end
   local now = s.u ~= 0 and now_ms() or nil

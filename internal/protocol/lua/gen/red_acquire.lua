@@ -51,12 +51,13 @@ local function next_fence(key, t, ms, exact)
 end
 
 -- take makes owner the holder of the free lock hash lock (an RWMutex's
--- writer, a RedLock member's Mutex): one hold, lapsing ms from now, and a
--- new fence (next_fence on the string key fence, living as long, or at least
--- as long if shared is true; t is from TIME), which it returns.
-local function take(lock, fence, owner, ms, t, shared)
+-- writer, a RedLock member's Mutex): count holds (1, or 0 for a grant not
+-- yet taken up; 1 if nil), lapsing ms from now, and a new fence (next_fence
+-- on the string key fence, living as long, or at least as long if shared is
+-- true; t is from TIME), which it returns.
+local function take(lock, fence, owner, ms, t, shared, count)
   local f = next_fence(fence, t, ms, not shared)
-  redis.call('HSET', lock, owner, 1)
+  redis.call('HSET', lock, owner, count or 1)
   redis.call('PEXPIRE', lock, ms)
   return f
 end
@@ -73,26 +74,30 @@ end
 --          when the last entry would
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
--- ARGV[3]  mode: "0" to take the lock; "1" to re-enter a hold of ARGV[1]
--- ARGV[4]  register: taking, "0" not to register, else how long (ms) the caller stays
+-- ARGV[3]  deadline: the server time (ms) after which this request changes
+--          nothing (a copy whose reply was lost may reach Redis late)
+-- ARGV[4]  mode: "0" to take the lock; "1" to re-enter a hold of ARGV[1]
+-- ARGV[5]  register: taking, "0" not to register, else how long (ms) the caller stays
 --          registered as a waiter when the lock is held; re-entering: the
 --          owner's hold count after this re-entry
 --
 -- Returns:
 --    > 0  acquired; the value is the fence. If the caller held the lock
---         already (a retry of a take that succeeded, or a grant by a
---         release, red_release.lua), its lease now lapses TTL from now.
+--         already (a retry of a take that succeeded), its lease is left as
+--         it is: the client counts from before the first copy was sent.
 --      0  re-entered: hold count set, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
 --   {c, f, t} held by another owner, whose remaining TTL in ms is -c - 3 (-2:
 --         the key has no expiry); f is the fence floor (fence_floor): a grant
 --         made to the caller after this call has a fence above f; t is the
 --         server time in µs
+--   {0, t} nothing done: the request came after its deadline; t is the
+--         server time in µs
 --
 -- Run twice (a retry after a lost reply): a take that succeeded finds the
--- caller holding and answers the same fence, its lease starting again from
--- the retry (later than the client counts from); a re-entry sets the same
--- count; a registration is renewed.
+-- caller holding and answers the same fence; a re-entry sets the same count;
+-- a registration is renewed. Run late, after its deadline, it changes
+-- nothing.
 --
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
@@ -101,13 +106,17 @@ local me = ARGV[1]
 -- defines and calls. PTTL tells a free lock (no key) from a held one, whose
 -- remaining TTL a waiter is told.
 local pttl
-if ARGV[3] ~= '1' then
+if ARGV[4] ~= '1' then
   pttl = redis.call('PTTL', KEYS[1])
   if pttl == -2 then
-    if ARGV[4] ~= '0' then
+    local t = redis.call('TIME')
+    if t[1] * 1000 + t[2] / 1000 > tonumber(ARGV[3]) then
+      return {0, t[1] * 1000000 + t[2]}
+    end
+    if ARGV[5] ~= '0' then
       redis.call('ZREM', KEYS[3], me)
     end
-    return take(KEYS[1], KEYS[2], me, ARGV[2], redis.call('TIME'))
+    return take(KEYS[1], KEYS[2], me, ARGV[2], t)
   end
 end
 -- server_time returns the server's clock: the reply of TIME (seconds and
@@ -151,17 +160,15 @@ local function held_reply(wait, fence, t)
 end
 
 -- held_again answers a take by an owner that holds the lock hash lock
--- already (a retry of a take that succeeded, or a lock a release granted it):
--- its lease, and the string key fence with it, now lapse ms from now, and its
--- fence is returned (a new one if the key has gone).
-local function held_again(lock, fence, ms)
+-- already (a retry of a take that succeeded): its fence, read from the string
+-- key fence (a new one, living as long as the lock, if that key has gone).
+-- The lease is not lengthened: the client counts it from before the first
+-- copy of the take was sent, and a later Extend may have shortened it.
+local function held_again(lock, fence)
   local f = tonumber(redis.call('GET', fence))
-  if f then
-    at_least(fence, ms)
-  else
-    f = next_fence(fence, (server_time()), ms, true)
+  if not f then
+    f = next_fence(fence, (server_time()), math.max(redis.call('PTTL', lock), 1), true)
   end
-  redis.call('PEXPIRE', lock, ms)
   return f
 end
 
@@ -176,16 +183,19 @@ local function reenter(lock, owner, count)
   return 0
 end
 
-if ARGV[3] == '1' then
-  return reenter(KEYS[1], me, ARGV[4])
+local t, now = server_time()
+if now > tonumber(ARGV[3]) then
+  return {0, micros(t)}
+end
+if ARGV[4] == '1' then
+  return reenter(KEYS[1], me, ARGV[5])
 end
 if redis.call('HEXISTS', KEYS[1], me) == 1 then
-  return held_again(KEYS[1], KEYS[2], ARGV[2])
+  return held_again(KEYS[1], KEYS[2])
 end
-local t, now = server_time()
-if ARGV[4] ~= '0' then
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), me)
-  at_least(KEYS[3], ARGV[4])
+if ARGV[5] ~= '0' then
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), me)
+  at_least(KEYS[3], ARGV[5])
 end
 return held_reply(pttl, KEYS[2], t)
 

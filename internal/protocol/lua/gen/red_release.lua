@@ -29,11 +29,10 @@
 --       granted to ARGV[1]; only its registration went)
 --   -1  nothing done: nobody holds the lock (it expired, or was never taken,
 --       or Redis lost its keys)
---    3  mode 1: nothing done: ARGV[1] holds nothing, and the lock's fence is
---       at or past ARGV[1]'s: an earlier run of this release freed it, or
---       ARGV[1]'s lease ended otherwise (it expired); the caller tells
---       which by when the answer came (before the lease's deadline, its
---       lease cannot have expired)
+--    3  mode 1: nothing done: ARGV[1] holds nothing, and the fence key
+--       still holds ARGV[1]'s fence: no lock was taken since, and its hold
+--       ended by an earlier run of this release or, once its lease's time
+--       was up, by expiry; the caller tells which by when the answer came
 --
 -- Run twice: a release that freed the lock finds the lock free of its owner
 -- and the fence it left (or a later one) and answers 3; it writes nothing, so
@@ -55,15 +54,6 @@ local function server_time()
   return t, t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
--- at_least makes key expire no sooner than ms from now: a key without an
--- expiry gets one, a key that would expire sooner is given more, and a
--- missing key stays missing.
-local function at_least(key, ms)
-  if redis.call('PEXPIRE', key, ms, 'GT') == 0 then
-    redis.call('PEXPIRE', key, ms, 'NX') -- GT takes a key without expiry for one that never expires
-  end
-end
-
 -- tell publishes msg, or owner if msg is nil, on the channel of owner's
 -- Client: stem, ':' and the part of owner before its first ':' (the Client's
 -- id). The channel is a shard channel (SPUBLISH), in the lock's slot: on a
@@ -73,59 +63,29 @@ local function tell(stem, owner, msg)
   redis.call('SPUBLISH', stem .. ':' .. string.match(owner, '^[^:]*'), msg or owner)
 end
 
--- after tells whether the lock went on from a hold with fence myfence that
--- is not there any more: the string key fence holds myfence or a later one,
--- a later one if the lock hash lock is held (by another owner: only a take
--- after that hold's end can hold it). The fence lives at least as long as
--- every lease it fenced, so the hold ended there (released, or expired or
--- evicted after the fence was written) rather than being lost with the
--- name's keys (a restart without persistence, a failover to a replica that
--- missed it).
-local function after(lock, fence, myfence)
-  local f = tonumber(redis.call('GET', fence))
-  if f == nil then
-    return false
-  end
-  if redis.call('EXISTS', lock) == 1 then
-    return f > tonumber(myfence)
-  end
-  return f >= tonumber(myfence)
+-- after tells whether the string key fence still holds myfence, the fence
+-- of an owner that holds nothing (as the script sent it): no lock has been
+-- taken since, so that owner's hold ended without another taking over: by
+-- an earlier run of its release, or, once its lease's time is up, by
+-- expiry, which the client tells apart by when the answer came. After a
+-- restart that lost the keys, or another's take, the fence is gone or
+-- another.
+local function after(fence, myfence)
+  return myfence ~= '0' and redis.call('GET', fence) == myfence
 end
 
--- evict records in the hash alive (the queue's, whose entries are waiters'
--- owner ids; this one is "evicted:" and owner's) that owner's hold was taken
--- away by ForceRelease, for ms (at least a millisecond), as long as its
--- lease would have lasted: owner's release then answers 4, not a retry's 3,
--- however often it runs.
-local function evict(alive, owner, ms)
-  redis.call('HSET', alive, 'evicted:' .. owner, 1)
-  at_least(alive, math.max(tonumber(ms), 1))
-end
-
--- evicted tells whether owner's hold was taken away (evict). The record is
--- read, not removed, so that a retry of owner's release answers the same; it
--- goes with alive's expiry. alive may be nil (no kind with it is evicted).
-local function evicted(alive, owner)
-  return alive ~= nil and redis.call('HEXISTS', alive, 'evicted:' .. owner) == 1
-end
-
--- give_back gives back holds of owner on the lock hash lock, where held
--- tells whether owner holds it (HEXISTS, read by the caller): mode "0" sets
--- its hold count to count (it keeps the lock), mode "1" gives back its last
--- hold, mode "3" takes it away (ForceRelease; alive is the queue's hash,
--- nil for a kind without one). It returns the code to return at once: 2
--- when owner keeps the lock; 4 when owner holds nothing, its last hold was
--- to go, and its hold was taken away (evict); 3 when owner
--- holds nothing, its last hold was to go, and the string key fence is at or
--- past owner's fence myfence (after); 0 when another owner holds the lock or
--- it is kept for a waiter; -1 when nobody holds it; or nil when owner's last
--- hold goes and the caller is to free the lock.
-local function give_back(lock, fence, alive, owner, mode, count, myfence, held)
+-- give_back gives back holds of owner on the lock hash lock (a RedLock
+-- member's), where held tells whether owner holds it (HEXISTS, read by the
+-- caller): mode "0" sets its hold count to count (it keeps the lock), mode
+-- "1" gives back its last hold. It returns the code to return at once: 2
+-- when owner keeps the lock; 3 when owner holds nothing, its last hold was
+-- to go, and the string key fence still holds owner's fence myfence (after);
+-- 0 when another owner holds the lock or it is kept for a waiter; -1 when
+-- nobody holds it; or nil when owner's last hold goes and the caller is to
+-- free the lock.
+local function give_back(lock, fence, owner, mode, count, myfence, held)
   if not held then
-    if mode == '1' and evicted(alive, owner) then
-      return 4
-    end
-    if mode ~= '0' and after(lock, fence, myfence) then
+    if mode ~= '0' and after(fence, myfence) then
       return 3
     end
     if redis.call('EXISTS', lock) == 0 then
@@ -137,9 +97,6 @@ local function give_back(lock, fence, alive, owner, mode, count, myfence, held)
     redis.call('HSET', lock, owner, count)
     return 2
   end
-  if mode == '3' then
-    evict(alive, owner, redis.call('PTTL', lock))
-  end
   return nil
 end
 
@@ -149,7 +106,7 @@ if mode == '2' then
     return 0
   end
 else
-  local code = give_back(KEYS[1], KEYS[2], nil, ARGV[1], mode, ARGV[5], ARGV[6], held)
+  local code = give_back(KEYS[1], KEYS[2], ARGV[1], mode, ARGV[5], ARGV[6], held)
   if code then
     return code
   end

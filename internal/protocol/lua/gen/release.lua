@@ -8,9 +8,8 @@
 -- KEYS[1]  lock: the lock's state, a string (lib.lua)
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse>|<grant>", as acquire.lua
---          writes it; and "evicted:" .. owner id -> 1 for a hold ForceRelease
---          took away, until its lease would have ended; an Election's
---          candidate's entry carries its value (acquire.lua)
+--          writes it; an Election's candidate's entry carries its value
+--          (acquire.lua)
 -- KEYS[4]  leader: (an Election's only) its leader record (st_hold in
 --          lib.lua): written for the candidate a freed lease is granted to,
 --          deleted when nobody is (and the change published on the channel
@@ -23,67 +22,77 @@
 --          ARGV[7] (the client keeps the authoritative count)
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          was granted to it, grant it to the next waiter instead, or free it
---          "3": as "1", for ForceRelease: the hold is taken away, and ARGV[1]'s
---          own release will say so (4)
+--          "3": as "1", for ForceRelease: the hold is taken away, and a
+--          record in the state says so (4) until its lease would have ended
 --          "4": as "1", for a hold that was granted: others likely wait, so
 --          the state is read first rather than written first (the common
 --          case below), which would only have to be put back
 -- ARGV[4]  grant: the grant lease (ms) of a waiter the lock is granted to, if
 --          its entry names none
--- ARGV[5]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
---          the state's (st_give_back in lib.lua)
+-- ARGV[5]  fence: ARGV[1]'s fence (0 if unknown), by which a retry finds
+--          whether an earlier run of it freed the lock (st_give_back in
+--          lib.lua)
 -- ARGV[6]  order: "0" (a Mutex) takes a grantee out of the queue: if its
 --          grant lapses (it was paused past it), the next live waiter is
 --          served, and it goes to the back when it returns; "1" (a
 --          FairMutex) leaves it at the head until it releases or its
 --          registration lapses
--- ARGV[7]  count: (mode "0"'s only) the hold count that remains (Redis
---          turns every argument into a Lua string before the script runs, so
---          the other modes do not send it)
+-- ARGV[7]  count: (optional: mode "0"'s, or "0" before ARGV[8]) the hold
+--          count that remains (Redis turns every argument into a Lua string
+--          before the script runs, so the other modes do not send it)
+-- ARGV[8]  void: (optional; modes "1", "2" and "4") the server time (ms)
+--          until which an acquire of ARGV[1] may still reach Redis (its
+--          reply was lost): the state records ARGV[1] until then, and such
+--          an acquire changes nothing (acquire.lua)
 --
 -- Returns:
 --    1  released (mode 2: passed on or freed)
 --    2  still held: one hold was given back
 --    0  nothing done: another owner holds the lock (mode 2: the lock was not
---       granted to ARGV[1]; only its registration went)
+--       granted to ARGV[1]; only its registration went), and the state shows
+--       no release of ARGV[1]'s hold
 --   -1  nothing done: nobody holds the lock (it expired, or was never taken,
---       or Redis lost its keys)
---    3  mode 1: nothing done: ARGV[1] holds nothing, and the lock's fence is
---       at or past ARGV[1]'s: an earlier run of this release freed it, or
---       ARGV[1]'s lease ended otherwise (it expired, or was evicted); the
---       caller tells which by when the answer came (before the lease's
---       deadline, its lease cannot have expired)
---    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
+--       or Redis lost its keys), and the state shows no release of ARGV[1]'s
+--       hold
+--    3  modes 1 and 4: nothing done: ARGV[1] holds nothing, and the state
+--       shows that an earlier run of this release freed the lock: it is free
+--       with ARGV[1]'s fence, or lists it (its link: the lock went on from
+--       that release, by a take or a grant, a few holders at most since)
+--    4  modes 1 and 4: nothing done: ARGV[1]'s hold was taken away by
+--       ForceRelease
 --
--- Run twice: a release that freed the lock finds the state free of its owner
--- with the fence it left (or a later one) and answers 3; it leaves every key
--- as it found it (an Election's leader record is left to the lease's next
--- holder), so the lock is not granted twice and no key is written for the
--- call; mode "0" sets the same count; mode "2" finds nothing more to do.
+-- Run twice: a release that freed the lock finds the state free with the
+-- fence it left, or listing that fence, and answers 3; it
+-- leaves every key as it found it (an Election's leader record is left to
+-- the lease's next holder), so the lock is not granted twice and no key is
+-- written for the call; mode "0" sets the same count; mode "2" finds nothing
+-- more to do. A record, if asked for, is written once per owner.
 local mode = ARGV[3]
 local v
-if mode == '1' and ARGV[5] ~= '0' then
+if mode == '1' and ARGV[5] ~= '0' and not ARGV[8] then
   -- The common case, with the least the script defines and calls: the
   -- owner gives back its one hold, its lease ending with the key, and
   -- nobody waits: the state is "<fence>|1|0|0|<owner>", with the fence the
   -- owner was given (ARGV[5]; without one, as when an acquire whose answer
-  -- was lost is undone, nothing can match, and the state is read first). One command writes the free state "<fence>",
-  -- which stays until the lease would have ended so that a retry finds the
-  -- fence, and reads what it replaced; one string compared, none parsed.
-  -- Anything else is put back as it was, expiry included, before the rest
-  -- reads it: no other script runs in between, so nothing else sees it.
-  -- (SET raises WRONGTYPE before it writes; a key that holds no state is
-  -- put back before the rest raises.)
+  -- was lost is undone, nothing can match, and the state is read first),
+  -- and maybe its link ("|" and fences). One command writes the free state
+  -- "<fence>", which stays until the lease would have ended so that a retry
+  -- finds the fence, and reads what it replaced; one string compared, none
+  -- parsed. Anything else is put back as it was, expiry included, before
+  -- the rest reads it: no other script runs in between, so nothing else
+  -- sees it. (SET raises WRONGTYPE before it writes; a key that holds no
+  -- state is put back before the rest raises.)
   v = redis.call('SET', KEYS[1], ARGV[5], 'KEEPTTL', 'GET')
-  if v == ARGV[5] .. '|1|0|0|' .. ARGV[1] then
-    if KEYS[4] then
-      -- An Election's: nobody leads now.
-      redis.call('DEL', KEYS[4])
-      redis.call('SPUBLISH', KEYS[4], '*')
-    end
-    return 1
-  end
   if v then
+    local e = ARGV[5] .. '|1|0|0|' .. ARGV[1]
+    if v == e or (string.find(v, e, 1, true) == 1 and string.find(v, '^|[%d,]+$', #e + 1)) then
+      if KEYS[4] then
+        -- An Election's: nobody leads now.
+        redis.call('DEL', KEYS[4])
+        redis.call('SPUBLISH', KEYS[4], '*')
+      end
+      return 1
+    end
     redis.call('SET', KEYS[1], v, 'KEEPTTL')
   else
     redis.call('DEL', KEYS[1])
@@ -109,15 +118,6 @@ local function now_ms()
   return now
 end
 
--- at_least makes key expire no sooner than ms from now: a key without an
--- expiry gets one, a key that would expire sooner is given more, and a
--- missing key stays missing.
-local function at_least(key, ms)
-  if redis.call('PEXPIRE', key, ms, 'GT') == 0 then
-    redis.call('PEXPIRE', key, ms, 'NX') -- GT takes a key without expiry for one that never expires
-  end
-end
-
 -- tell publishes msg, or owner if msg is nil, on the channel of owner's
 -- Client: stem, ':' and the part of owner before its first ':' (the Client's
 -- id). The channel is a shard channel (SPUBLISH), in the lock's slot: on a
@@ -127,37 +127,27 @@ local function tell(stem, owner, msg)
   redis.call('SPUBLISH', stem .. ':' .. string.match(owner, '^[^:]*'), msg or owner)
 end
 
--- evict records in the hash alive (the queue's, whose entries are waiters'
--- owner ids; this one is "evicted:" and owner's) that owner's hold was taken
--- away by ForceRelease, for ms (at least a millisecond), as long as its
--- lease would have lasted: owner's release then answers 4, not a retry's 3,
--- however often it runs.
-local function evict(alive, owner, ms)
-  redis.call('HSET', alive, 'evicted:' .. owner, 1)
-  at_least(alive, math.max(tonumber(ms), 1))
-end
-
--- evicted tells whether owner's hold was taken away (evict). The record is
--- read, not removed, so that a retry of owner's release answers the same; it
--- goes with alive's expiry. alive may be nil (no kind with it is evicted).
-local function evicted(alive, owner)
-  return alive ~= nil and redis.call('HEXISTS', alive, 'evicted:' .. owner) == 1
-end
-
 -- st_parse decodes a state's string v, or returns nil if v is nil or not a
 -- state.
 local function st_parse(v)
   if not v then
     return nil
   end
-  local f, c, m, u, o = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|(.*)$')
+  local f, c, m, u, o, l, r = string.match(v, '^(%d+)|(%d+)|([01])|(%d+)|([^|]*)|?([%d,]*)|?(.*)$')
   if not f then
     if string.find(v, '^%d+$') then
-      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = ''}
+      return {f = tonumber(v), fs = v, c = 0, m = '0', u = 0, o = '', g = '', l = '', r = ''}
     end
     return nil
   end
-  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o}
+  local g = ''
+  if string.find(o, '/', 1, true) then
+    o, g = string.match(o, '^([^/]*)/(%d*)$')
+    if not o then
+      return nil
+    end
+  end
+  return {f = tonumber(f), fs = f, c = tonumber(c), m = m, u = tonumber(u), o = o, g = g, l = l, r = r}
 end
 
 -- st_read decodes v, the value of the state key as GET read it (false if
@@ -183,8 +173,16 @@ end
 -- exactly.
 local function st_write(key, s, ms)
   local v = s.fs
-  if s.o ~= '' or s.m ~= '0' then
+  if s.o ~= '' or s.m ~= '0' or s.r ~= '' or s.l ~= '' then
     v = s.fs .. '|' .. s.c .. '|' .. s.m .. '|' .. s.u .. '|' .. s.o
+    if s.g and s.g ~= '' and s.o ~= '' then
+      v = v .. '/' .. s.g
+    end
+    if s.r ~= '' then
+      v = v .. '|' .. s.l .. '|' .. s.r
+    elseif s.l ~= '' then
+      v = v .. '|' .. s.l
+    end
   end
   if ms then
     redis.call('SET', key, v, 'PX', ms)
@@ -212,6 +210,130 @@ local function st_left(key, s, now)
   return s.u - (now or now_ms())
 end
 
+-- st_chain is how many release fences a state lists at most (its link).
+local function st_chain()
+  return 4
+end
+
+-- st_links returns the link of a state that follows the state s (nil: none):
+-- s's fence first if s is free (a release freed it), then what s lists, at
+-- most st_chain fences in all.
+local function st_links(s)
+  if not s then
+    return ''
+  end
+  local l = s.l
+  if s.o == '' then
+    if l == '' then
+      return s.fs
+    end
+    l = s.fs .. ',' .. l
+  end
+  local cut = 0
+  for _ = 1, st_chain() do
+    cut = string.find(l, ',', cut + 1, true)
+    if not cut then
+      return l
+    end
+  end
+  return string.sub(l, 1, cut - 1)
+end
+
+-- st_follows tells whether the state s, of which owner holds nothing, shows
+-- that the release of owner's hold, whose fence is myfence (a string, as the
+-- script got it), freed the lock: s is free with that fence, or lists it.
+-- Only that release can have put it there (an eviction leaves a record; an
+-- expiry or a loss of the keys, no link). The fence must be the very one: a
+-- range of fences would take a history that went on from a replica that
+-- missed the hold (a failover) for this one.
+local function st_follows(s, myfence)
+  if myfence == '0' then
+    return false
+  end
+  if s.o == '' and s.fs == myfence then
+    return true
+  end
+  return s.l ~= '' and string.find(',' .. s.l .. ',', ',' .. myfence .. ',', 1, true) ~= nil
+end
+
+-- st_record returns the deadline (ms) of owner's record in the state s if
+-- it has one that has not lapsed by now, and whether it records that
+-- ForceRelease took owner's hold away; nil if none.
+local function st_record(s, owner, now)
+  if s.r == '' then
+    return nil
+  end
+  for x, o, d in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
+    if o == owner and tonumber(d) > now then
+      return tonumber(d), x == '!'
+    end
+  end
+  return nil
+end
+
+-- st_note gives the state s a record of owner until the deadline d (ms, a
+-- string), marked '!' if evicted, keeping one record per owner (the later
+-- deadline, and its mark if either has one), and drops the records that
+-- lapsed by now. It returns how long (ms) the key must live for the records.
+local function st_note(s, owner, d, evicted, now)
+  local out, keep = {}, tonumber(d) - now
+  for x, o, e in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      if o == owner then
+        if left > keep then
+          d, keep = e, left
+        end
+        evicted = evicted or x == '!'
+      else
+        out[#out + 1] = x .. o .. '@' .. e
+        keep = math.max(keep, left)
+      end
+    end
+  end
+  if evicted then
+    out[#out + 1] = '!' .. owner .. '@' .. d
+  else
+    out[#out + 1] = owner .. '@' .. d
+  end
+  s.r = table.concat(out, ';')
+  return keep
+end
+
+-- st_prune drops the records of the state s that lapsed by now, and returns
+-- how long (ms) the key must live for those left (0 if none).
+local function st_prune(s, now)
+  if s.r == '' then
+    return 0
+  end
+  local out, keep = {}, 0
+  for x, o, e in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      out[#out + 1] = x .. o .. '@' .. e
+      keep = math.max(keep, left)
+    end
+  end
+  s.r = table.concat(out, ';')
+  return keep
+end
+
+-- st_keep writes the state s to key so that the key lives at least ms (a
+-- number) from now (the server time in ms), and no less than it would have.
+-- A lease that ends with the key is given its end in until first: it ends
+-- when it would have.
+local function st_keep(key, s, ms, now)
+  local p = redis.call('PTTL', key)
+  if s.o ~= '' and s.u == 0 and p > 0 then
+    s.u = now + p
+  end
+  if p ~= -1 and p < ms then
+    st_write(key, s, ms)
+  else
+    st_write(key, s)
+  end
+end
+
 -- micros_string is t, a reply of TIME (two strings), in microseconds, as a
 -- string.
 local function micros_string(t)
@@ -229,22 +351,35 @@ local function st_fence(last, t)
   return micros_string(t), n
 end
 
--- st_hold makes owner the holder of the state key (last: its fence, nil if
--- none is kept): one hold, lapsing ms from now, waits as given, and a new
--- fence, above last and at least the server time t (from TIME) in
--- microseconds, which it returns as a string and as a number. If keep is
--- true the key lives at least as long as it would have (a grant: the
--- releaser reads its fence until its lease's end). An Election's take
--- passes its leader record rec, a hash, which then says that owner leads:
--- its term is the fence, its since t in microseconds, its value value, its
--- seq (the last Proclaim's) 0; it lapses with the lease, and the change is
--- published, as "*", on the shard channel named as rec is.
-local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
-  local f, n = st_fence(last, t)
+-- st_hold makes owner the holder of the state key in place of s (its
+-- state, nil if none): one hold, or 0 if grant is true (a grant its
+-- grantee takes up with its next request or renewal), lapsing ms from now,
+-- waits as given, the link given ("" for none), s's records that have not
+-- lapsed, and a new fence, above s's and at least the server time t (from
+-- TIME) in microseconds, which it returns as a string and as a number. The
+-- key lives as long as the records need, and, if keep is true, at least as
+-- long as it would have (a grant: the releaser reads its fence until its
+-- lease's end). An Election's take passes its leader record rec, a hash,
+-- which then says that owner leads: its term is the fence, its since t in
+-- microseconds, its value value, its seq (the last Proclaim's) 0; it
+-- lapses with the lease, and the change is published, as "*", on the shard
+-- channel named as rec is.
+local function st_hold(key, s, owner, ms, t, waits, link, grant, rec, value, keep)
+  local f, n = st_fence(s and s.f, t)
   if rec then
     redis.call('HSET', rec, 'owner', owner, 'term', f, 'since', micros_string(t), 'value', value, 'seq', 0)
     redis.call('PEXPIRE', rec, ms)
     redis.call('SPUBLISH', rec, '*')
+  end
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local r, need = '', 0
+  if s and s.r ~= '' then
+    need = st_prune(s, now)
+    r = s.r
+  end
+  local c = 1
+  if grant then
+    c = 0
   end
   -- The common case writes strings only: a number turned into a string
   -- costs Redis a formatting call.
@@ -252,56 +387,72 @@ local function st_hold(key, last, owner, ms, t, waits, rec, value, keep)
   if keep then
     p = redis.call('PTTL', key)
   end
-  if p > tonumber(ms) then
-    st_write(key, {fs = f, c = 1, m = waits, u = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ms), o = owner})
+  ms = tonumber(ms)
+  local h = {fs = f, c = c, m = waits, u = 0, o = owner, l = link, r = r}
+  if r == '' and p <= ms then
+    st_write(key, h, ms)
+    return f, n
+  end
+  -- The key outlives the lease: it ends at until.
+  h.u = now + ms
+  local life = math.max(need, ms)
+  if life > p then
+    st_write(key, h, life)
   else
-    redis.call('SET', key, f .. '|1|' .. waits .. '|0|' .. owner, 'PX', ms)
+    st_write(key, h)
   end
   return f, n
 end
 
 -- st_grant gives the free state key (s: its state) to the waiter w, which
 -- the caller has taken out of the queue or kept at its head, as st_hold
--- does, keeping the key's expiry, and returns its fence. Only w's Client is
--- told, as tell does: the message is w, the fence, ms and the server time
--- in microseconds, separated by spaces, so that w's Lock can return on it
--- without another request.
-local function st_grant(key, s, w, ms, t, stem, waits, rec, value)
-  local f = st_hold(key, s.f, w, ms, t, waits, rec, value, true)
+-- does for a grant, keeping the key's expiry, with the link given, and
+-- returns its fence. Only w's Client is told, as tell does: the message is
+-- w, the fence, ms and the server time in microseconds, separated by
+-- spaces, so that w's Lock can return on it without another request.
+local function st_grant(key, s, w, ms, t, stem, waits, link, rec, value)
+  local f = st_hold(key, s, w, ms, t, waits, link, true, rec, value, true)
   tell(stem, w, w .. ' ' .. f .. ' ' .. ms .. ' ' .. micros_string(t))
   return f
 end
 
 -- st_free writes the state s at key free: no holder, nobody waiting (the
--- caller knows the queue is empty), the fence kept, the key's expiry too.
+-- caller knows the queue is empty), the fence, the link and the records
+-- kept, the key's expiry too.
 local function st_free(key, s)
-  redis.call('SET', key, s.fs, 'KEEPTTL')
+  if s.r == '' and s.l == '' then
+    redis.call('SET', key, s.fs, 'KEEPTTL')
+    return
+  end
+  s.c, s.m, s.u, s.o = 0, '0', 0, ''
+  st_write(key, s)
 end
 
 -- st_give_back gives back holds of owner on the state key (s: its state,
 -- nil if none; held: whether owner's lease runs): mode "0" sets its hold
 -- count to count (it keeps the lock), mode "1" gives back its last hold,
--- mode "3" takes it away (ForceRelease; alive is the queue's hash). It
--- returns the code to return at once: 2 when owner keeps the lock; 4 when
--- owner holds nothing, its last hold was to go, and its hold was taken away
--- (evict); 3 when owner holds nothing, its last hold was to go, and the
--- state's fence is at or past owner's fence myfence, past it if another
--- owner's lease runs (the lock went on from owner's hold: an earlier run of
--- this release freed it, or the lease ended otherwise; the state lives at
--- least as long as every lease it fenced, so it was not lost with the
--- name's keys); 0 when another owner holds the lock; -1 when nobody does;
--- or nil when owner's last hold goes and the caller is to free the lock.
--- now as for st_live.
-local function st_give_back(key, s, alive, owner, mode, count, myfence, held, now)
+-- mode "3" takes it away (ForceRelease: a record, marked, says so until its
+-- lease would have ended). It returns the code to return at once: 2 when
+-- owner keeps the lock; 4 when owner holds nothing and a record says its
+-- hold was taken away; 3 when owner holds nothing, its last hold was to go,
+-- and the state shows that the release of owner's hold, whose fence is
+-- myfence, freed the lock (an earlier run of this release: st_follows); 0
+-- when another
+-- owner holds the lock and the state shows no such release; -1 when nobody
+-- does (nor does it show one); or nil when owner's last hold goes and the
+-- caller is to free the lock. now is the server time in ms.
+local function st_give_back(key, s, owner, mode, count, myfence, held, now)
   if not held then
-    if mode == '1' and evicted(alive, owner) then
-      return 4
+    if s and mode ~= '0' then
+      local _, ev = st_record(s, owner, now)
+      if ev then
+        return 4
+      end
+      if st_follows(s, myfence) then
+        return 3
+      end
     end
-    local live = st_live(s, now)
-    if mode ~= '0' and s and (s.f > tonumber(myfence) or (not live and s.f == tonumber(myfence))) then
-      return 3
-    end
-    if not live then
+    if not st_live(s, now) then
       return -1
     end
     return 0
@@ -312,7 +463,8 @@ local function st_give_back(key, s, alive, owner, mode, count, myfence, held, no
     return 2
   end
   if mode == '3' then
-    evict(alive, owner, st_left(key, s, now))
+    local left = st_left(key, s, now)
+    st_keep(key, s, st_note(s, owner, string.format('%.0f', now + math.max(left, 1)), true, now), now)
   end
   return nil
 end
@@ -383,29 +535,48 @@ local s = st_read(KEYS[1], v)
 -- Whether anyone may wait: the state's mark says (every registration sets
 -- it; only a script that saw the queue empty clears it).
 local queued = s ~= nil and s.m == '1'
--- The server's clock, read once: a grant needs it, and so does a lease that
--- ends before its key.
-local t, now
-if queued or (s and s.u ~= 0) then
-  t, now = server_time()
-end
+local t, now = server_time()
 local held = s ~= nil and s.o == ARGV[1] and st_live(s, now)
 if mode ~= '1' or ARGV[6] == '1' then
   -- A type check, before the writes to alive below: a Mutex's release
   -- reads alive first in the walk, or not at all.
   redis.call('HLEN', KEYS[3])
 end
+-- record records ARGV[1] until ARGV[8], if it has not passed: a free state
+-- is made for it where there is none.
+local function record()
+  if not ARGV[8] or tonumber(ARGV[8]) <= now then
+    return 0
+  end
+  if not s then
+    s = {f = 0, fs = '0', c = 0, m = '0', u = 0, o = '', l = '', r = ''}
+  end
+  return st_note(s, ARGV[1], ARGV[8], false, now)
+end
+local code
 if mode == '2' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
   if not held then
-    return 0
+    code = 0
   end
 else
-  local code = st_give_back(KEYS[1], s, KEYS[3], ARGV[1], mode, ARGV[7], ARGV[5], held, now)
-  if code then
-    return code
+  code = st_give_back(KEYS[1], s, ARGV[1], mode, ARGV[7], ARGV[5], held, now)
+end
+if code then
+  local need = record()
+  if need > 0 then
+    st_keep(KEYS[1], s, need, now)
   end
+  return code
+end
+record()
+-- What a grant below follows: this release (owner's) and those the state
+-- lists; for a grantee that gives up, or ForceRelease, those alone.
+local link = s.l
+if mode == '1' then
+  s.o = ''
+  link = st_links(s)
 end
 if queued then
   if ARGV[6] == '1' then
@@ -436,12 +607,18 @@ if queued then
     end
     -- The state keeps its expiry if that is later than the grant lease's:
     -- the releaser's retry reads the fence until its lease's end.
-    st_grant(KEYS[1], s, head, g or ARGV[4], t, ARGV[2], waits, KEYS[4], value)
+    st_grant(KEYS[1], s, head, g or ARGV[4], t, ARGV[2], waits, link, KEYS[4], value)
     return 1
   end
 end
 -- Nobody waits: the walk emptied the queue, or the mark said it was empty.
-st_free(KEYS[1], s)
+-- The free state keeps the fence and what it lists.
+if s.r == '' then
+  st_free(KEYS[1], s)
+else
+  s.c, s.m, s.u, s.o = 0, '0', 0, ''
+  st_keep(KEYS[1], s, st_prune(s, now), now)
+end
 if KEYS[4] then
   redis.call('DEL', KEYS[4])
   redis.call('SPUBLISH', KEYS[4], '*')

@@ -188,16 +188,22 @@ end
 --          met. Expires with the queue.
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
--- ARGV[3]  mode: "0" to acquire; "1" to re-enter the hold of ARGV[1], read or write,
+-- ARGV[3]  deadline: the server time (ms) after which this request changes
+--          nothing (a copy whose reply was lost may reach Redis late)
+-- ARGV[4]  mode: "0" to acquire; "1" to re-enter the hold of ARGV[1], read or write,
 --          whichever it is
--- ARGV[4]  register: acquiring, "0" not to queue (TryLock, TryRLock), else how long
+-- ARGV[5]  register: acquiring, "0" not to queue (TryLock, TryRLock), else how long
 --          (ms) the caller stays queued unless it renews (by calling again);
 --          re-entering: the owner's hold count after this re-entry (a read
 --          hold has no count in Redis)
--- ARGV[5]  access: "r" to acquire for reading; "w" for writing
--- ARGV[6]  writer: for "r", the owner id of a write hold the caller has, or "". A
+-- ARGV[6]  access: "r" to acquire for reading; "w" for writing
+-- ARGV[7]  writer: for "r", the owner id of a write hold the caller has, or "". A
 --          writer that reads gets the read at once, whoever waits, since all
 --          of them wait for it.
+--
+-- A writer granted the lock by a release (rw_release.lua) holds it with a
+-- count of 0 until it takes it up: its next request, or its renewal, makes
+-- it 1 and lengthens the lease to its TTL.
 --
 -- A writer takes the lock when nobody holds it (no writer, no live reader)
 -- and no live waiter is queued before it; a release may also grant it to the
@@ -210,6 +216,9 @@ end
 --         already, granted or taken by a first run, now lapses TTL from now)
 --      0  re-entered
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
+--   {0, t} nothing done: the request came after its deadline, or after its
+--         owner ended (the fences hash records it: "void:" .. owner id ->
+--         that deadline, written by its release); t is the server time (µs)
 --   {c, f, t} not acquired; -c - 3 is how long (ms) the caller may sleep
 --         before the situation changes by itself: the writer's remaining TTL,
 --         or the time until the first reader's lease or the waiter in the
@@ -217,19 +226,25 @@ end
 --         time, as in acquire.lua
 --
 -- Run twice: an acquisition that succeeded finds the caller holding and
--- answers the same fence, changing nothing for a read but writing its hold's
--- key's expiry again as it is (touch, for WAIT); a re-entry sets the same
--- count; a queued caller keeps its place.
+-- answers the same fence, without lengthening the hold (a later Extend may
+-- have shortened it), but writing its hold's key's expiry again as it is
+-- (touch, for WAIT); a re-entry sets the same count; a queued caller keeps
+-- its place. Run late (after its deadline, or its owner's end), it changes
+-- nothing.
 --
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
 local me = ARGV[1]
 local t, now = server_time() -- also the arrival time of a caller queued below
-local reading = ARGV[5] == 'r'
+local reading = ARGV[6] == 'r'
+local void = tonumber(redis.call('HGET', KEYS[6], 'void:' .. me)) -- raises WRONGTYPE before any write
+if now > tonumber(ARGV[3]) or (void and void > now) then
+  return {0, micros(t)}
+end
 
-if ARGV[3] == '1' then
+if ARGV[4] == '1' then
   if redis.call('HEXISTS', KEYS[1], me) == 1 then
-    redis.call('HSET', KEYS[1], me, ARGV[4])
+    redis.call('HSET', KEYS[1], me, ARGV[5])
     return 0
   end
   local lapse = tonumber(redis.call('ZSCORE', KEYS[5], me))
@@ -246,20 +261,25 @@ redis.call('ZCARD', KEYS[3])
 redis.call('HLEN', KEYS[4])
 redis.call('HLEN', KEYS[6])
 redis.call('ZCARD', KEYS[7])
-local held
+local held, count
 if reading then
   local lapse = tonumber(redis.call('ZSCORE', KEYS[5], me))
   held = lapse and lapse > now
 else
-  held = n > 0 and redis.call('HEXISTS', KEYS[1], me) == 1
+  count = n > 0 and redis.call('HGET', KEYS[1], me)
+  held = count
 end
 if held then
   if reading then
     touch(KEYS[5])
-  else
+  elseif count == '0' then
+    -- A lock a release granted the caller, which it takes up now.
+    redis.call('HSET', KEYS[1], me, 1)
     redis.call('PEXPIRE', KEYS[1], ttl)
     at_least(KEYS[2], ttl)
     at_least(KEYS[6], ttl)
+  else
+    touch(KEYS[1])
   end
   return tonumber(redis.call('HGET', KEYS[6], me)) or tonumber(redis.call('GET', KEYS[2]))
 end
@@ -298,8 +318,8 @@ end
 local granted
 if reading then
   granted = n == 0 and not ahead
-  if not granted and ARGV[6] ~= '' then
-    granted = redis.call('HEXISTS', KEYS[1], ARGV[6]) == 1
+  if not granted and ARGV[7] ~= '' then
+    granted = redis.call('HEXISTS', KEYS[1], ARGV[7]) == 1
   end
 else
   granted = readers == 0 and not ahead and
@@ -308,7 +328,7 @@ end
 
 if granted then
   local fence = next_fence(KEYS[2], t, ttl, false)
-  if ARGV[4] ~= '0' then
+  if ARGV[5] ~= '0' then
     redis.call('ZREM', KEYS[3], me)
     redis.call('HDEL', KEYS[4], me)
     if not reading then
@@ -334,18 +354,18 @@ if granted then
   return fence
 end
 
-if ARGV[4] ~= '0' then
+if ARGV[5] ~= '0' then
   local what = 'w'
   if reading then
     what = 'r'
   end
   redis.call('ZADD', KEYS[3], 'NX', micros(t), me)
-  redis.call('HSET', KEYS[4], me, string.format('%d|%s', now + tonumber(ARGV[4]), what))
-  at_least(KEYS[3], ARGV[4])
-  at_least(KEYS[4], ARGV[4])
+  redis.call('HSET', KEYS[4], me, string.format('%d|%s', now + tonumber(ARGV[5]), what))
+  at_least(KEYS[3], ARGV[5])
+  at_least(KEYS[4], ARGV[5])
   if not reading then
     redis.call('ZADD', KEYS[7], 'NX', redis.call('ZSCORE', KEYS[3], me), me)
-    at_least(KEYS[7], ARGV[4])
+    at_least(KEYS[7], ARGV[5])
   end
 end
 

@@ -67,12 +67,13 @@ local function next_fence(key, t, ms, exact)
 end
 
 -- take makes owner the holder of the free lock hash lock (an RWMutex's
--- writer, a RedLock member's Mutex): one hold, lapsing ms from now, and a
--- new fence (next_fence on the string key fence, living as long, or at least
--- as long if shared is true; t is from TIME), which it returns.
-local function take(lock, fence, owner, ms, t, shared)
+-- writer, a RedLock member's Mutex): count holds (1, or 0 for a grant not
+-- yet taken up; 1 if nil), lapsing ms from now, and a new fence (next_fence
+-- on the string key fence, living as long, or at least as long if shared is
+-- true; t is from TIME), which it returns.
+local function take(lock, fence, owner, ms, t, shared, count)
   local f = next_fence(fence, t, ms, not shared)
-  redis.call('HSET', lock, owner, 1)
+  redis.call('HSET', lock, owner, count or 1)
   redis.call('PEXPIRE', lock, ms)
   return f
 end
@@ -87,50 +88,43 @@ local function tell(stem, owner, msg)
 end
 
 -- grant gives the free lock hash lock to the waiter w, which the caller has
--- taken out of its queue, as take does, and returns its fence. Only w's Client is told,
--- on the stem's channel, as tell does: the message is w, the fence, ms and
--- the server time in microseconds, separated by spaces, so that w's Lock can
--- return on it without another request.
+-- taken out of its queue, as take does, with a count of 0 (a grant w takes
+-- up with its next request or renewal, which lengthen it), and returns its
+-- fence. Only w's Client is told, on the stem's channel, as tell does: the
+-- message is w, the fence, ms and the server time in microseconds, separated
+-- by spaces, so that w's Lock can return on it without another request.
 local function grant(lock, fence, w, ms, t, stem, shared)
-  local f = take(lock, fence, w, ms, t, shared)
+  local f = take(lock, fence, w, ms, t, shared, 0)
   tell(stem, w, w .. ' ' .. string.format('%.0f', f) .. ' ' .. ms .. ' ' .. string.format('%.0f', micros(t)))
   return f
 end
 
--- after tells whether the lock went on from a hold with fence myfence that
--- is not there any more: the string key fence holds myfence or a later one,
--- a later one if the lock hash lock is held (by another owner: only a take
--- after that hold's end can hold it). The fence lives at least as long as
--- every lease it fenced, so the hold ended there (released, or expired or
--- evicted after the fence was written) rather than being lost with the
--- name's keys (a restart without persistence, a failover to a replica that
--- missed it).
-local function after(lock, fence, myfence)
-  local f = tonumber(redis.call('GET', fence))
-  if f == nil then
-    return false
-  end
-  if redis.call('EXISTS', lock) == 1 then
-    return f > tonumber(myfence)
-  end
-  return f >= tonumber(myfence)
+-- after tells whether the string key fence still holds myfence, the fence
+-- of an owner that holds nothing (as the script sent it): no lock has been
+-- taken since, so that owner's hold ended without another taking over: by
+-- an earlier run of its release, or, once its lease's time is up, by
+-- expiry, which the client tells apart by when the answer came. After a
+-- restart that lost the keys, or another's take, the fence is gone or
+-- another.
+local function after(fence, myfence)
+  return myfence ~= '0' and redis.call('GET', fence) == myfence
 end
 
--- evict records in the hash alive (the queue's, whose entries are waiters'
--- owner ids; this one is "evicted:" and owner's) that owner's hold was taken
--- away by ForceRelease, for ms (at least a millisecond), as long as its
--- lease would have lasted: owner's release then answers 4, not a retry's 3,
--- however often it runs.
-local function evict(alive, owner, ms)
-  redis.call('HSET', alive, 'evicted:' .. owner, 1)
-  at_least(alive, math.max(tonumber(ms), 1))
+-- evict records in the hash h (one whose other fields are not "evicted:"
+-- and an owner id: an RWMutex's fences, a Semaphore's hash) that owner's
+-- hold was taken away by ForceRelease, for ms (at least a millisecond), as
+-- long as its lease would have lasted: owner's release then answers 4, not a
+-- retry's 3, however often it runs, and its renewal 4 (extend.lua).
+local function evict(h, owner, ms)
+  redis.call('HSET', h, 'evicted:' .. owner, 1)
+  at_least(h, math.max(tonumber(ms), 1))
 end
 
 -- evicted tells whether owner's hold was taken away (evict). The record is
 -- read, not removed, so that a retry of owner's release answers the same; it
--- goes with alive's expiry. alive may be nil (no kind with it is evicted).
-local function evicted(alive, owner)
-  return alive ~= nil and redis.call('HEXISTS', alive, 'evicted:' .. owner) == 1
+-- goes with h's expiry. h may be nil (no kind with it is evicted).
+local function evicted(h, owner)
+  return h ~= nil and redis.call('HEXISTS', h, 'evicted:' .. owner) == 1
 end
 
 -- entry reads waiter w's entry in the hash h: "<lapse ms>|<rest>", where
@@ -200,11 +194,14 @@ end
 --
 -- KEYS[1]  lock: hash of the writer's owner id -> hold count
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
--- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|r" or "<lapse ms>|w";
---          and the records of evicted holds, as in release.lua
+-- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|r" or "<lapse ms>|w"
 -- KEYS[4]  readers: sorted set of read holders' owner ids, scored by when
 --          their lease lapses (server ms)
--- KEYS[5]  fences: hash of holder owner id -> the fence of its hold
+-- KEYS[5]  fences: hash of holder owner id -> the fence of its hold; and
+--          "evicted:" .. owner id -> 1 for a hold ForceRelease took away, and
+--          "void:" .. owner id -> a deadline (ms) for an owner that ended while
+--          an acquire of its may still reach Redis (rw_acquire.lua), each
+--          until then
 -- KEYS[6]  writers: the waiting writers' owner ids, scored as in the queue
 -- KEYS[7]  fence: the last fence handed out, shared by reads and writes
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's); whether it holds a read or the
@@ -220,10 +217,20 @@ end
 --          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
 --          was granted to it, or it stood in others' way, wake who can now
 --          proceed
---          "3": as "1", for ForceRelease, as in release.lua
+--          "3": as "1", for ForceRelease: the fences hash records it, until
+--          the lease would have ended, and ARGV[1]'s own release and renewal
+--          say so (4)
 -- ARGV[4]  grant: the grant lease (ms) of a writer the lock is granted to
 -- ARGV[5]  count: for mode "0", the hold count that remains
--- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), as in release.lua
+-- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), by which a retry finds
+--          whether an earlier run of it freed the lock
+-- ARGV[7]  void: (optional; modes "1" and "2") the server time (ms) until
+--          which an acquire of ARGV[1] may still reach Redis (its reply was
+--          lost): the fences hash records ARGV[1] until then, and such an
+--          acquire changes nothing (rw_acquire.lua)
+--
+-- A writer granted the lock holds it with a count of 0 until it takes it up
+-- (rw_acquire.lua).
 --
 -- Who is woken, when the lock has no writer: if the first live waiter is a
 -- writer and no live reader holds, the lock is granted to that writer, as
@@ -240,8 +247,10 @@ end
 --       granted to ARGV[1]; only its registration went)
 --   -1  nothing done: ARGV[1] holds nothing (its lease lapsed, or it was never
 --       taken, or Redis lost the keys)
---    3  mode 1: nothing done: ARGV[1] holds nothing, and the fence KEYS[7] is
---       at or past its fence, as in release.lua
+--    3  mode 1: nothing done: ARGV[1] holds nothing, and the fence KEYS[7]
+--       is still its fence: no lock was taken since its hold, which ended by
+--       an earlier run of this release or, once its lease's time was up, by
+--       expiry (the caller tells which by when the answer came)
 --    4  mode 1: nothing done: ARGV[1]'s hold was taken away by ForceRelease
 --
 -- Run twice: a release that gave back the last hold finds nothing of its
@@ -256,6 +265,11 @@ redis.call('HLEN', KEYS[5])
 redis.call('ZCARD', KEYS[6])
 redis.call('STRLEN', KEYS[7])
 local t, now = server_time()
+if ARGV[7] and tonumber(ARGV[7]) > now then
+  -- Whatever follows, ARGV[1]'s late acquires take nothing.
+  redis.call('HSET', KEYS[5], 'void:' .. me, ARGV[7])
+  at_least(KEYS[5], tonumber(ARGV[7]) - now)
+end
 
 local res, reader
 if mode == '2' then
@@ -283,7 +297,7 @@ else
       return 2
     end
     if mode == '3' then
-      evict(KEYS[3], me, redis.call('PTTL', KEYS[1]))
+      evict(KEYS[5], me, redis.call('PTTL', KEYS[1]))
     end
     redis.call('DEL', KEYS[1])
     redis.call('HDEL', KEYS[5], me)
@@ -291,10 +305,10 @@ else
   else
     local lapse = tonumber(redis.call('ZSCORE', KEYS[4], me))
     if not lapse then
-      if mode == '1' and evicted(KEYS[3], me) then
+      if mode == '1' and evicted(KEYS[5], me) then
         return 4
       end
-      if mode ~= '0' and after(KEYS[1], KEYS[7], ARGV[6]) then
+      if mode ~= '0' and after(KEYS[7], ARGV[6]) then
         return 3
       end
       if redis.call('HLEN', KEYS[1]) > 0 then
@@ -306,7 +320,7 @@ else
       return 2
     end
     if lapse > now and mode == '3' then
-      evict(KEYS[3], me, lapse - now)
+      evict(KEYS[5], me, lapse - now)
     end
     redis.call('ZREM', KEYS[4], me)
     redis.call('HDEL', KEYS[5], me)

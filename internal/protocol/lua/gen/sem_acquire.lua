@@ -184,13 +184,15 @@ end
 -- KEYS[6]  total: the total set with SetPermits, with no expiry
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL of the lease in milliseconds
--- ARGV[3]  mode: "0" (an acquisition is never a re-entry)
--- ARGV[4]  register: "0" not to queue; "-1" not to queue either, and to have an
+-- ARGV[3]  deadline: the server time (ms) after which this request changes
+--          nothing (a copy whose reply was lost may reach Redis late)
+-- ARGV[4]  mode: "0" (an acquisition is never a re-entry)
+-- ARGV[5]  register: "0" not to queue; "-1" not to queue either, and to have an
 --          answer "not acquired" say why (TryAcquire's error tells it); else
 --          how long (ms) the caller stays queued unless it renews (by calling
 --          again)
--- ARGV[5]  permits: how many are wanted
--- ARGV[6]  total: the total when none is stored
+-- ARGV[6]  permits: how many are wanted
+-- ARGV[7]  total: the total when none is stored
 --
 -- The caller gets its permits when they are free after every live waiter
 -- queued before it has had its own: nobody overtakes a waiter, and a waiter
@@ -203,6 +205,9 @@ end
 --     -1  not acquired, not queued: more permits wanted than the total
 --  <= -2  not acquired; -value - 3 is how long (ms) the caller may sleep
 --         before the situation changes by itself (-2: nothing will lapse)
+--   {0, t} nothing done: the request came after its deadline, or after its
+--         owner ended (the hash records it, "void:" .. owner id, until that
+--         deadline: sem_release.lua); t is the server time in µs
 --   {-2, used, total, ahead, set}
 --         not acquired, with ARGV[4] "-1" (which never answers -1): the
 --         permits live holders hold, the total, the permits live waiters
@@ -213,7 +218,7 @@ end
 -- Run twice: an acquisition that succeeded finds its holder live and answers
 -- the same fence, counting nothing twice and writing only the holders' key's
 -- expiry again as it is (touch, for WAIT); a queued caller keeps its place.
-local me, want, ttl, register = ARGV[1], tonumber(ARGV[5]), ARGV[2], tonumber(ARGV[4])
+local me, want, ttl, register = ARGV[1], tonumber(ARGV[6]), ARGV[2], tonumber(ARGV[5])
 local total = tonumber(redis.call('GET', KEYS[6])) -- type checks, before any write
 local set = total ~= nil
 local default = tonumber(redis.call('HGET', KEYS[1], 'permits'))
@@ -222,6 +227,10 @@ redis.call('ZCARD', KEYS[3])
 redis.call('HLEN', KEYS[4])
 redis.call('ZCARD', KEYS[5])
 local t, now = server_time() -- also the arrival time of a caller queued below
+local void = tonumber(redis.call('HGET', KEYS[1], 'void:' .. me))
+if now > tonumber(ARGV[3]) or (void and void > now) then
+  return {0, micros(t)}
+end
 
 local mine = redis.call('HGET', KEYS[1], me)
 if mine then
@@ -232,7 +241,7 @@ if mine then
   end
 end
 if not default then
-  default = tonumber(ARGV[6])
+  default = tonumber(ARGV[7])
   redis.call('HSET', KEYS[1], 'permits', default)
 end
 if not total then
@@ -283,9 +292,9 @@ if want > total and register == 0 then
 end
 if register > 0 then
   redis.call('ZADD', KEYS[3], 'NX', micros(t), me)
-  redis.call('HSET', KEYS[4], me, string.format('%d|%d', now + tonumber(ARGV[4]), want))
-  at_least(KEYS[3], ARGV[4])
-  at_least(KEYS[4], ARGV[4])
+  redis.call('HSET', KEYS[4], me, string.format('%d|%d', now + tonumber(ARGV[5]), want))
+  at_least(KEYS[3], ARGV[5])
+  at_least(KEYS[4], ARGV[5])
 end
 if register < 0 then
   return {-2, used, total, ahead, set and 1 or 0}

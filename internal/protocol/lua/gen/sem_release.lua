@@ -30,6 +30,17 @@ local function tell(stem, owner, msg)
   redis.call('SPUBLISH', stem .. ':' .. string.match(owner, '^[^:]*'), msg or owner)
 end
 
+-- after tells whether the string key fence still holds myfence, the fence
+-- of an owner that holds nothing (as the script sent it): no lock has been
+-- taken since, so that owner's hold ended without another taking over: by
+-- an earlier run of its release, or, once its lease's time is up, by
+-- expiry, which the client tells apart by when the answer came. After a
+-- restart that lost the keys, or another's take, the fence is gone or
+-- another.
+local function after(fence, myfence)
+  return myfence ~= '0' and redis.call('GET', fence) == myfence
+end
+
 -- entry reads waiter w's entry in the hash h: "<lapse ms>|<rest>", where
 -- rest matches the pattern rest, or "<lapse ms>" alone if rest is nil. It
 -- returns the lapse time as a number and rest, or nil if w has no entry or
@@ -125,11 +136,15 @@ end
 -- KEYS[1]  semaphore: the hash, as in sem_acquire.lua; also "set" -> the ids
 --          of the latest SetPermits calls (mode "3"), and once a Delete (mode
 --          "5") removed a total, "deleted" -> that call's id: after either the
---          hash lives ARGV[6] ms at least
+--          hash lives ARGV[6] ms at least; "evicted:" .. owner id -> 1 for a
+--          holder ForceRelease took the permits of (mode "6"), and "void:"
+--          .. owner id -> a deadline (ms) for an owner that ended while an
+--          acquire of its may still reach Redis (ARGV[8]), each until then
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse ms>|<permits wanted>"
 -- KEYS[4]  holders: sorted set of owner ids, scored by when their lease lapses
 -- KEYS[5]  total: the total set with SetPermits, with no expiry
+-- KEYS[6]  fence: the last fence handed out, as in sem_acquire.lua
 -- ARGV[1]  owner: the owner id (modes "3" and "5": the call's own id)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 -- ARGV[3]  mode: "1", give back ARGV[1]'s permits
@@ -137,12 +152,22 @@ end
 --          "3": store ARGV[5] as the total (SetPermits)
 --          "4": only report the permits available
 --          "5": remove the stored total
+--          "6": as "1", for ForceRelease: the hash records it until the
+--          lease would have lapsed, and ARGV[1]'s own release and renewal say
+--          so (4)
 -- ARGV[4]  reserve: unused (a semaphore keeps nothing for a waiter)
 -- ARGV[5]  total: for mode "3", the new total; modes "4" and "5": the total when none
 --          is stored and the semaphore hash has none either (modes "1" and
 --          "2" find it there)
 -- ARGV[6]  remnant_ttl: modes "3" and "5": how long (ms) at least the
 --          semaphore hash keeps the call's id
+-- ARGV[7]  fence: (optional: modes "1" and "2"; "0" if unknown) ARGV[1]'s
+--          fence, by which a retry finds whether an earlier run freed its
+--          permits (after, in lib.lua)
+-- ARGV[8]  void: (optional; modes "1" and "2") the server time (ms) until
+--          which an acquire of ARGV[1] may still reach Redis (its reply was
+--          lost): the hash records ARGV[1] until then, and such an acquire
+--          changes nothing (sem_acquire.lua)
 --
 -- Every waiter that now fits, counting what the live waiters before it want,
 -- is told (its owner id is published on its Client's channel); the first that
@@ -153,23 +178,21 @@ end
 --
 -- Returns:
 --   mode 1:  1 given back
---            3 nothing given back: ARGV[1] holds nothing, and the semaphore
---              hash is there, which it is until at least the holder's lease
---              would have lapsed: consistent with an earlier run of this
---              release having given the permits back
---           -1 nothing given back: ARGV[1]'s lease had lapsed
---            5 nothing given back: ARGV[1] holds nothing, and neither is the
---              semaphore hash there: the semaphore's keys expired, or Redis
---              lost them (a restart, a failover)
+--            3 nothing given back: ARGV[1] holds nothing, and the fence key
+--              still holds its fence: nobody acquired permits since, and
+--              its hold ended by an earlier run of this release or, once
+--              its time was up, by expiry (the caller tells which by when
+--              the answer came)
+--           -1 nothing given back: ARGV[1] holds nothing, and the keys do not
+--              show that (they were lost, or made again, since)
+--            4 nothing given back: ForceRelease took them (mode "6")
 --   mode 2:  0
 --   mode 3:  1
 --   mode 4:  the permits available (total - used)
 --   mode 5:  1 a total was removed; 0 there was none
 --
--- Run twice (go-redis runs a call again when its reply is lost): a give-back
--- finds its holder gone and answers 3, so the client, which alone knows
--- whether the lease can have lapsed by then, tells a retry from an expiry;
--- nothing is given back twice. A SetPermits finds its id among the last
+-- Run twice (a call is sent again when its reply is lost): a give-back finds
+-- its holder gone and answers 3; nothing is given back twice. A SetPermits finds its id among the last
 -- 16 in "set" and answers 1, changing nothing (a total another call set or
 -- removed since stays), until ARGV[6] ms have passed since the latest
 -- SetPermits. A Delete finds its id as "deleted" and answers 1, removing
@@ -195,8 +218,13 @@ redis.call('HLEN', KEYS[3])
 redis.call('ZCARD', KEYS[4])
 local now = now_ms()
 local res, given = 0, 0
+if ARGV[8] and tonumber(ARGV[8]) > now then
+  -- Whatever follows, ARGV[1]'s late acquires take nothing.
+  redis.call('HSET', KEYS[1], 'void:' .. ARGV[1], ARGV[8])
+  at_least(KEYS[1], tonumber(ARGV[8]) - now)
+end
 
-if mode == '0' or mode == '1' then
+if mode == '0' or mode == '1' or mode == '6' then
   local lapse = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]))
   local v = redis.call('HGET', KEYS[1], ARGV[1])
   if v then
@@ -206,12 +234,17 @@ if mode == '0' or mode == '1' then
   redis.call('ZREM', KEYS[4], ARGV[1])
   if v and lapse and lapse > now then
     res = 1
-  elseif v or lapse then
-    res = -1
-  elseif redis.call('EXISTS', KEYS[1]) == 1 then
-    res = 3
+    if mode == '6' then
+      redis.call('HSET', KEYS[1], 'evicted:' .. ARGV[1], 1)
+      at_least(KEYS[1], lapse - now)
+    end
+  elseif redis.call('HEXISTS', KEYS[1], 'evicted:' .. ARGV[1]) == 1 then
+    res = 4
   else
-    res = 5
+    res = -1
+    if mode ~= '0' and ARGV[7] and after(KEYS[6], ARGV[7]) then
+      res = 3
+    end
   end
 elseif mode == '2' then
   redis.call('ZREM', KEYS[2], ARGV[1])

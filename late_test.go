@@ -1,0 +1,427 @@
+package dlock_test
+
+// Requests that reach Redis late, and holds Redis loses: a copy of an
+// acquire whose reply was lost arrives after its owner's Unlock, Extend,
+// Resign or giving up, and changes nothing; an Unlock never says nil for a
+// hold that was lost meanwhile; a lock that frees itself goes down the line
+// without waiting out a dead waiter's registration; a holder whose hold
+// ForceRelease took is told so.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// lateSetup starts a redis-server with a fault proxy in front of it, and a
+// Client through the proxy whose Redis client gives a request up after
+// 300ms without a reply (and sends it again on another connection). It
+// returns the Client, the proxy, and a Client straight to the server.
+func lateSetup(t *testing.T, opts ...dlock.Option) (*dlock.Client, *faultproxy.Proxy, *dlock.Client, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	p := faultproxy.Start(t, srv.Addr)
+	direct := srv.Client(t)
+	loadScripts(t, direct)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return clientOn(t, rdb, opts...), p, clientOn(t, direct), direct
+}
+
+// holdFirst holds back the next request that matches m: Redis gets it only
+// when the test releases it, after the Client has given up on it and sent
+// it again.
+func holdFirst(p *faultproxy.Proxy, m faultproxy.Match) *faultproxy.Injection {
+	return p.Inject(faultproxy.Rule{Match: m, Fault: faultproxy.HoldRequest, Times: 1})
+}
+
+// deliver lets the held request reach Redis, and waits until Redis has run
+// it.
+func deliver(t *testing.T, in *faultproxy.Injection) {
+	t.Helper()
+	checkHit(t, in)
+	in.Release()
+	select {
+	case <-in.Delivered():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held request never reached Redis")
+	}
+}
+
+// lateKind is a kind of lock, as the tests of late requests take it: with
+// the client that loses a reply, and with another owner that tries it once.
+type lateKind struct {
+	name, script string
+	acquire      func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error)
+	try          func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error)
+}
+
+var lateKinds = []lateKind{
+	{"Mutex/TryLock", "acquire",
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("x").TryLock(ctx) },
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("x").TryLock(ctx) }},
+	{"Mutex/Lock", "acquire",
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("x").Lock(ctx) },
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("x").TryLock(ctx) }},
+	{"FairMutex", "acquire",
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.FairMutex("x").Lock(ctx) },
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.FairMutex("x").TryLock(ctx) }},
+	{"RWMutex/Lock", "rw_acquire",
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("x").Lock(ctx) },
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("x").TryLock(ctx) }},
+	{"RWMutex/RLock", "rw_acquire",
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("x").RLock(ctx) },
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("x").TryLock(ctx) }},
+	{"Semaphore", "sem_acquire",
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) {
+			return c.Semaphore("x", 1).Acquire(ctx, 1)
+		},
+		func(ctx context.Context, c *dlock.Client) (*dlock.Lease, error) {
+			return c.Semaphore("x", 1).TryAcquire(ctx, 1)
+		}},
+}
+
+// TestLateAcquireAfterUnlock: the first copy of an acquire reaches Redis
+// after the Client gave up on it, took the lock with a second copy and
+// unlocked it. It takes nothing: another owner gets the lock at once.
+func TestLateAcquireAfterUnlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, k := range lateKinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			c, p, other, _ := lateSetup(t)
+			in := holdFirst(p, script(k.script))
+			l, err := k.acquire(ctx, c)
+			if err != nil {
+				t.Fatalf("acquire whose first copy was held back: %v", err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock: %v", err)
+			}
+			deliver(t, in)
+			o, err := k.try(ctx, other)
+			if err != nil {
+				t.Fatalf("another owner, after the late copy ran: %v", err)
+			}
+			_ = o.Unlock(ctx)
+		})
+	}
+}
+
+// TestLateAcquireAfterExtend: the first copy of an acquire reaches Redis
+// after the holder shortened its lease with Extend; it does not lengthen it
+// again: once the holder is cut off from Redis, another owner gets the lock
+// after the shortened lease, well before the TTL.
+func TestLateAcquireAfterExtend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const ttl, short = 10 * time.Second, time.Second
+	for _, k := range lateKinds {
+		if k.name == "Mutex/Lock" || k.name == "RWMutex/RLock" {
+			continue
+		}
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			c, p, other, _ := lateSetup(t, dlock.WithTTL(ttl))
+			in := holdFirst(p, script(k.script))
+			l, err := k.acquire(ctx, c)
+			if err != nil {
+				t.Fatalf("acquire whose first copy was held back: %v", err)
+			}
+			if err := l.Extend(ctx, short); err != nil {
+				t.Fatalf("Extend: %v", err)
+			}
+			deliver(t, in)
+			p.Refuse(true)
+			p.Cut()
+			var o *dlock.Lease
+			if !within(ttl/2, func() bool {
+				o, err = k.try(ctx, other)
+				return err == nil
+			}) {
+				t.Fatalf("another owner could not take the lock for %v after Extend(%v), the late copy and the holder's last request: %v", ttl/2, short, err)
+			}
+			_ = o.Unlock(ctx)
+		})
+	}
+}
+
+// TestLateCampaignAfterResign: the first copy of a Campaign reaches Redis
+// after the leader it made resigned: nobody leads, and another candidate
+// leads at once.
+func TestLateCampaignAfterResign(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, p, other, _ := lateSetup(t)
+	in := holdFirst(p, script("acquire"))
+	ld, err := c.Election("e").Campaign(ctx, "a")
+	if err != nil {
+		t.Fatalf("Campaign whose first copy was held back: %v", err)
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	deliver(t, in)
+	if l, err := other.Election("e").Leader(ctx); !errors.Is(err, dlock.ErrNoLeader) {
+		t.Fatalf("after the late Campaign: leader %+v, %v; want nobody", l, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	b, err := other.Election("e").Campaign(cctx, "b")
+	if err != nil {
+		t.Fatalf("another candidate after the late Campaign: %v", err)
+	}
+	_ = b.Resign(ctx)
+}
+
+// TestLateRegistrationAfterGiveUp: the first copy of a waiter's registration
+// reaches Redis after the waiter gave up its Lock: it queues nobody.
+func TestLateRegistrationAfterGiveUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A TTL of 3s: a registration lasts 1.5s, sent as "1500".
+	c, p, other, direct := lateSetup(t, dlock.WithTTL(3*time.Second))
+	h, err := other.Mutex("w").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Unlock(ctx)
+	in := holdFirst(p, faultproxy.And(script("acquire"), faultproxy.HasArg("1500")))
+	wctx, cancel := context.WithCancel(ctx)
+	gave := make(chan error, 1)
+	go func() {
+		_, err := c.Mutex("w", dlock.WithTTL(3*time.Second)).Lock(wctx)
+		gave <- err
+	}()
+	if !within(5*time.Second, func() bool { return direct.ZCard(ctx, "dlock:{w}:waiters").Val() == 1 }) {
+		t.Fatal("the waiter never registered")
+	}
+	checkHit(t, in)
+	cancel()
+	if err := <-gave; !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("Lock given up: %v", err)
+	}
+	if !within(5*time.Second, func() bool { return direct.ZCard(ctx, "dlock:{w}:waiters").Val() == 0 }) {
+		t.Fatal("the waiter that gave up is still queued")
+	}
+	deliver(t, in)
+	if n := direct.ZCard(ctx, "dlock:{w}:waiters").Val(); n != 0 {
+		t.Fatalf("%d waiters queued after the late registration of one that gave up", n)
+	}
+}
+
+// TestUnlockAfterRedisLostKeys: Redis loses the lock's keys (FLUSHALL here,
+// as a restart without persistence or a failover to a replica that missed
+// them would), another owner takes the lock, and the old holder unlocks
+// before its next renewal: Unlock (Resign) says the hold was lost, whether
+// the other owner still holds the lock or has released it too.
+func TestUnlockAfterRedisLostKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type kind struct {
+		name string
+		lock func(c *dlock.Client) (func(context.Context) error, error)
+	}
+	leaseOf := func(f func(c *dlock.Client) (*dlock.Lease, error)) func(c *dlock.Client) (func(context.Context) error, error) {
+		return func(c *dlock.Client) (func(context.Context) error, error) {
+			l, err := f(c)
+			if err != nil {
+				return nil, err
+			}
+			return l.Unlock, nil
+		}
+	}
+	kinds := []kind{
+		{"Mutex", leaseOf(func(c *dlock.Client) (*dlock.Lease, error) { return c.Mutex("k").TryLock(ctx) })},
+		{"FairMutex", leaseOf(func(c *dlock.Client) (*dlock.Lease, error) { return c.FairMutex("k").TryLock(ctx) })},
+		{"RWMutex", leaseOf(func(c *dlock.Client) (*dlock.Lease, error) { return c.RWMutex("k").TryLock(ctx) })},
+		{"Semaphore", leaseOf(func(c *dlock.Client) (*dlock.Lease, error) { return c.Semaphore("k", 1).TryAcquire(ctx, 1) })},
+		{"Election", func(c *dlock.Client) (func(context.Context) error, error) {
+			ld, err := c.Election("k").Campaign(ctx, "v")
+			if err != nil {
+				return nil, err
+			}
+			return ld.Resign, nil
+		}},
+	}
+	for _, k := range kinds {
+		for _, released := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/other released %v", k.name, released), func(t *testing.T) {
+				t.Parallel()
+				c, rdb, _ := newClient(t)
+				other := clientOn(t, rdb)
+				unlock, err := k.lock(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := rdb.FlushAll(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				otherUnlock, err := k.lock(other)
+				if err != nil {
+					t.Fatalf("another owner after Redis lost the keys: %v", err)
+				}
+				if released {
+					if err := otherUnlock(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				err = unlock(ctx)
+				if !errors.Is(err, dlock.ErrLockLost) {
+					t.Fatalf("Unlock of a hold Redis lost, taken again by another owner: %v; want ErrLockLost", err)
+				}
+				if !released {
+					_ = otherUnlock(ctx)
+				}
+			})
+		}
+	}
+}
+
+// TestForceReleaseToldToHolder: a holder whose hold ForceRelease took away
+// learns of it at its next renewal, and its Err says that ForceRelease
+// took it, not that it expired or that another owner holds it (the waiter
+// the lock went on to).
+func TestForceReleaseToldToHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// held is a hold of one kind: its Done, its Err and its release.
+	type held struct {
+		done    <-chan struct{}
+		err     func() error
+		release func(context.Context) error
+	}
+	lease := func(l *dlock.Lease, err error) (held, error) {
+		if err != nil {
+			return held{}, err
+		}
+		return held{l.Done(), l.Err, l.Unlock}, nil
+	}
+	const ttl = 600 * time.Millisecond
+	for _, k := range []struct {
+		name string
+		kind dlock.Kind
+		lock func(ctx context.Context, c *dlock.Client) (held, error)
+	}{
+		{"Mutex", dlock.KindMutex, func(ctx context.Context, c *dlock.Client) (held, error) {
+			return lease(c.Mutex("f", dlock.WithTTL(ttl)).Lock(ctx))
+		}},
+		{"FairMutex", dlock.KindFairMutex, func(ctx context.Context, c *dlock.Client) (held, error) {
+			return lease(c.FairMutex("f", dlock.WithTTL(ttl)).Lock(ctx))
+		}},
+		{"RWMutex", dlock.KindRWMutex, func(ctx context.Context, c *dlock.Client) (held, error) {
+			return lease(c.RWMutex("f", dlock.WithTTL(ttl)).Lock(ctx))
+		}},
+		{"Semaphore", dlock.KindSemaphore, func(ctx context.Context, c *dlock.Client) (held, error) {
+			return lease(c.Semaphore("f", 1, dlock.WithTTL(ttl)).Acquire(ctx, 1))
+		}},
+		{"Election", dlock.KindElection, func(ctx context.Context, c *dlock.Client) (held, error) {
+			ld, err := c.Election("f", dlock.WithTTL(ttl)).Campaign(ctx, "v")
+			if err != nil {
+				return held{}, err
+			}
+			return held{ld.Done(), ld.Err, ld.Resign}, nil
+		}},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			c, rdb, _ := newClient(t)
+			admin, waiter := clientOn(t, rdb), clientOn(t, rdb)
+			h, err := k.lock(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Someone waits: the lock goes on to it when it is taken away.
+			next := make(chan held, 1)
+			go func() {
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				w, err := k.lock(wctx, waiter)
+				if err != nil {
+					close(next)
+					return
+				}
+				next <- w
+			}()
+			if !within(5*time.Second, func() bool {
+				st, err := admin.Inspect(ctx, k.kind, "f")
+				return err == nil && len(st.Waiters) == 1
+			}) {
+				t.Fatal("the waiter never queued")
+			}
+			if _, err := admin.ForceRelease(ctx, k.kind, "f"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-h.done:
+			case <-time.After(3 * ttl):
+				t.Fatal("the evicted holder never learned")
+			}
+			if err := h.err(); !errors.Is(err, dlock.ErrLockLost) || !strings.Contains(err.Error(), "ForceRelease") {
+				t.Errorf("the evicted holder's Err: %v; want ErrLockLost saying ForceRelease took it", err)
+			}
+			w, ok := <-next
+			if !ok {
+				t.Fatal("the waiter never got the lock")
+			}
+			_ = w.release(ctx)
+		})
+	}
+}
+
+// TestDeadHeadWaiterAfterHolderDied: a Mutex's holder dies (its Client cut
+// off from Redis) while a dead process's waiter heads the line, its
+// registration live for a long while, and a live waiter follows: when the
+// holder's lease runs out, the lock goes to the dead waiter for its grant
+// lease, then on to the live one, long before the dead registration
+// lapses.
+func TestDeadHeadWaiterAfterHolderDied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const ttl = 600 * time.Millisecond
+	srv := redistest.Start(t)
+	p := faultproxy.Start(t, srv.Addr)
+	rdb := srv.Client(t)
+	prdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { _ = prdb.Close() })
+	holder := clientOn(t, prdb)
+	live := clientOn(t, rdb)
+	if _, err := holder.Mutex("dead", dlock.WithTTL(ttl)).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The dead waiter, first in line, registered for a minute.
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lapse := now.UnixMilli() + time.Minute.Milliseconds()
+	rdb.ZAdd(ctx, "dlock:{dead}:waiters", redis.Z{Score: 1, Member: "0badc0de:1"})
+	rdb.HSet(ctx, "dlock:{dead}:alive", "0badc0de:1", fmt.Sprintf("%d|60", lapse))
+	got := lockInBackground(t, live.Mutex("dead", dlock.WithTTL(ttl)))
+	p.Refuse(true)
+	p.Cut() // the holder can renew no more: it is dead to Redis
+	select {
+	case <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the live waiter never got the lock")
+	}
+	at, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at.UnixMilli() >= lapse {
+		t.Fatal("the live waiter got the lock only once the dead waiter's registration had lapsed")
+	}
+	if n := rdb.ZScore(ctx, "dlock:{dead}:waiters", "0badc0de:1").Err(); !errors.Is(n, redis.Nil) {
+		t.Errorf("the dead waiter is still in line: %v; a Mutex's grantee leaves it", n)
+	}
+}
