@@ -216,6 +216,8 @@ func runWorker(role string) int {
 		err = chaosWorker(c, resRDB, p)
 	case "allocs":
 		err = allocsWorker(c, p)
+	case "resume":
+		err = resumeWorker(c, p)
 	case "rw":
 		err = rwWorker(c, resRDB, p)
 	case "rwhold":
