@@ -545,8 +545,9 @@ func (a *acquirer) attempt(ctx context.Context, tn *turn, sent time.Time, regist
 	switch {
 	case errors.Is(err, errLeftBehind):
 		// Its outcome is unknown until the background call ends, which
-		// then undoes what it did.
-		return nil, 0, protocol.AcquireResult{}, errs.Op(nil, err, "acquire %q", a.k.Name)
+		// then undoes what it did; until then a copy may reach Redis, no
+		// later than the deadline of a request sent now.
+		return nil, 0, protocol.AcquireResult{Doubt: protocol.RequestDeadline(e.backend)}, errs.Op(nil, err, "acquire %q", a.k.Name)
 	case err != nil:
 		// The script may have run: the caller tries again with the same
 		// owner, which gives the same outcome, or abandons.

@@ -425,3 +425,161 @@ func TestDeadHeadWaiterAfterHolderDied(t *testing.T) {
 		t.Errorf("the dead waiter is still in line: %v; a Mutex's grantee leaves it", n)
 	}
 }
+
+// TestRedLockLateMemberAcquire: a RedLock member's acquire that reaches it
+// late takes nothing there once its owner has ended: after a TryLock that
+// failed for want of those members (their parts undone before the late
+// copies arrived), and after an Unlock.
+func TestRedLockLateMemberAcquire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srvs := redistest.StartN(t, 3)
+	proxies := make([]*faultproxy.Proxy, len(srvs))
+	rdbs, direct := make([]*redis.Client, len(srvs)), make([]*redis.Client, len(srvs))
+	for i, s := range srvs {
+		proxies[i] = faultproxy.Start(t, s.Addr)
+		rdbs[i] = redis.NewClient(&redis.Options{Addr: proxies[i].Addr(), ReadTimeout: 300 * time.Millisecond})
+		t.Cleanup(func() { _ = rdbs[i].Close() })
+		direct[i] = s.Client(t)
+	}
+	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(150*time.Millisecond), dlock.WithTTL(10*time.Second))
+	other := redLockOn(t, direct, dlock.WithNodeTimeout(time.Second))
+	var err error
+	for range 5 { // dial and load the scripts on every member
+		if err = c.Mutex("warm-up").Do(ctx, func(context.Context) error { return nil }); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire := faultproxy.ScriptSHA(dlock.ScriptHash("red_acquire"))
+
+	t.Run("after a failed TryLock", func(t *testing.T) {
+		held := []*faultproxy.Injection{holdFirst(proxies[0], acquire), holdFirst(proxies[1], acquire)}
+		if _, err := c.Mutex("tried").TryLock(ctx); err == nil {
+			t.Fatal("TryLock with two of three members held back succeeded")
+		}
+		// The members' clients give up on those requests (their read
+		// timeout) and undo what they may have done; the held copies
+		// arrive after that.
+		time.Sleep(600 * time.Millisecond)
+		for _, in := range held {
+			deliver(t, in)
+		}
+		l, err := other.Mutex("tried").TryLock(ctx)
+		if err != nil {
+			t.Fatalf("another owner after the late member acquires ran: %v (held on %d members)", err, holders(t, direct, "tried"))
+		}
+		_ = l.Unlock(ctx)
+	})
+
+	t.Run("after Unlock", func(t *testing.T) {
+		in := holdFirst(proxies[0], acquire)
+		l, err := c.Mutex("unlocked").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(600 * time.Millisecond)
+		deliver(t, in)
+		if n := holders(t, direct, "unlocked"); n != 0 {
+			t.Fatalf("held on %d members after the late acquire ran, after Unlock", n)
+		}
+	})
+}
+
+// TestClusterLeaseWhileSlotMigrates: a lease never extended stays held while
+// its slot migrates and its keys have moved before the slot is handed over:
+// its renewals reach the keys on the importing primary (they name no key
+// that is not there), also with WithWaitReplicas, whose pipeline of the
+// renewal and WAIT follows the redirection.
+func TestClusterLeaseWhileSlotMigrates(t *testing.T) {
+	t.Parallel()
+	for _, wait := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "WithWaitReplicas"}[wait], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			replicas := 0
+			if wait {
+				replicas = 1
+			}
+			cl := redistest.StartCluster(t, 2, replicas)
+			rdb := cl.Client(t)
+			const ttl = 900 * time.Millisecond // renewed every 300ms
+			opts := []dlock.Option{dlock.WithTTL(ttl)}
+			if wait {
+				opts = append(opts, dlock.WithWaitReplicas(1, 200*time.Millisecond))
+			}
+			c := clientOn(t, rdb, opts...)
+			for _, kind := range []string{"Mutex", "FairMutex", "Election"} {
+				var done <-chan struct{}
+				var why func() error
+				var release func(context.Context) error
+				name := "mig-" + kind
+				switch kind {
+				case "Mutex":
+					l, err := c.Mutex(name).Lock(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					done, why, release = l.Done(), l.Err, l.Unlock
+				case "FairMutex":
+					l, err := c.FairMutex(name).Lock(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					done, why, release = l.Done(), l.Err, l.Unlock
+				case "Election":
+					ld, err := c.Election(name).Campaign(ctx, "v")
+					if err != nil {
+						t.Fatal(err)
+					}
+					done, why, release = ld.Done(), ld.Err, ld.Resign
+				}
+				var key string
+				switch kind {
+				case "Mutex":
+					key = "dlock:{mig-Mutex}"
+				case "FairMutex":
+					key = "dlock:fair:{mig-FairMutex}"
+				case "Election":
+					key = "dlock:election:{mig-Election}"
+				}
+				from, err := cl.PrimaryFor(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				primaries, err := cl.Primaries(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				to := primaries[0]
+				if to == from {
+					to = primaries[1]
+				}
+				_, err = cl.MigrateSlotMidway(ctx, key, to, func() error {
+					// Three renewal periods with the keys on the importing
+					// primary and the slot not yet handed over.
+					select {
+					case <-done:
+						return fmt.Errorf("%s: lease lost while its slot migrated: %v", kind, why())
+					case <-time.After(3 * ttl):
+						return nil
+					}
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := why(); err != nil {
+					t.Fatalf("%s: lease lost after its slot migrated: %v", kind, err)
+				}
+				if err := release(ctx); err != nil {
+					t.Fatalf("%s: release after the migration: %v", kind, err)
+				}
+			}
+		})
+	}
+}

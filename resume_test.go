@@ -44,8 +44,10 @@ func resumeWorker(c *dlock.Client, p workerParams) error {
 	fmt.Println("held")
 	var rep resumeReport
 	for {
+		// The time first: each answer is given after it.
+		late := time.Now().After(limit)
 		lerr, cerr := l.Err(), lctx.Err()
-		if time.Now().After(limit) {
+		if late {
 			rep.Asked++
 			if lerr == nil {
 				rep.Err++

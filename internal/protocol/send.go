@@ -197,6 +197,22 @@ func (c *serverClock) deadline() (int64, any) {
 	return ms, a.arg
 }
 
+// RequestDeadline returns, for a Backend that dates its acquires (a node),
+// the deadline it would give one sent now, in its server's milliseconds: no
+// earlier than that of any acquire it sent before. It returns 0 for any
+// other Backend.
+func RequestDeadline(b Backend) int64 {
+	if d, ok := b.(interface{ requestDeadline() int64 }); ok {
+		return d.requestDeadline()
+	}
+	return 0
+}
+
+func (n *Node) requestDeadline() int64 {
+	ms, _ := n.clock.deadline()
+	return ms
+}
+
 // sent is the outcome of sending a request copy by copy: the reply or the
 // last copy's error; doubt, whether a copy's outcome is unknown (it may
 // have run, or may still arrive); and retried, whether the reply follows

@@ -44,6 +44,13 @@ type quorum struct {
 	// (retake), closed when it is done: one at a time per owner and member,
 	// and the release that gives the lock up waits for them.
 	retaking map[busyKey]chan struct{}
+	// doubts holds, per owner and member, the deadline (that member's
+	// server time) of an acquire of owner whose outcome there is unknown:
+	// a copy may still reach the member until then, so every release of
+	// owner there passes it on (protocol.ReleaseArgs.Void). Each member
+	// keeps its own clock, so the deadlines are kept apart, and dropped once
+	// they cannot matter (doubtKeep).
+	doubts map[busyKey]doubt
 
 	wg sync.WaitGroup // every request to a member; Close waits for them
 	// closing is closed when the Client's Close starts: an undo retried in
@@ -56,7 +63,45 @@ type quorum struct {
 func New(members []protocol.Backend, timeout time.Duration, closing <-chan struct{}) protocol.Backend {
 	return &quorum{members: members, need: len(members)/2 + 1, timeout: timeout,
 		busy: make(map[busyKey]int), ended: make(map[string]bool), retaking: make(map[busyKey]chan struct{}),
-		closing: closing}
+		doubts: make(map[busyKey]doubt), closing: closing}
+}
+
+// doubt is an acquire's deadline on one member, and when it was noted here.
+type doubt struct {
+	deadline int64
+	noted    time.Time
+}
+
+// doubtKeep is how long a doubt is kept after it was noted: its request's
+// deadline has passed on the member by then, whatever its clock.
+const doubtKeep = 2 * protocol.RequestTTL
+
+// noteDoubt notes that an acquire of owner on member i may still reach it
+// until deadline (AcquireResult.Doubt), if it is not 0, and drops the
+// doubts that cannot matter any more.
+func (q *quorum) noteDoubt(owner string, i int, deadline int64) {
+	if deadline == 0 {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for k, d := range q.doubts {
+		if time.Since(d.noted) > doubtKeep {
+			delete(q.doubts, k)
+		}
+	}
+	k := busyKey{owner, i}
+	if d := q.doubts[k]; d.deadline < deadline {
+		q.doubts[k] = doubt{deadline, time.Now()}
+	}
+}
+
+// doubtOf returns the deadline of owner's acquire on member i whose outcome
+// is unknown, 0 if none.
+func (q *quorum) doubtOf(owner string, i int) int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.doubts[busyKey{owner, i}].deadline
 }
 
 // Traits: the quorum bounds every request by the per-node timeout and
@@ -434,7 +479,13 @@ func (q *quorum) undo(k protocol.Keys, owner string, i int, ttl time.Duration, s
 	release := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, q.undoTimeout())
 		defer cancel()
-		_, err := q.members[i].Release(ctx, k, protocol.ReleaseArgs{Owner: owner, Fence: protocol.NoFence, Mode: protocol.ReleaseLeave, TTL: ttl})
+		// Once the owner has ended, its acquire still on the way there
+		// must take nothing; until then, it may try again there itself.
+		var void int64
+		if q.hasEnded(owner) {
+			void = q.doubtOf(owner, i)
+		}
+		_, err := q.members[i].Release(ctx, k, protocol.ReleaseArgs{Owner: owner, Fence: protocol.NoFence, Mode: protocol.ReleaseLeave, TTL: ttl, Void: void})
 		return err
 	}
 	if release(context.Background()) == nil {
@@ -466,11 +517,26 @@ func (q *quorum) Acquire(ctx context.Context, k protocol.Keys, owner string, ttl
 		call: func(ctx context.Context, _ int, m protocol.Backend) (protocol.AcquireResult, error) {
 			return m.Acquire(ctx, k, owner, ttl, register, extra...)
 		},
-		decide:     a.count,
-		leftBehind: func(i int) { q.markBusy(owner, i) },
-		late:       a.late,
+		decide: a.count,
+		leftBehind: func(i int) {
+			// Its outcome is unknown until its answer comes: a copy may reach
+			// the member until a deadline no later than one it would give
+			// a request now.
+			q.noteDoubt(owner, i, protocol.RequestDeadline(q.members[i]))
+			q.markBusy(owner, i)
+		},
+		late: a.late,
 	})
-	return a.conclude(ctx, replies)
+	r, err := a.conclude(ctx, replies)
+	// A member's acquire whose outcome is unknown: the caller, which ends
+	// the owner with a release (that records it on those members), must
+	// know that a copy is out.
+	q.mu.Lock()
+	for i := range q.members {
+		r.Doubt = max(r.Doubt, q.doubts[busyKey{owner, i}].deadline)
+	}
+	q.mu.Unlock()
+	return r, err
 }
 
 // acquisition is one Acquire of a RedLock.
@@ -499,6 +565,7 @@ type acquisition struct {
 // count records a member's answer, and reports whether the outcome is known:
 // a majority took the lock, or too few are left that could.
 func (a *acquisition) count(r memberReply[protocol.AcquireResult]) bool {
+	a.q.noteDoubt(a.owner, r.i, r.v.Doubt)
 	switch {
 	case r.err != nil:
 		a.failed++
@@ -518,6 +585,7 @@ func (a *acquisition) count(r memberReply[protocol.AcquireResult]) bool {
 // undone, and the owner's later attempts keep off that member until that is
 // done.
 func (a *acquisition) late(r memberReply[protocol.AcquireResult]) {
+	a.q.noteDoubt(a.owner, r.i, r.v.Doubt)
 	<-a.decided
 	if (!a.kept || a.q.hasEnded(a.owner)) && (r.err != nil || r.v.Fence > 0) {
 		a.q.undo(a.k, a.owner, r.i, a.ttl, a.sent)
@@ -698,8 +766,13 @@ func (q *quorum) Release(ctx context.Context, k protocol.Keys, a protocol.Releas
 	var ok, after, not int
 	retried := false
 	replies := fanOut(ctx, q, fan[protocol.Released]{
-		call: func(ctx context.Context, _ int, m protocol.Backend) (protocol.Released, error) {
-			return m.Release(ctx, k, a)
+		call: func(ctx context.Context, i int, m protocol.Backend) (protocol.Released, error) {
+			ma := a
+			if mode != protocol.ReleaseOne {
+				// The member's own deadline, in its own clock.
+				ma.Void = q.doubtOf(owner, i)
+			}
+			return m.Release(ctx, k, ma)
 		},
 		decide: func(r memberReply[protocol.Released]) bool {
 			switch {
@@ -949,7 +1022,7 @@ func (q *quorum) retake(ctx context.Context, i int, it protocol.ExtendItem) int6
 		return protocol.CodeGone
 	}
 	sent := time.Now()
-	code, mayHold := retakeOn(ctx, q.members[i], it)
+	code, mayHold := q.retakeOn(ctx, i, it)
 	q.mu.Lock()
 	ended := q.ended[it.Owner]
 	delete(q.retaking, key)
@@ -990,7 +1063,7 @@ func (q *quorum) beginRetake(ctx context.Context, key busyKey, lease protocol.Ho
 	return done
 }
 
-// retakeOn takes the lock of the lease it again on member m, where its
+// retakeOn takes the lock of the lease it again on member i, where its
 // renewal found it gone. The member's fence key is raised to the lease's
 // fence, which also tells whether the owner holds the lock there by now (a
 // retake before this one took it); a free lock is taken for the owner with
@@ -999,7 +1072,8 @@ func (q *quorum) beginRetake(ctx context.Context, key busyKey, lease protocol.Ho
 // renewal lengthens the lease, an Extend sets it and its generation, and a
 // request older than the lease's latest Extend changes nothing. It returns
 // the code to count, and whether the owner may hold the lock there now.
-func retakeOn(ctx context.Context, m protocol.Backend, it protocol.ExtendItem) (code int64, mayHold bool) {
+func (q *quorum) retakeOn(ctx context.Context, i int, it protocol.ExtendItem) (code int64, mayHold bool) {
+	m := q.members[i]
 	held, err := m.RaiseFence(ctx, it.K, it.Owner, it.Fence, it.TTL)
 	if err != nil {
 		return protocol.CodeGone, false
@@ -1007,6 +1081,7 @@ func retakeOn(ctx context.Context, m protocol.Backend, it protocol.ExtendItem) (
 	took := false
 	if held == 0 {
 		r, err := m.Acquire(ctx, it.K, it.Owner, it.TTL, 0)
+		q.noteDoubt(it.Owner, i, r.Doubt)
 		switch {
 		case err != nil:
 			return protocol.CodeGone, true // the script may have run

@@ -501,6 +501,13 @@ func (c *Cluster) leastReplicated(ctx context.Context) (*Server, error) {
 // during any reshard. Rejoin expects the slots where LaunchCluster put them:
 // do not rejoin a node after moving slots.
 func (c *Cluster) MigrateSlot(ctx context.Context, key string, to *Server) (*Server, error) {
+	return c.MigrateSlotMidway(ctx, key, to, nil)
+}
+
+// MigrateSlotMidway is MigrateSlot, calling midway, if not nil, once every
+// key has moved and before the slot is handed over: while it runs, the
+// slot is migrating on its owner and importing on to, with every key on to.
+func (c *Cluster) MigrateSlotMidway(ctx context.Context, key string, to *Server, midway func() error) (*Server, error) {
 	slot, err := c.slotOf(ctx, key)
 	if err != nil {
 		return nil, err
@@ -550,6 +557,11 @@ func (c *Cluster) MigrateSlot(ctx context.Context, key string, to *Server) (*Ser
 		}
 		if err := src.Do(ctx, args...).Err(); err != nil {
 			return nil, fmt.Errorf("redistest: MIGRATE %d keys of slot %d from %s to %s: %w", len(keys), slot, from.Addr, to.Addr, err)
+		}
+	}
+	if midway != nil {
+		if err := midway(); err != nil {
+			return nil, err
 		}
 	}
 	// The new owner first, then the old one, then everyone else.

@@ -47,14 +47,99 @@ local function at_least(key, ms)
   end
 end
 
+-- Records: "<owner>@<deadline>" or "!<owner>@<deadline>", separated by ';'.
+-- A record names an owner that has ended while an acquire of its may still
+-- reach Redis (its reply was lost), until that request's deadline (server
+-- ms): its acquires take nothing until then. One marked '!' names an owner
+-- whose hold ForceRelease took away, until its lease would have ended. A
+-- lock's state keeps them (st_record), and so does a RedLock member's fence
+-- key (fence_parse).
+
+-- rec_find returns the deadline (ms) of owner's record in the records r if
+-- it has one that has not lapsed by now, and whether it is marked '!'; nil
+-- if none.
+local function rec_find(r, owner, now)
+  if r == '' then
+    return nil
+  end
+  for x, o, d in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    if o == owner and tonumber(d) > now then
+      return tonumber(d), x == '!'
+    end
+  end
+  return nil
+end
+
+-- rec_add returns the records r with a record of owner until the deadline d
+-- (ms, a string), marked '!' if evicted, one per owner (the later deadline,
+-- and the mark if either has it), those that lapsed by now dropped; and how
+-- long (ms) they need to live.
+local function rec_add(r, owner, d, evicted, now)
+  local out, keep = {}, tonumber(d) - now
+  for x, o, e in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      if o == owner then
+        if left > keep then
+          d, keep = e, left
+        end
+        evicted = evicted or x == '!'
+      else
+        out[#out + 1] = x .. o .. '@' .. e
+        keep = math.max(keep, left)
+      end
+    end
+  end
+  if evicted then
+    out[#out + 1] = '!' .. owner .. '@' .. d
+  else
+    out[#out + 1] = owner .. '@' .. d
+  end
+  return table.concat(out, ';'), keep
+end
+
+-- rec_prune returns the records r without those that lapsed by now, and how
+-- long (ms) those left need to live (0 if none).
+local function rec_prune(r, now)
+  if r == '' then
+    return '', 0
+  end
+  local out, keep = {}, 0
+  for x, o, e in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      out[#out + 1] = x .. o .. '@' .. e
+      keep = math.max(keep, left)
+    end
+  end
+  return table.concat(out, ';'), keep
+end
+
+-- fence_parse splits v, the value of a fence key ("<fence>", or
+-- "<fence>|<records>" on a RedLock member), into the fence (nil if v is nil
+-- or holds no fence) and the records ('' if none).
+local function fence_parse(v)
+  if not v then
+    return nil, ''
+  end
+  local n = tonumber(v)
+  if n then
+    return n, ''
+  end
+  local f, r = string.match(v, '^(%d+)|(.*)$')
+  return tonumber(f), r or ''
+end
+
 -- next_fence hands out a fence: above the last one (the string key), and at
 -- least the server time in microseconds (t, from TIME), so that fences keep
 -- rising when the key is gone (it expired, or Redis restarted without it).
 -- The key lives ms from now if exact is true (a lock with one holder, whose
 -- fence key lives as long as its lock), else at least ms. Raises before
--- writing if key is not a string; a key that holds anything but an integer
--- is put back as it was, but for its expiry, and raises.
-local function next_fence(key, t, ms, exact)
+-- writing if key is not a string; a key that holds anything but a fence is
+-- put back as it was, but for its expiry, and raises. A RedLock member's
+-- key may carry records (rec_find) after its fence: they are kept, and if
+-- one names owner, nothing changes and nil is returned.
+local function next_fence(key, t, ms, exact, owner)
   local f = micros(t)
   if exact then
     -- One command reads the last fence and writes this one, which is
@@ -62,10 +147,29 @@ local function next_fence(key, t, ms, exact)
     -- clock ticks, or a clock set back, need a second.
     local v = redis.call('SET', key, f, 'PX', ms, 'GET')
     if v then
-      local last = tonumber(v)
+      local last, r = fence_parse(v)
       if not last then
         redis.call('SET', key, v, 'KEEPTTL')
         error({err = 'ERR dlock: fence key ' .. key .. ' holds a non-integer'})
+      end
+      if r ~= '' then
+        local now = t[1] * 1000 + math.floor(t[2] / 1000)
+        if owner and rec_find(r, owner, now) then
+          local _, left = rec_prune(r, now)
+          redis.call('SET', key, v, 'PX', math.max(left, 1))
+          return nil
+        end
+        local keep
+        r, keep = rec_prune(r, now)
+        if last >= f then
+          f = last + 1
+        end
+        if r ~= '' then
+          redis.call('SET', key, string.format('%.0f', f) .. '|' .. r, 'PX', math.max(tonumber(ms), keep))
+        else
+          redis.call('SET', key, f, 'PX', ms)
+        end
+        return f
       end
       if last >= f then
         f = last + 1
@@ -102,7 +206,7 @@ end
 -- The reply "held" is {wait, fence_floor, server time in µs}: held_reply.
 local function fence_floor(key, t)
   local f = micros(t)
-  local last = tonumber(redis.call('GET', key))
+  local last = fence_parse(redis.call('GET', key))
   if last and last > f then
     return last
   end
@@ -123,7 +227,7 @@ end
 -- The lease is not lengthened: the client counts it from before the first
 -- copy of the take was sent, and a later Extend may have shortened it.
 local function held_again(lock, fence)
-  local f = tonumber(redis.call('GET', fence))
+  local f = fence_parse(redis.call('GET', fence))
   if not f then
     f = next_fence(fence, (server_time()), math.max(redis.call('PTTL', lock), 1), true)
   end
@@ -134,9 +238,13 @@ end
 -- writer, a RedLock member's Mutex): count holds (1, or 0 for a grant not
 -- yet taken up; 1 if nil), lapsing ms from now, and a new fence (next_fence
 -- on the string key fence, living as long, or at least as long if shared is
--- true; t is from TIME), which it returns.
+-- true; t is from TIME), which it returns; or, if the fence key records
+-- owner (next_fence), nothing, and nil.
 local function take(lock, fence, owner, ms, t, shared, count)
-  local f = next_fence(fence, t, ms, not shared)
+  local f = next_fence(fence, t, ms, not shared, owner)
+  if not f then
+    return nil
+  end
   redis.call('HSET', lock, owner, count or 1)
   redis.call('PEXPIRE', lock, ms)
   return f
@@ -182,7 +290,11 @@ end
 -- restart that lost the keys, or another's take, the fence is gone or
 -- another.
 local function after(fence, myfence)
-  return myfence ~= '0' and redis.call('GET', fence) == myfence
+  if myfence == '0' then
+    return false
+  end
+  local v = redis.call('GET', fence)
+  return v == myfence or (v ~= false and string.find(v, myfence .. '|', 1, true) == 1)
 end
 
 -- evict records in the hash h (one whose other fields are not "evicted:"
@@ -399,61 +511,23 @@ end
 -- it has one that has not lapsed by now, and whether it records that
 -- ForceRelease took owner's hold away; nil if none.
 local function st_record(s, owner, now)
-  if s.r == '' then
-    return nil
-  end
-  for x, o, d in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
-    if o == owner and tonumber(d) > now then
-      return tonumber(d), x == '!'
-    end
-  end
-  return nil
+  return rec_find(s.r, owner, now)
 end
 
 -- st_note gives the state s a record of owner until the deadline d (ms, a
--- string), marked '!' if evicted, keeping one record per owner (the later
--- deadline, and its mark if either has one), and drops the records that
--- lapsed by now. It returns how long (ms) the key must live for the records.
+-- string), marked '!' if evicted (rec_add). It returns how long (ms) the key
+-- must live for the records.
 local function st_note(s, owner, d, evicted, now)
-  local out, keep = {}, tonumber(d) - now
-  for x, o, e in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
-    local left = tonumber(e) - now
-    if left > 0 then
-      if o == owner then
-        if left > keep then
-          d, keep = e, left
-        end
-        evicted = evicted or x == '!'
-      else
-        out[#out + 1] = x .. o .. '@' .. e
-        keep = math.max(keep, left)
-      end
-    end
-  end
-  if evicted then
-    out[#out + 1] = '!' .. owner .. '@' .. d
-  else
-    out[#out + 1] = owner .. '@' .. d
-  end
-  s.r = table.concat(out, ';')
+  local keep
+  s.r, keep = rec_add(s.r, owner, d, evicted, now)
   return keep
 end
 
 -- st_prune drops the records of the state s that lapsed by now, and returns
 -- how long (ms) the key must live for those left (0 if none).
 local function st_prune(s, now)
-  if s.r == '' then
-    return 0
-  end
-  local out, keep = {}, 0
-  for x, o, e in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
-    local left = tonumber(e) - now
-    if left > 0 then
-      out[#out + 1] = x .. o .. '@' .. e
-      keep = math.max(keep, left)
-    end
-  end
-  s.r = table.concat(out, ';')
+  local keep
+  s.r, keep = rec_prune(s.r, now)
   return keep
 end
 

@@ -50,12 +50,17 @@ if ARGV[4] == 's' then
   return 0
 end
 local v = redis.call('GET', KEYS[2])
-local last = tonumber(v)
+local last, r = fence_parse(v)
 if v and not last then
   error({err = 'ERR dlock: fence key ' .. KEYS[2] .. ' holds a non-integer'})
 end
 if not last or last < want then
-  redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
+  if r ~= '' then
+    -- A RedLock member's records stay.
+    redis.call('SET', KEYS[2], ARGV[2] .. '|' .. r, 'KEEPTTL')
+  else
+    redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
+  end
 end
 at_least(KEYS[2], ARGV[3])
 return redis.call('HEXISTS', KEYS[1], ARGV[1])

@@ -4,7 +4,9 @@
 -- the first to come takes a free lock.
 --
 -- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry
--- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
+-- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock,
+--          followed by "|" and records (lib.lua) while an owner that ended
+--          may still have an acquire on its way
 -- KEYS[3]  waiters: sorted set of waiting owner ids, each scored by the server
 --          time (ms) at which the entry lapses unless renewed; the key expires
 --          when the last entry would
@@ -27,7 +29,8 @@
 --         the key has no expiry); f is the fence floor (fence_floor): a grant
 --         made to the caller after this call has a fence above f; t is the
 --         server time in µs
---   {0, t} nothing done: the request came after its deadline; t is the
+--   {0, t} nothing done: the request came after its deadline, or after its
+--         owner ended (the fence key records it: red_release.lua); t is the
 --         server time in µs
 --
 -- Run twice (a retry after a lost reply): a take that succeeded finds the
@@ -52,12 +55,18 @@ if ARGV[4] ~= '1' then
     if ARGV[5] ~= '0' then
       redis.call('ZREM', KEYS[3], me)
     end
-    return take(KEYS[1], KEYS[2], me, ARGV[2], t)
+    local f = take(KEYS[1], KEYS[2], me, ARGV[2], t)
+    if not f then
+      -- The fence key records the owner: it has ended.
+      return {0, t[1] * 1000000 + t[2]}
+    end
+    return f
   end
 end
 -- (shared functions the rest calls)
 local t, now = server_time()
-if now > tonumber(ARGV[3]) then
+local _, recs = fence_parse(redis.call('GET', KEYS[2]))
+if now > tonumber(ARGV[3]) or rec_find(recs, me, now) then
   return {0, micros(t)}
 end
 if ARGV[4] == '1' then

@@ -20,6 +20,10 @@
 -- ARGV[5]  count: for mode "0", the hold count that remains
 -- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
 --          KEYS[2] (after, in lib.lua)
+-- ARGV[7]  void: (optional) the server time (ms) until which an acquire of
+--          ARGV[1] may still reach this member (its reply was lost): the
+--          fence key records ARGV[1] until then, and such an acquire changes
+--          nothing (red_acquire.lua)
 --
 -- Returns:
 --    1  released (mode 2: passed on or freed)
@@ -41,12 +45,25 @@ local mode = ARGV[3]
 -- Every WRONGTYPE comes before the first write: the lock, then the queue.
 local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
 local waiting = redis.call('ZCARD', KEYS[3])
-if mode == '1' and held and waiting == 0 then
+if mode == '1' and held and waiting == 0 and not ARGV[7] then
   -- The common case, with the least the script defines and calls.
   redis.call('DEL', KEYS[1])
   return 1
 end
 -- (shared functions the rest calls)
+if ARGV[7] then
+  -- Whatever follows, ARGV[1]'s late acquires take nothing: a record on
+  -- the fence key until ARGV[7], which lives at least as long.
+  local t, now = server_time()
+  if tonumber(ARGV[7]) > now then
+    local v = redis.call('GET', KEYS[2])
+    local f, r = fence_parse(v)
+    local keep
+    r, keep = rec_add(r, ARGV[1], ARGV[7], false, now)
+    local p = redis.call('PTTL', KEYS[2])
+    redis.call('SET', KEYS[2], string.format('%.0f', f or 0) .. '|' .. r, 'PX', math.max(p, keep))
+  end
+end
 if mode == '2' then
   redis.call('ZREM', KEYS[3], ARGV[1])
   if not held then

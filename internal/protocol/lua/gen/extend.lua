@@ -21,6 +21,21 @@ local function at_least(key, ms)
   end
 end
 
+-- rec_find returns the deadline (ms) of owner's record in the records r if
+-- it has one that has not lapsed by now, and whether it is marked '!'; nil
+-- if none.
+local function rec_find(r, owner, now)
+  if r == '' then
+    return nil
+  end
+  for x, o, d in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    if o == owner and tonumber(d) > now then
+      return tonumber(d), x == '!'
+    end
+  end
+  return nil
+end
+
 -- evicted tells whether owner's hold was taken away (evict). The record is
 -- read, not removed, so that a retry of owner's release answers the same; it
 -- goes with h's expiry. h may be nil (no kind with it is evicted).
@@ -88,15 +103,7 @@ end
 -- it has one that has not lapsed by now, and whether it records that
 -- ForceRelease took owner's hold away; nil if none.
 local function st_record(s, owner, now)
-  if s.r == '' then
-    return nil
-  end
-  for x, o, d in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
-    if o == owner and tonumber(d) > now then
-      return tonumber(d), x == '!'
-    end
-  end
-  return nil
+  return rec_find(s.r, owner, now)
 end
 
 -- st_lengthen makes the lease of the live state s at key lapse ms from now;

@@ -21,6 +21,21 @@ local function at_least(key, ms)
   end
 end
 
+-- fence_parse splits v, the value of a fence key ("<fence>", or
+-- "<fence>|<records>" on a RedLock member), into the fence (nil if v is nil
+-- or holds no fence) and the records ('' if none).
+local function fence_parse(v)
+  if not v then
+    return nil, ''
+  end
+  local n = tonumber(v)
+  if n then
+    return n, ''
+  end
+  local f, r = string.match(v, '^(%d+)|(.*)$')
+  return tonumber(f), r or ''
+end
+
 -- st_parse decodes a state's string v, or returns nil if v is nil or not a
 -- state.
 local function st_parse(v)
@@ -147,12 +162,17 @@ if ARGV[4] == 's' then
   return 0
 end
 local v = redis.call('GET', KEYS[2])
-local last = tonumber(v)
+local last, r = fence_parse(v)
 if v and not last then
   error({err = 'ERR dlock: fence key ' .. KEYS[2] .. ' holds a non-integer'})
 end
 if not last or last < want then
-  redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
+  if r ~= '' then
+    -- A RedLock member's records stay.
+    redis.call('SET', KEYS[2], ARGV[2] .. '|' .. r, 'KEEPTTL')
+  else
+    redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
+  end
 end
 at_least(KEYS[2], ARGV[3])
 return redis.call('HEXISTS', KEYS[1], ARGV[1])

@@ -4,14 +4,63 @@ local function micros(t)
   return t[1] * 1000000 + t[2]
 end
 
+-- rec_find returns the deadline (ms) of owner's record in the records r if
+-- it has one that has not lapsed by now, and whether it is marked '!'; nil
+-- if none.
+local function rec_find(r, owner, now)
+  if r == '' then
+    return nil
+  end
+  for x, o, d in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    if o == owner and tonumber(d) > now then
+      return tonumber(d), x == '!'
+    end
+  end
+  return nil
+end
+
+-- rec_prune returns the records r without those that lapsed by now, and how
+-- long (ms) those left need to live (0 if none).
+local function rec_prune(r, now)
+  if r == '' then
+    return '', 0
+  end
+  local out, keep = {}, 0
+  for x, o, e in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      out[#out + 1] = x .. o .. '@' .. e
+      keep = math.max(keep, left)
+    end
+  end
+  return table.concat(out, ';'), keep
+end
+
+-- fence_parse splits v, the value of a fence key ("<fence>", or
+-- "<fence>|<records>" on a RedLock member), into the fence (nil if v is nil
+-- or holds no fence) and the records ('' if none).
+local function fence_parse(v)
+  if not v then
+    return nil, ''
+  end
+  local n = tonumber(v)
+  if n then
+    return n, ''
+  end
+  local f, r = string.match(v, '^(%d+)|(.*)$')
+  return tonumber(f), r or ''
+end
+
 -- next_fence hands out a fence: above the last one (the string key), and at
 -- least the server time in microseconds (t, from TIME), so that fences keep
 -- rising when the key is gone (it expired, or Redis restarted without it).
 -- The key lives ms from now if exact is true (a lock with one holder, whose
 -- fence key lives as long as its lock), else at least ms. Raises before
--- writing if key is not a string; a key that holds anything but an integer
--- is put back as it was, but for its expiry, and raises.
-local function next_fence(key, t, ms, exact)
+-- writing if key is not a string; a key that holds anything but a fence is
+-- put back as it was, but for its expiry, and raises. A RedLock member's
+-- key may carry records (rec_find) after its fence: they are kept, and if
+-- one names owner, nothing changes and nil is returned.
+local function next_fence(key, t, ms, exact, owner)
   local f = micros(t)
   if exact then
     -- One command reads the last fence and writes this one, which is
@@ -19,10 +68,29 @@ local function next_fence(key, t, ms, exact)
     -- clock ticks, or a clock set back, need a second.
     local v = redis.call('SET', key, f, 'PX', ms, 'GET')
     if v then
-      local last = tonumber(v)
+      local last, r = fence_parse(v)
       if not last then
         redis.call('SET', key, v, 'KEEPTTL')
         error({err = 'ERR dlock: fence key ' .. key .. ' holds a non-integer'})
+      end
+      if r ~= '' then
+        local now = t[1] * 1000 + math.floor(t[2] / 1000)
+        if owner and rec_find(r, owner, now) then
+          local _, left = rec_prune(r, now)
+          redis.call('SET', key, v, 'PX', math.max(left, 1))
+          return nil
+        end
+        local keep
+        r, keep = rec_prune(r, now)
+        if last >= f then
+          f = last + 1
+        end
+        if r ~= '' then
+          redis.call('SET', key, string.format('%.0f', f) .. '|' .. r, 'PX', math.max(tonumber(ms), keep))
+        else
+          redis.call('SET', key, f, 'PX', ms)
+        end
+        return f
       end
       if last >= f then
         f = last + 1
@@ -54,9 +122,13 @@ end
 -- writer, a RedLock member's Mutex): count holds (1, or 0 for a grant not
 -- yet taken up; 1 if nil), lapsing ms from now, and a new fence (next_fence
 -- on the string key fence, living as long, or at least as long if shared is
--- true; t is from TIME), which it returns.
+-- true; t is from TIME), which it returns; or, if the fence key records
+-- owner (next_fence), nothing, and nil.
 local function take(lock, fence, owner, ms, t, shared, count)
-  local f = next_fence(fence, t, ms, not shared)
+  local f = next_fence(fence, t, ms, not shared, owner)
+  if not f then
+    return nil
+  end
   redis.call('HSET', lock, owner, count or 1)
   redis.call('PEXPIRE', lock, ms)
   return f
@@ -68,7 +140,9 @@ end
 -- the first to come takes a free lock.
 --
 -- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry
--- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock
+-- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock,
+--          followed by "|" and records (lib.lua) while an owner that ended
+--          may still have an acquire on its way
 -- KEYS[3]  waiters: sorted set of waiting owner ids, each scored by the server
 --          time (ms) at which the entry lapses unless renewed; the key expires
 --          when the last entry would
@@ -91,7 +165,8 @@ end
 --         the key has no expiry); f is the fence floor (fence_floor): a grant
 --         made to the caller after this call has a fence above f; t is the
 --         server time in µs
---   {0, t} nothing done: the request came after its deadline; t is the
+--   {0, t} nothing done: the request came after its deadline, or after its
+--         owner ended (the fence key records it: red_release.lua); t is the
 --         server time in µs
 --
 -- Run twice (a retry after a lost reply): a take that succeeded finds the
@@ -116,7 +191,12 @@ if ARGV[4] ~= '1' then
     if ARGV[5] ~= '0' then
       redis.call('ZREM', KEYS[3], me)
     end
-    return take(KEYS[1], KEYS[2], me, ARGV[2], t)
+    local f = take(KEYS[1], KEYS[2], me, ARGV[2], t)
+    if not f then
+      -- The fence key records the owner: it has ended.
+      return {0, t[1] * 1000000 + t[2]}
+    end
+    return f
   end
 end
 -- server_time returns the server's clock: the reply of TIME (seconds and
@@ -144,7 +224,7 @@ end
 -- The reply "held" is {wait, fence_floor, server time in µs}: held_reply.
 local function fence_floor(key, t)
   local f = micros(t)
-  local last = tonumber(redis.call('GET', key))
+  local last = fence_parse(redis.call('GET', key))
   if last and last > f then
     return last
   end
@@ -165,7 +245,7 @@ end
 -- The lease is not lengthened: the client counts it from before the first
 -- copy of the take was sent, and a later Extend may have shortened it.
 local function held_again(lock, fence)
-  local f = tonumber(redis.call('GET', fence))
+  local f = fence_parse(redis.call('GET', fence))
   if not f then
     f = next_fence(fence, (server_time()), math.max(redis.call('PTTL', lock), 1), true)
   end
@@ -184,7 +264,8 @@ local function reenter(lock, owner, count)
 end
 
 local t, now = server_time()
-if now > tonumber(ARGV[3]) then
+local _, recs = fence_parse(redis.call('GET', KEYS[2]))
+if now > tonumber(ARGV[3]) or rec_find(recs, me, now) then
   return {0, micros(t)}
 end
 if ARGV[4] == '1' then

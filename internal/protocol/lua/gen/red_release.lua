@@ -21,6 +21,10 @@
 -- ARGV[5]  count: for mode "0", the hold count that remains
 -- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
 --          KEYS[2] (after, in lib.lua)
+-- ARGV[7]  void: (optional) the server time (ms) until which an acquire of
+--          ARGV[1] may still reach this member (its reply was lost): the
+--          fence key records ARGV[1] until then, and such an acquire changes
+--          nothing (red_acquire.lua)
 --
 -- Returns:
 --    1  released (mode 2: passed on or freed)
@@ -42,7 +46,7 @@ local mode = ARGV[3]
 -- Every WRONGTYPE comes before the first write: the lock, then the queue.
 local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
 local waiting = redis.call('ZCARD', KEYS[3])
-if mode == '1' and held and waiting == 0 then
+if mode == '1' and held and waiting == 0 and not ARGV[7] then
   -- The common case, with the least the script defines and calls.
   redis.call('DEL', KEYS[1])
   return 1
@@ -52,6 +56,49 @@ end
 local function server_time()
   local t = redis.call('TIME')
   return t, t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- rec_add returns the records r with a record of owner until the deadline d
+-- (ms, a string), marked '!' if evicted, one per owner (the later deadline,
+-- and the mark if either has it), those that lapsed by now dropped; and how
+-- long (ms) they need to live.
+local function rec_add(r, owner, d, evicted, now)
+  local out, keep = {}, tonumber(d) - now
+  for x, o, e in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      if o == owner then
+        if left > keep then
+          d, keep = e, left
+        end
+        evicted = evicted or x == '!'
+      else
+        out[#out + 1] = x .. o .. '@' .. e
+        keep = math.max(keep, left)
+      end
+    end
+  end
+  if evicted then
+    out[#out + 1] = '!' .. owner .. '@' .. d
+  else
+    out[#out + 1] = owner .. '@' .. d
+  end
+  return table.concat(out, ';'), keep
+end
+
+-- fence_parse splits v, the value of a fence key ("<fence>", or
+-- "<fence>|<records>" on a RedLock member), into the fence (nil if v is nil
+-- or holds no fence) and the records ('' if none).
+local function fence_parse(v)
+  if not v then
+    return nil, ''
+  end
+  local n = tonumber(v)
+  if n then
+    return n, ''
+  end
+  local f, r = string.match(v, '^(%d+)|(.*)$')
+  return tonumber(f), r or ''
 end
 
 -- tell publishes msg, or owner if msg is nil, on the channel of owner's
@@ -71,7 +118,11 @@ end
 -- restart that lost the keys, or another's take, the fence is gone or
 -- another.
 local function after(fence, myfence)
-  return myfence ~= '0' and redis.call('GET', fence) == myfence
+  if myfence == '0' then
+    return false
+  end
+  local v = redis.call('GET', fence)
+  return v == myfence or (v ~= false and string.find(v, myfence .. '|', 1, true) == 1)
 end
 
 -- give_back gives back holds of owner on the lock hash lock (a RedLock
@@ -100,6 +151,19 @@ local function give_back(lock, fence, owner, mode, count, myfence, held)
   return nil
 end
 
+if ARGV[7] then
+  -- Whatever follows, ARGV[1]'s late acquires take nothing: a record on
+  -- the fence key until ARGV[7], which lives at least as long.
+  local t, now = server_time()
+  if tonumber(ARGV[7]) > now then
+    local v = redis.call('GET', KEYS[2])
+    local f, r = fence_parse(v)
+    local keep
+    r, keep = rec_add(r, ARGV[1], ARGV[7], false, now)
+    local p = redis.call('PTTL', KEYS[2])
+    redis.call('SET', KEYS[2], string.format('%.0f', f or 0) .. '|' .. r, 'PX', math.max(p, keep))
+  end
+end
 if mode == '2' then
   redis.call('ZREM', KEYS[3], ARGV[1])
   if not held then

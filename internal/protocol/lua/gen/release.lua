@@ -118,6 +118,66 @@ local function now_ms()
   return now
 end
 
+-- rec_find returns the deadline (ms) of owner's record in the records r if
+-- it has one that has not lapsed by now, and whether it is marked '!'; nil
+-- if none.
+local function rec_find(r, owner, now)
+  if r == '' then
+    return nil
+  end
+  for x, o, d in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    if o == owner and tonumber(d) > now then
+      return tonumber(d), x == '!'
+    end
+  end
+  return nil
+end
+
+-- rec_add returns the records r with a record of owner until the deadline d
+-- (ms, a string), marked '!' if evicted, one per owner (the later deadline,
+-- and the mark if either has it), those that lapsed by now dropped; and how
+-- long (ms) they need to live.
+local function rec_add(r, owner, d, evicted, now)
+  local out, keep = {}, tonumber(d) - now
+  for x, o, e in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      if o == owner then
+        if left > keep then
+          d, keep = e, left
+        end
+        evicted = evicted or x == '!'
+      else
+        out[#out + 1] = x .. o .. '@' .. e
+        keep = math.max(keep, left)
+      end
+    end
+  end
+  if evicted then
+    out[#out + 1] = '!' .. owner .. '@' .. d
+  else
+    out[#out + 1] = owner .. '@' .. d
+  end
+  return table.concat(out, ';'), keep
+end
+
+-- rec_prune returns the records r without those that lapsed by now, and how
+-- long (ms) those left need to live (0 if none).
+local function rec_prune(r, now)
+  if r == '' then
+    return '', 0
+  end
+  local out, keep = {}, 0
+  for x, o, e in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      out[#out + 1] = x .. o .. '@' .. e
+      keep = math.max(keep, left)
+    end
+  end
+  return table.concat(out, ';'), keep
+end
+
 -- tell publishes msg, or owner if msg is nil, on the channel of owner's
 -- Client: stem, ':' and the part of owner before its first ':' (the Client's
 -- id). The channel is a shard channel (SPUBLISH), in the lock's slot: on a
@@ -260,61 +320,23 @@ end
 -- it has one that has not lapsed by now, and whether it records that
 -- ForceRelease took owner's hold away; nil if none.
 local function st_record(s, owner, now)
-  if s.r == '' then
-    return nil
-  end
-  for x, o, d in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
-    if o == owner and tonumber(d) > now then
-      return tonumber(d), x == '!'
-    end
-  end
-  return nil
+  return rec_find(s.r, owner, now)
 end
 
 -- st_note gives the state s a record of owner until the deadline d (ms, a
--- string), marked '!' if evicted, keeping one record per owner (the later
--- deadline, and its mark if either has one), and drops the records that
--- lapsed by now. It returns how long (ms) the key must live for the records.
+-- string), marked '!' if evicted (rec_add). It returns how long (ms) the key
+-- must live for the records.
 local function st_note(s, owner, d, evicted, now)
-  local out, keep = {}, tonumber(d) - now
-  for x, o, e in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
-    local left = tonumber(e) - now
-    if left > 0 then
-      if o == owner then
-        if left > keep then
-          d, keep = e, left
-        end
-        evicted = evicted or x == '!'
-      else
-        out[#out + 1] = x .. o .. '@' .. e
-        keep = math.max(keep, left)
-      end
-    end
-  end
-  if evicted then
-    out[#out + 1] = '!' .. owner .. '@' .. d
-  else
-    out[#out + 1] = owner .. '@' .. d
-  end
-  s.r = table.concat(out, ';')
+  local keep
+  s.r, keep = rec_add(s.r, owner, d, evicted, now)
   return keep
 end
 
 -- st_prune drops the records of the state s that lapsed by now, and returns
 -- how long (ms) the key must live for those left (0 if none).
 local function st_prune(s, now)
-  if s.r == '' then
-    return 0
-  end
-  local out, keep = {}, 0
-  for x, o, e in string.gmatch(s.r, '(!?)([^@;]+)@(%d+)') do
-    local left = tonumber(e) - now
-    if left > 0 then
-      out[#out + 1] = x .. o .. '@' .. e
-      keep = math.max(keep, left)
-    end
-  end
-  s.r = table.concat(out, ';')
+  local keep
+  s.r, keep = rec_prune(s.r, now)
   return keep
 end
 

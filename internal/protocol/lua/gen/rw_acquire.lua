@@ -33,14 +33,63 @@ local function at_least(key, ms)
   end
 end
 
+-- rec_find returns the deadline (ms) of owner's record in the records r if
+-- it has one that has not lapsed by now, and whether it is marked '!'; nil
+-- if none.
+local function rec_find(r, owner, now)
+  if r == '' then
+    return nil
+  end
+  for x, o, d in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    if o == owner and tonumber(d) > now then
+      return tonumber(d), x == '!'
+    end
+  end
+  return nil
+end
+
+-- rec_prune returns the records r without those that lapsed by now, and how
+-- long (ms) those left need to live (0 if none).
+local function rec_prune(r, now)
+  if r == '' then
+    return '', 0
+  end
+  local out, keep = {}, 0
+  for x, o, e in string.gmatch(r, '(!?)([^@;]+)@(%d+)') do
+    local left = tonumber(e) - now
+    if left > 0 then
+      out[#out + 1] = x .. o .. '@' .. e
+      keep = math.max(keep, left)
+    end
+  end
+  return table.concat(out, ';'), keep
+end
+
+-- fence_parse splits v, the value of a fence key ("<fence>", or
+-- "<fence>|<records>" on a RedLock member), into the fence (nil if v is nil
+-- or holds no fence) and the records ('' if none).
+local function fence_parse(v)
+  if not v then
+    return nil, ''
+  end
+  local n = tonumber(v)
+  if n then
+    return n, ''
+  end
+  local f, r = string.match(v, '^(%d+)|(.*)$')
+  return tonumber(f), r or ''
+end
+
 -- next_fence hands out a fence: above the last one (the string key), and at
 -- least the server time in microseconds (t, from TIME), so that fences keep
 -- rising when the key is gone (it expired, or Redis restarted without it).
 -- The key lives ms from now if exact is true (a lock with one holder, whose
 -- fence key lives as long as its lock), else at least ms. Raises before
--- writing if key is not a string; a key that holds anything but an integer
--- is put back as it was, but for its expiry, and raises.
-local function next_fence(key, t, ms, exact)
+-- writing if key is not a string; a key that holds anything but a fence is
+-- put back as it was, but for its expiry, and raises. A RedLock member's
+-- key may carry records (rec_find) after its fence: they are kept, and if
+-- one names owner, nothing changes and nil is returned.
+local function next_fence(key, t, ms, exact, owner)
   local f = micros(t)
   if exact then
     -- One command reads the last fence and writes this one, which is
@@ -48,10 +97,29 @@ local function next_fence(key, t, ms, exact)
     -- clock ticks, or a clock set back, need a second.
     local v = redis.call('SET', key, f, 'PX', ms, 'GET')
     if v then
-      local last = tonumber(v)
+      local last, r = fence_parse(v)
       if not last then
         redis.call('SET', key, v, 'KEEPTTL')
         error({err = 'ERR dlock: fence key ' .. key .. ' holds a non-integer'})
+      end
+      if r ~= '' then
+        local now = t[1] * 1000 + math.floor(t[2] / 1000)
+        if owner and rec_find(r, owner, now) then
+          local _, left = rec_prune(r, now)
+          redis.call('SET', key, v, 'PX', math.max(left, 1))
+          return nil
+        end
+        local keep
+        r, keep = rec_prune(r, now)
+        if last >= f then
+          f = last + 1
+        end
+        if r ~= '' then
+          redis.call('SET', key, string.format('%.0f', f) .. '|' .. r, 'PX', math.max(tonumber(ms), keep))
+        else
+          redis.call('SET', key, f, 'PX', ms)
+        end
+        return f
       end
       if last >= f then
         f = last + 1
@@ -88,7 +156,7 @@ end
 -- The reply "held" is {wait, fence_floor, server time in µs}: held_reply.
 local function fence_floor(key, t)
   local f = micros(t)
-  local last = tonumber(redis.call('GET', key))
+  local last = fence_parse(redis.call('GET', key))
   if last and last > f then
     return last
   end

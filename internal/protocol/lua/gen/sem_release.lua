@@ -38,7 +38,11 @@ end
 -- restart that lost the keys, or another's take, the fence is gone or
 -- another.
 local function after(fence, myfence)
-  return myfence ~= '0' and redis.call('GET', fence) == myfence
+  if myfence == '0' then
+    return false
+  end
+  local v = redis.call('GET', fence)
+  return v == myfence or (v ~= false and string.find(v, myfence .. '|', 1, true) == 1)
 end
 
 -- entry reads waiter w's entry in the hash h: "<lapse ms>|<rest>", where
