@@ -1,8 +1,17 @@
 # Shortcuts for the commands in README.md.
-.PHONY: test chaos failover bench bench-quick microbench demo vet readme
+.PHONY: test faults chaos failover bench bench-quick microbench demo vet readme
 
 test:
 	go test -race -count=1 -p 1 -parallel 8 ./... ./dlocktest/miniredis/... ./otel/... ./examples/flashsale/... ./gocronlock/...
+
+# The fault matrix: every request kind dlock sends, crossed with a lost
+# reply, a first copy delivered late (after its owner's next request, or
+# another owner's acquire) and a request dropped, and with the steps after
+# it that matter, each cell through a fault proxy on a real server; prints
+# the matrix. The ordinary suite runs a subset. About a minute per server.
+faults:
+	bash -o pipefail -c "DLOCK_FAULTS=all go test -race -run TestFaultMatrix -count=1 -timeout 30m -v . | grep -v '^redis: ' | grep -E '^(---|ok|FAIL|PASS)|fault matrix|^ +\\|'"
+	bash -o pipefail -c "DLOCK_FAULTS=all DLOCK_REDIS_SERVER=valkey-server go test -race -run TestFaultMatrix -count=1 -timeout 30m -v . | grep -v '^redis: ' | grep -E '^(---|ok|FAIL|PASS)|fault matrix|^ +\\|'"
 
 # Worker processes take one lock through a fault proxy that loses, delays and
 # holds back requests and replies, cuts, refuses and pauses connections, while

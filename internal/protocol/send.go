@@ -51,7 +51,8 @@ type retryPolicy struct {
 }
 
 // retryPolicyOf reads rdb's retry settings, which go-redis has given their
-// defaults (3 tries more, 8 ms to 512 ms) by now.
+// defaults (3 tries more, 8 ms to 512 ms; a Cluster's, its redirections) by
+// now.
 func retryPolicyOf(rdb redis.UniversalClient) retryPolicy {
 	p := retryPolicy{max: 3, minBackoff: 8 * time.Millisecond, maxBackoff: 512 * time.Millisecond}
 	switch r := rdb.(type) {
@@ -59,8 +60,10 @@ func retryPolicyOf(rdb redis.UniversalClient) retryPolicy {
 		o := r.Options()
 		p = retryPolicy{o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff}
 	case *redis.ClusterClient:
+		// A Cluster client sends a request again on a network failure up
+		// to MaxRedirects times, its MaxRetries off by default.
 		o := r.Options()
-		p = retryPolicy{o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff}
+		p = retryPolicy{max(o.MaxRetries, o.MaxRedirects), o.MinRetryBackoff, o.MaxRetryBackoff}
 	case *redis.Ring:
 		o := r.Options()
 		p = retryPolicy{o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff}
