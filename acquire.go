@@ -102,6 +102,8 @@ func (e *engine) recorded(rec *protocol.Record) {
 
 // check looks at Redis's eviction policy (Client.Check).
 func (e *engine) check(ctx context.Context) error {
+	// (And reads the data epoch a release sent again may need: releasedLoss.)
+	protocol.WatchData(ctx, e.backend)
 	policy, known, err := e.backend.EvictionPolicy(ctx)
 	switch {
 	case err != nil:
@@ -967,7 +969,8 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 		e.bg.doSoon(func() { h.releaseLater(ttl) })
 		return true, errs.Op(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.K.Name)
 	}
-	if lost := releasedLoss(t, r, e.ren.DeadlineOf(t)); lost != nil {
+	kept := func() bool { return protocol.KeptData(cctx, e.backend, t.Begun) }
+	if lost := releasedLoss(t, r, e.ren.DeadlineOf(t), kept); lost != nil {
 		e.ren.Lose(t, lost)
 		return true, errs.Op(ErrNotHeld, lost, "unlock")
 	}
@@ -981,8 +984,10 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 
 // releasedLoss tells what r, the answer of the release of t's last hold,
 // says: nil if the release freed the lock, else how the lease was lost.
-// deadline is the lease's local deadline.
-func releasedLoss(t *renew.Term, r protocol.Released, deadline time.Time) error {
+// deadline is the lease's local deadline; kept, asked only of a release
+// sent again whose answer shows no trace of its first copy, reports
+// whether Redis is known to have kept its data since the hold began.
+func releasedLoss(t *renew.Term, r protocol.Released, deadline time.Time, kept func() bool) error {
 	before := time.Now().Before(deadline)
 	switch {
 	case r.Code == protocol.CodeDone,
@@ -991,6 +996,11 @@ func releasedLoss(t *renew.Term, r protocol.Released, deadline time.Time) error 
 		// reply lost) freed it, since before the lease's local deadline it
 		// cannot have expired instead.
 		r.Code == protocol.CodeAfter && before && r.Retried:
+		return nil
+	case r.Retried && before && (r.Code == protocol.CodeOther || r.Code == protocol.CodeGone) && kept():
+		// The lock went on, its keys rewritten or expired since, but Redis
+		// lost none of its data meanwhile, and the lease cannot have expired
+		// yet: only the first copy of this release can have ended the hold.
 		return nil
 	case r.Code == protocol.CodeEvicted:
 		return t.LostErr(r.Code)

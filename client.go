@@ -164,7 +164,10 @@ func (c *Client) Close() error {
 // cannot be reached or refuses the client, its maxmemory-policy is not
 // noeviction, or, with WithWaitReplicas(n), a primary has fewer than n
 // replicas connected. A policy Redis does not disclose is not an error, so
-// Check suits a readiness probe.
+// Check suits a readiness probe. Like the Client's first use, it also reads
+// what Redis says of its data (INFO: its run id, replication id, counts of
+// evictions and flushes), by which an Unlock sent again after a lost reply
+// tells its own release from a hold Redis lost.
 func (c *Client) Check(ctx context.Context) error {
 	switch {
 	case c == nil || c.e == nil:

@@ -535,8 +535,8 @@ func (ld *Leadership) release1(ctx context.Context, r *resignation) error {
 		return err
 	}
 	cctx, cancel := cleanupContext(ctx, ttl)
+	defer cancel()
 	code, err := e.backend.Release(cctx, *t.K, args)
-	cancel()
 	if err != nil {
 		e.log.Error("dlock: resign failed; retrying in the background", "election", t.K.Name, "term", t.Fence, "err", err)
 		e.bg.doSoon(func() {
@@ -548,7 +548,7 @@ func (ld *Leadership) release1(ctx context.Context, r *resignation) error {
 		})
 		return errs.Op(nil, err, "resign %q (the Client keeps trying in the background until the lease's TTL has run out, when Redis ends the leadership by itself)", t.K.Name)
 	}
-	lost := releasedLoss(t, code, r.deadline)
+	lost := releasedLoss(t, code, r.deadline, func() bool { return protocol.KeptData(cctx, e.backend, t.Begun) })
 	r.finish(lost)
 	if lost != nil {
 		return errs.Op(ErrNotHeld, lost, "resign")

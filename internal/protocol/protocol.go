@@ -52,6 +52,8 @@ type Node struct {
 	// clock dates their deadlines.
 	retry retryPolicy
 	clock serverClock
+	// epoch is the latest reading of the server's data epoch (epoch.go).
+	epoch atomic.Pointer[dataEpoch]
 }
 
 func NewNode(rdb redis.UniversalClient, autoPipeline bool, scripts *ScriptSet) (*Node, error) {
