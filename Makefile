@@ -13,11 +13,15 @@ faults:
 	bash -o pipefail -c "DLOCK_FAULTS=all go test -race -run TestFaultMatrix -count=1 -timeout 30m -v . | grep -v '^redis: ' | grep -E '^(---|ok|FAIL|PASS)|fault matrix|^ +\\|'"
 	bash -o pipefail -c "DLOCK_FAULTS=all DLOCK_REDIS_SERVER=valkey-server go test -race -run TestFaultMatrix -count=1 -timeout 30m -v . | grep -v '^redis: ' | grep -E '^(---|ok|FAIL|PASS)|fault matrix|^ +\\|'"
 
-# Worker processes take one lock through a fault proxy that loses, delays and
-# holds back requests and replies, cuts, refuses and pauses connections, while
-# Redis restarts empty and the holder's process is stopped past its TTL; and
-# once more with a broken renewal, which the checks must catch. About 3
-# minutes; DLOCK_CHAOS_FOR=10m make chaos for a longer soak.
+# Worker processes of each kind (Mutex, FairMutex, batched Mutexes, RWMutex,
+# Semaphore, Election) take one lock through a fault proxy that loses, delays
+# and holds back requests and replies, cuts, refuses and pauses connections,
+# while Redis restarts empty and the holder's process is stopped past its
+# TTL. From the history: the fence rejects every stale write, no section
+# whose Unlock returned nil overlapped another holder's, and no name is held
+# a TTL after the end. Then broken variants (a renewal, an Unlock that hides a
+# loss, a hold left behind), which the checks must catch. About 8 minutes;
+# DLOCK_CHAOS_FOR=10m make chaos for a longer soak.
 chaos:
 	bash -o pipefail -c "go test -race -tags chaos -run TestChaos -count=1 -timeout 60m -v . | grep -v '^redis: '"
 

@@ -115,6 +115,7 @@
 //	failed renewal, release   tried again every TTL/10, between 10ms and 1s
 //	release after a cancel    bounded by TTL, between 1s and 5s
 //	opening, Delete records   10s: of a latch's opening and of a Semaphore's SetPermits and Delete (see Keys)
+//	request deadline          10s after an acquire was sent, in the server's time: a copy that reaches Redis later changes nothing
 //	wake-up connection        pinged after 30s of silence, replaced after 5s more without an answer
 //
 // So a dead waiter holds a FairMutex's line up for at most TTL/2 (its
@@ -132,10 +133,11 @@
 // calls, and every key expires within its TTL (a waiter's: its
 // registration) after its last use, except the state a caller sets on
 // purpose. A Mutex name in use keeps at most three keys (the lock, the
-// queue and alive; and ":extends" after a Lease.Extend). An idle name
+// queue and alive); an RWMutex and a Semaphore add ":extends" after a
+// Lease.Extend. An idle name
 // (nobody holds or waits) keeps, per kind:
 //
-//	Mutex, FairMutex, Election  at most its lock, free, with its last fence, until the last lease it fenced would have ended
+//	Mutex, FairMutex, Election  at most its lock, free, with its last fence, until the last lease it fenced would have ended (or a record it keeps, of an acquire in doubt, lapses: 10s at most)
 //	RWMutex                     at most its fence, likewise
 //	Semaphore                   its fence likewise; its hash for 10s after a SetPermits or a Delete;
 //	                            and its total (":total", no expiry) while one is set with SetPermits
