@@ -133,8 +133,7 @@
 // calls, and every key expires within its TTL (a waiter's: its
 // registration) after its last use, except the state a caller sets on
 // purpose. A Mutex name in use keeps at most three keys (the lock, the
-// queue and alive); an RWMutex and a Semaphore add ":extends" after a
-// Lease.Extend. An idle name
+// queue and alive). An idle name
 // (nobody holds or waits) keeps, per kind:
 //
 //	Mutex, FairMutex, Election  at most its lock, free, with its last fence, until the last lease it fenced would have ended (or a record it keeps, of an acquire in doubt, lapses: 10s at most)

@@ -267,8 +267,9 @@ func TestScriptHeaders(t *testing.T) {
 
 // checkExtend checks an extend.lua request: groups of six ARGV, each
 // naming how many KEYS its lease has, which add up to the KEYS sent, and
-// each group's keys sharing one tag, the extends hash last but for a lock's
-// state (type "s"), which keeps its generation itself.
+// each group's keys sharing one tag, an extends hash last for a RedLock
+// member's lock (type "r") alone: the other kinds keep the generation in a
+// key that exists while the lease runs.
 func checkExtend(t *testing.T, h header, call scriptCall) {
 	t.Helper()
 	if len(call.args)%6 != 0 || len(call.args) == 0 {
@@ -278,7 +279,7 @@ func checkExtend(t *testing.T, h header, call scriptCall) {
 	k := 0
 	for g := 0; g < len(call.args); g += 6 {
 		n, err := strconv.Atoi(call.args[g+5])
-		state := call.args[g] == "s"
+		state, red := call.args[g] == "s", call.args[g] == "r"
 		if err != nil || n < 1 || (!state && n < 2) || k+n > len(call.keys) {
 			t.Errorf("extend: group %d names %q keys; %d sent", g/6, call.args[g+5], len(call.keys))
 			return
@@ -292,7 +293,7 @@ func checkExtend(t *testing.T, h header, call scriptCall) {
 				t.Errorf("extend: group %d mixes locks: %v", g/6, call.keys[k:k+n])
 			}
 		}
-		if last := call.keys[k+n-1]; state == strings.HasSuffix(last, "}:extends") {
+		if last := call.keys[k+n-1]; red != strings.HasSuffix(last, "}:extends") {
 			t.Errorf("extend: group %d (type %q) ends with %q", g/6, call.args[g], last)
 		}
 		k += n

@@ -514,7 +514,7 @@ func TestClusterLeaseWhileSlotMigrates(t *testing.T) {
 				opts = append(opts, dlock.WithWaitReplicas(1, 200*time.Millisecond))
 			}
 			c := clientOn(t, rdb, opts...)
-			for _, kind := range []string{"Mutex", "FairMutex", "Election"} {
+			for _, kind := range []string{"Mutex", "FairMutex", "Election", "RWMutex", "RWMutex.RLock", "Semaphore"} {
 				var done <-chan struct{}
 				var why func() error
 				var release func(context.Context) error
@@ -538,6 +538,24 @@ func TestClusterLeaseWhileSlotMigrates(t *testing.T) {
 						t.Fatal(err)
 					}
 					done, why, release = ld.Done(), ld.Err, ld.Resign
+				case "RWMutex":
+					l, err := c.RWMutex(name).Lock(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					done, why, release = l.Done(), l.Err, l.Unlock
+				case "RWMutex.RLock":
+					l, err := c.RWMutex(name).RLock(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					done, why, release = l.Done(), l.Err, l.Unlock
+				case "Semaphore":
+					l, err := c.Semaphore(name, 2).Acquire(ctx, 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					done, why, release = l.Done(), l.Err, l.Unlock
 				}
 				var key string
 				switch kind {
@@ -547,6 +565,10 @@ func TestClusterLeaseWhileSlotMigrates(t *testing.T) {
 					key = "dlock:fair:{mig-FairMutex}"
 				case "Election":
 					key = "dlock:election:{mig-Election}"
+				case "RWMutex", "RWMutex.RLock":
+					key = "dlock:rw:{" + name + "}:fence"
+				case "Semaphore":
+					key = "dlock:sem:{" + name + "}:fence"
 				}
 				from, err := cl.PrimaryFor(ctx, key)
 				if err != nil {

@@ -110,14 +110,19 @@ type Kind struct {
 
 	acquireKeys []string // KEYS of acquire
 	releaseKeys []string // KEYS of release
-	// leaseKeys is a lease's group of KEYS in extend.lua but the last (the
-	// extends hash, extendsKey): the key that carries each holder's lease,
-	// then those that must outlive it. The first is also ttl.lua's KEYS[1],
-	// and raise_fence.lua's (with the second, for a lock hash's fence).
+	// leaseKeys is a lease's group of KEYS in extend.lua (but for a
+	// RedLock member's extends hash, extendsKey): the key that carries each
+	// holder's lease, then those that must outlive it. The first is also
+	// ttl.lua's KEYS[1], and raise_fence.lua's (with the second, for a lock
+	// hash's fence).
 	leaseKeys []string
 	leaseIn   leaseCarrier // what carries each holder's lease
-	Handoff   handoff      // what a release that frees the lock does for the next waiter
-	Reentrant bool         // a Lease in the context makes an acquisition of the same lock re-enter its hold
+	// extendsHash: a holder's Extend generation is kept in the extends
+	// hash, which extend.lua is given last; every other kind keeps it in a
+	// key that exists while the lease runs (extend.lua).
+	extendsHash bool
+	Handoff     handoff // what a release that frees the lock does for the next waiter
+	Reentrant   bool    // a Lease in the context makes an acquisition of the same lock re-enter its hold
 	// order is what release.lua does with a grantee's place in the
 	// queue (its ARGV[6]); nil for the kinds that run other scripts.
 	order any
@@ -156,6 +161,10 @@ const (
 	leaseInHash  leaseCarrier = "h" // the lock hash (owner id -> hold count)
 	leaseInZSet  leaseCarrier = "z" // a sorted set of holders (owner id -> lapse time)
 )
+
+// leaseInRedLock is extend.lua's type of a RedLock member's lock hash, whose
+// group names its extends hash last.
+const leaseInRedLock = "r"
 
 // arg returns c as a script argument. Each carrier is a constant, which an
 // interface holds without allocating.
@@ -222,6 +231,7 @@ var (
 		acquireKeys: []string{"lock", "fence", "waiters"},
 		releaseKeys: []string{"lock", "fence", "waiters"},
 		leaseKeys:   []string{"lock", "fence"},
+		extendsHash: true,
 		Handoff:     handoffTell, Reentrant: true}
 )
 
@@ -1023,13 +1033,13 @@ func extendArgs(items []ExtendItem) (ks []string, args []any) {
 		}
 		ks = append(ks, it.K.leaseKeys...)
 		n := len(it.K.leaseKeys)
-		if it.K.Kind.leaseIn != leaseInState {
-			// A lock's state keeps its Extend generation itself
-			// (extend.lua).
+		kind := it.K.Kind.leaseIn.arg()
+		if it.K.Kind.extendsHash {
 			ks = append(ks, it.K.extendsKey())
 			n++
+			kind = leaseInRedLock
 		}
-		args = append(args, it.K.Kind.leaseIn.arg(), it.Owner, it.TTL.Milliseconds(), how.arg(), it.Gen, n)
+		args = append(args, kind, it.Owner, it.TTL.Milliseconds(), how.arg(), it.Gen, n)
 	}
 	return ks, args
 }

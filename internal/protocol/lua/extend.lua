@@ -2,21 +2,25 @@
 --
 -- The keys come in one group per lease: first the key that carries the lease,
 -- then the keys that must live at least as long as it (the lock's fence, and
--- for some kinds a hash of holders), and last, but for a lock's state, the
--- lock's extends hash.
+-- for some kinds a hash of holders), and last, for a RedLock member's lock,
+-- the lock's extends hash.
 --
 -- KEYS        lease: group i, ARGV[6i] keys, the first of which carries lease i: a
 --             lock's state (a string, lib.lua), a lock hash (owner id -> hold
 --             count, with a PX expiry), or a sorted set of holders (owner id -> server time in ms at which
 --             that holder's lease lapses); then the keys that must live at
---             least as long; and, but for a lock's state (which keeps the
---             generation after its owner's id), last the extends hash (owner
---             id -> the generation of that holder's latest Lease.Extend),
---             which exists only once an Extend has run. A group of a hash
---             kind's has its third key a hash where ForceRelease records the
---             holds it took (an RWMutex's fences, a Semaphore's hash)
+--             least as long. The generation of a holder's latest
+--             Lease.Extend is kept where every key named exists while the
+--             lease runs (a key named but missing would make a Cluster node
+--             importing the slot refuse the call): a lock's state keeps it
+--             after its owner's id; a group of a hash kind's ("h", "z") has
+--             its third key a hash where ForceRelease records the holds it
+--             took (an RWMutex's fences, a Semaphore's hash), which keeps it
+--             as "gen:" .. owner id; a RedLock member's lock ("r"), never
+--             in a Cluster, names last its extends hash (owner id -> the
+--             generation), which exists only once an Extend has run
 -- ARGV[6i-5]  type: "s" for a lock's state, "h" for a lock hash, "z" for a
---             sorted set of holders
+--             sorted set of holders, "r" for a RedLock member's lock hash
 -- ARGV[6i-4]  owner: the owner id expected to hold lease i
 -- ARGV[6i-3]  ttl: the TTL of lease i in milliseconds
 -- ARGV[6i-2]  how: "gt" to make lease i lapse TTL from now unless it lapses later
@@ -29,7 +33,7 @@
 --
 -- Returns one code per lease, in order:
 --    1  extended: the owner holds it, and it now lapses TTL from now (or
---       later, for "gt"); every key of its group expires no sooner (the
+--       later, for "gt"); every key of its group expires no sooner (an
 --       extends hash: if it holds the owner's entry); a grant not yet taken
 --       up (lib.lua) is taken up
 --    0  not extended: another owner holds it (or a key of another type is there)
@@ -52,7 +56,7 @@
 -- latest Extend changes nothing (code 2): a renewal or Extend sent before an
 -- Extend that shortened the lease cannot lengthen it again, whenever it runs.
 -- evicted tells whether ForceRelease took owner's hold away, for the group
--- of a lease of kind whose keys are KEYS[k] to KEYS[last], the extends hash
+-- of a lease of kind whose keys are KEYS[k] to KEYS[last], an extends hash
 -- left out: a record in its third key, a hash (an RWMutex's fences, a
 -- Semaphore's hash).
 local function evicted(kind, k, last, owner)
@@ -65,13 +69,11 @@ local k = 1
 for i = 1, #ARGV / 6 do
   local kind, owner, ttl, gen, nk = ARGV[6 * i - 5], ARGV[6 * i - 4], tonumber(ARGV[6 * i - 3]), tonumber(ARGV[6 * i - 1]), tonumber(ARGV[6 * i])
   local gt = ARGV[6 * i - 2] == 'gt'
-  -- A lock's state keeps its owner's Extend generation itself, and names
-  -- no extends hash: during a Cluster slot migration, a key named but
-  -- missing (as the hash is until an Extend runs) would make the importing
-  -- node refuse the call.
+  -- Where the owner's Extend generation is kept (see the header): a lock's
+  -- state; a field of the group's third key; a RedLock member's extends hash.
   local key, extends, last = KEYS[k], nil, k + nk - 1
-  if kind ~= 's' then
-    extends, last = KEYS[last], last - 1
+  if kind == 'r' then
+    kind, extends, last = 'h', KEYS[last], last - 1
   end
   local ok, tracked, changed = false, false, false
   local t, s
@@ -129,21 +131,25 @@ for i = 1, #ARGV / 6 do
       local seen = false
       if kind == 's' then
         seen = s.g ~= '' and s.g
-      else
+      elseif extends then
         seen = redis.pcall('HGET', extends, owner)
+      else
+        seen = redis.pcall('HGET', KEYS[k + 2], 'gen:' .. owner)
       end
       if type(seen) == 'table' and seen.err then
         res[i] = 0
       elseif gen < (tonumber(seen) or 0) then
         res[i] = 2
       else
-        ok, tracked = true, seen ~= false and kind ~= 's'
+        ok, tracked = true, seen ~= false and extends ~= nil
         if not gt and gen > (tonumber(seen) or 0) then
           if kind == 's' then
             s.g, changed = tostring(gen), true
-          else
+          elseif extends then
             redis.call('HSET', extends, owner, gen)
             tracked = true
+          else
+            redis.call('HSET', KEYS[k + 2], 'gen:' .. owner, gen)
           end
         end
       end

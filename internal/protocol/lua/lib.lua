@@ -814,7 +814,7 @@ local function sem_used(sem, holders, now)
   local used = tonumber(redis.call('HGET', sem, 'used') or '0')
   for _, h in ipairs(redis.call('ZRANGEBYSCORE', holders, '-inf', now, 'LIMIT', 0, 100)) do
     used = used - (tonumber(string.match(redis.call('HGET', sem, h) or '', '^(%d+)')) or 0)
-    redis.call('HDEL', sem, h)
+    redis.call('HDEL', sem, h, 'gen:' .. h)
     redis.call('ZREM', holders, h)
   end
   if redis.call('ZCARD', holders) == 0 then

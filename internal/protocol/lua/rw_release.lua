@@ -90,7 +90,7 @@ if mode == '2' then
   redis.call('ZREM', KEYS[6], me)
   if granted then
     redis.call('DEL', KEYS[1])
-    redis.call('HDEL', KEYS[5], me)
+    redis.call('HDEL', KEYS[5], me, 'gen:' .. me)
     res = 1
   elseif v and (head == me or string.sub(v, -1) == 'w') then
     -- A writer held up the readers behind it; the head held up everyone.
@@ -109,7 +109,7 @@ else
       evict(KEYS[5], me, redis.call('PTTL', KEYS[1]))
     end
     redis.call('DEL', KEYS[1])
-    redis.call('HDEL', KEYS[5], me)
+    redis.call('HDEL', KEYS[5], me, 'gen:' .. me)
     res = 1
   else
     local lapse = tonumber(redis.call('ZSCORE', KEYS[4], me))
@@ -132,7 +132,7 @@ else
       evict(KEYS[5], me, lapse - now)
     end
     redis.call('ZREM', KEYS[4], me)
-    redis.call('HDEL', KEYS[5], me)
+    redis.call('HDEL', KEYS[5], me, 'gen:' .. me)
     res, reader = 1, true
     if lapse <= now then
       res = -1
@@ -147,7 +147,7 @@ if redis.call('HLEN', KEYS[1]) > 0 then
 end
 for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 100)) do
   redis.call('ZREM', KEYS[4], r)
-  redis.call('HDEL', KEYS[5], r)
+  redis.call('HDEL', KEYS[5], r, 'gen:' .. r)
 end
 local readers = redis.call('ZCARD', KEYS[4])
 if readers > 0 and reader then

@@ -98,7 +98,7 @@ if mode == '0' or mode == '1' or mode == '6' then
   local v = redis.call('HGET', KEYS[1], ARGV[1])
   if v then
     given = tonumber(string.match(v, '^(%d+)')) or 0
-    redis.call('HDEL', KEYS[1], ARGV[1])
+    redis.call('HDEL', KEYS[1], ARGV[1], 'gen:' .. ARGV[1])
   end
   redis.call('ZREM', KEYS[4], ARGV[1])
   if v and lapse and lapse > now then

@@ -405,7 +405,7 @@ if granted then
   end
   for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)) do
     redis.call('ZREM', KEYS[5], r)
-    redis.call('HDEL', KEYS[6], r)
+    redis.call('HDEL', KEYS[6], r, 'gen:' .. r)
   end
   if reading then
     redis.call('ZADD', KEYS[5], now + ttl, me)

@@ -114,7 +114,7 @@ local function sem_used(sem, holders, now)
   local used = tonumber(redis.call('HGET', sem, 'used') or '0')
   for _, h in ipairs(redis.call('ZRANGEBYSCORE', holders, '-inf', now, 'LIMIT', 0, 100)) do
     used = used - (tonumber(string.match(redis.call('HGET', sem, h) or '', '^(%d+)')) or 0)
-    redis.call('HDEL', sem, h)
+    redis.call('HDEL', sem, h, 'gen:' .. h)
     redis.call('ZREM', holders, h)
   end
   if redis.call('ZCARD', holders) == 0 then
@@ -233,7 +233,7 @@ if mode == '0' or mode == '1' or mode == '6' then
   local v = redis.call('HGET', KEYS[1], ARGV[1])
   if v then
     given = tonumber(string.match(v, '^(%d+)')) or 0
-    redis.call('HDEL', KEYS[1], ARGV[1])
+    redis.call('HDEL', KEYS[1], ARGV[1], 'gen:' .. ARGV[1])
   end
   redis.call('ZREM', KEYS[4], ARGV[1])
   if v and lapse and lapse > now then
