@@ -646,10 +646,20 @@ func runScale(cfg config, lib, vname string, open func(addr string, rc *reqCount
 	var errs atomic.Int64
 	t0 := time.Now()
 	const workers = 64
+	// Each name is fresh: an acquisition that takes a minute has hung (a
+	// library's wake-up lost), and is counted as failed rather than
+	// stalling the run.
+	const stuck = time.Minute
+	var hung atomic.Int64
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < cfg.scaleLocks; i += workers {
-				rel, err := lk.lock(context.Background(), fmt.Sprintf("scale:%s:%d", lib, i))
+				ctx, cancel := context.WithTimeout(context.Background(), stuck)
+				rel, err := lk.lock(ctx, fmt.Sprintf("scale:%s:%d", lib, i))
+				if ctx.Err() != nil {
+					hung.Add(1)
+				}
+				cancel()
 				if err != nil {
 					errs.Add(1)
 					continue
@@ -661,7 +671,12 @@ func runScale(cfg config, lib, vname string, open func(addr string, rc *reqCount
 	wg.Wait()
 	sr.acquireSeconds = time.Since(t0).Seconds()
 	if errs.Load() > 0 {
-		return sr, fmt.Errorf("scale %s: %d acquisitions failed", lib, errs.Load())
+		for _, rel := range rels {
+			if rel != nil {
+				_ = rel(context.Background())
+			}
+		}
+		return sr, fmt.Errorf("scale %s: %d acquisitions of fresh names failed (%d of them still waiting after %v)", lib, errs.Load(), hung.Load(), stuck)
 	}
 	time.Sleep(period / 2) // let renewal settle into its rhythm
 	// The goroutines that stay: the fewest seen over a renewal period, so
