@@ -171,12 +171,12 @@ func (rc *requestCounter) report(b *testing.B, n int) (reqPerOp float64) {
 }
 
 // isHandshake reports whether cmd is part of go-redis's connection set-up,
-// the one look at Redis's eviction policy a dlock Client takes on its first
-// use (Client.Check), or a write of the Client's record: requests no lock
-// operation sends.
+// the one look at Redis's eviction policy and data epoch a dlock Client
+// takes on its first use (Client.Check), or a write of the Client's record:
+// requests no lock operation sends.
 func isHandshake(cmd redis.Cmder) bool {
 	switch cmd.Name() {
-	case "hello", "auth", "select", "client", "readonly", "config":
+	case "hello", "auth", "select", "client", "readonly", "config", "info":
 		return true
 	case "set", "del":
 		// The Client's record (WithClientName), written in the background

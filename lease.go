@@ -70,8 +70,7 @@ func (l *Lease) Err() error {
 	if l == nil || l.h == nil {
 		return errNilLease
 	}
-	l.h.t.Check()
-	return l.h.t.Ending.Cause()
+	return l.h.t.Check()
 }
 
 // Context returns a copy of parent that is cancelled, with Err's cause, when
@@ -110,8 +109,7 @@ type leaseContext struct {
 }
 
 func (c *leaseContext) Err() error {
-	c.t.Check()
-	if cause := c.t.Ending.Cause(); cause != nil {
+	if cause := c.t.Check(); cause != nil {
 		c.cancel(cause)
 	}
 	return c.Context.Err()

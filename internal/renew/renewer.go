@@ -99,26 +99,38 @@ func (t *Term) setDeadline(d time.Time) {
 	t.dl.Store(int64(d.Sub(monoBase)))
 }
 
-// Check ends t as lost if its local deadline has passed and the renewer has
-// not ended it yet: after a pause of the process (a SIGSTOP, a stopped VM)
-// the goroutines wake in any order, and whatever asks whether the lease is
-// held (Err, Done, a Context's Err, Held) must not be told yes by a term
-// whose timer has not fired. Its deadline is compared with the monotonic
-// clock when asked.
-func (t *Term) Check() {
-	if t.r == nil || t.givenUp.Load() || time.Since(monoBase) < time.Duration(t.dl.Load()) || t.Ending.Cause() != nil {
-		return
+// Check returns why t ended, nil while it is held. It ends t as lost if its
+// local deadline has passed and the renewer has not ended it yet: after a
+// pause of the process (a SIGSTOP, a stopped VM) the goroutines wake in any
+// order, and whatever asks whether the lease is held (Err, Done, a
+// Context's Err, Held) must not be told yes by a term whose timer has not
+// fired. Its deadline is compared with the monotonic clock when asked.
+func (t *Term) Check() error {
+	if cause := t.Ending.Cause(); cause != nil {
+		return cause
 	}
-	t.r.overdue(t)
+	if t.r == nil || t.givenUp.Load() || time.Since(monoBase) < time.Duration(t.dl.Load()) {
+		return nil
+	}
+	return t.r.overdue(t)
 }
 
 // overdue ends t as lost if its deadline has passed: what the renewer's
-// goroutine does at that deadline (tick).
-func (r *Renewer) overdue(t *Term) {
+// goroutine does at that deadline (tick). It returns why t ended; past the
+// deadline, while another goroutine is ending t (the renewer's, which
+// reports the loss before t's Ending ends), the deadline's error.
+func (r *Renewer) overdue(t *Term) error {
 	r.mu.Lock()
-	if t.ended || t.retired || time.Now().Before(t.deadline) {
+	if t.retired || time.Now().Before(t.deadline) {
 		r.mu.Unlock()
-		return
+		return t.Ending.Cause()
+	}
+	if t.ended {
+		r.mu.Unlock()
+		if cause := t.Ending.Cause(); cause != nil {
+			return cause
+		}
+		return r.deadlineErr(t)
 	}
 	t.ended = true
 	if t.index >= 0 {
@@ -128,6 +140,7 @@ func (r *Renewer) overdue(t *Term) {
 	err := r.deadlineErr(t)
 	r.lost(t, err)
 	t.Ending.End(err)
+	return t.Ending.Cause()
 }
 
 // setWake sets when the renewer looks at t next. renewer.mu must be held.
@@ -148,15 +161,13 @@ func (t *Term) wake() time.Time {
 // a member that lost it (protocol.Holder): a release that follows Retire or
 // Stop then finds every such retake done, or none begun.
 func (t *Term) Held() bool {
-	t.Check()
-	return !t.givenUp.Load() && t.Ending.Cause() == nil
+	return t.Check() == nil && !t.givenUp.Load()
 }
 
 // EndedErr returns nil while t is held, else an error matching ErrNotHeld and
 // the reason it ended.
 func (t *Term) EndedErr(op string) error {
-	t.Check()
-	cause := t.Ending.Cause()
+	cause := t.Check()
 	if cause == nil {
 		return nil
 	}
