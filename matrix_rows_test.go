@@ -100,23 +100,7 @@ func mxRenewal(e *mxEnv, f mxFault, next mxNext, cp *mxCopies) error {
 		cp.deliverLate()
 		return mxFree(e, k)
 	case mxExtend:
-		if err := h.extend(e.ctx, 500*time.Millisecond); err != nil {
-			return fmt.Errorf("Extend: %v", err)
-		}
-		cp.deliverLate()
-		e.p.Refuse(true)
-		e.p.Cut()
-		if !within(2*time.Second, func() bool {
-			o, err := k.try(e.ctx, e.other, e.name)
-			if err != nil {
-				return false
-			}
-			_ = o.release(e.ctx)
-			return true
-		}) {
-			return errors.New("a late renewal lengthened the lease an Extend shortened")
-		}
-		return nil
+		return mxShortened(e, k, h, cp, 2*time.Second, "Extend", "a late renewal lengthened the lease an Extend shortened")
 	}
 	return fmt.Errorf("no cell for %s", next)
 }

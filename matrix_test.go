@@ -294,26 +294,7 @@ func mxAcquire(e *mxEnv, f mxFault, next mxNext, cp *mxCopies) error {
 		}
 		return mxFree(e, k)
 	case mxExtend:
-		if err := h.extend(e.ctx, 500*time.Millisecond); err != nil {
-			return fmt.Errorf("Extend: %v", err)
-		}
-		cp.deliverLate()
-		// Cut off the owner: only what Redis keeps holds the lock. Within
-		// the shortened lease (and well before the TTL), another owner
-		// takes it.
-		e.p.Refuse(true)
-		e.p.Cut()
-		if !within(3*time.Second, func() bool {
-			o, err := k.try(e.ctx, e.other, e.name)
-			if err != nil {
-				return false
-			}
-			_ = o.release(e.ctx)
-			return true
-		}) {
-			return errors.New("another owner could not take the lock long after the shortened lease ran out")
-		}
-		return nil
+		return mxShortened(e, k, h, cp, 3*time.Second, "Extend", "another owner could not take the lock long after the shortened lease ran out")
 	case mxRestart:
 		cp.deliverLate()
 		done := e.restartTaken(k)
@@ -474,25 +455,34 @@ func mxExtendRow(e *mxEnv, f mxFault, next mxNext, cp *mxCopies) error {
 		cp.deliverLate()
 		return mxFree(e, k)
 	case mxExtend:
-		if err := h.extend(e.ctx, 500*time.Millisecond); err != nil {
-			return fmt.Errorf("the second Extend: %v", err)
-		}
-		cp.deliverLate()
-		e.p.Refuse(true)
-		e.p.Cut()
-		if !within(3*time.Second, func() bool {
-			o, err := k.try(e.ctx, e.other, e.name)
-			if err != nil {
-				return false
-			}
-			_ = o.release(e.ctx)
-			return true
-		}) {
-			return errors.New("the earlier, longer Extend undid the later, shorter one")
-		}
-		return nil
+		return mxShortened(e, k, h, cp, 3*time.Second, "the second Extend", "the earlier, longer Extend undid the later, shorter one")
 	}
 	return fmt.Errorf("no cell for %s", next)
+}
+
+// mxShortened is the next step Extend: the owner shortens its lease to
+// 500ms, the late copies are delivered, and the owner is cut off from
+// Redis, so that only what Redis keeps holds the lock: within wait, well
+// before the TTL, another owner must take it. step names the Extend, undone
+// what it means if the other owner cannot.
+func mxShortened(e *mxEnv, k mxKind, h mxHold, cp *mxCopies, wait time.Duration, step, undone string) error {
+	if err := h.extend(e.ctx, 500*time.Millisecond); err != nil {
+		return fmt.Errorf("%s: %v", step, err)
+	}
+	cp.deliverLate()
+	e.p.Refuse(true)
+	e.p.Cut()
+	if !within(wait, func() bool {
+		o, err := k.try(e.ctx, e.other, e.name)
+		if err != nil {
+			return false
+		}
+		_ = o.release(e.ctx)
+		return true
+	}) {
+		return errors.New(undone)
+	}
+	return nil
 }
 
 // kindOf is the kind of the cell's row.
