@@ -3,11 +3,15 @@ package dlock
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/renew"
-	"sync/atomic"
-	"time"
+	"github.com/dlock-go/dlock/internal/timing"
 )
 
 // Lease is one successful acquisition of a lock: the handle that releases it,
@@ -268,3 +272,212 @@ func (c *heldEntry) find(e *engine, k protocol.Keys) *hold {
 	}
 	return nil
 }
+
+// newHold returns the first Lease of a new hold of term t, both made in one
+// allocation.
+func newHold(e *engine, t *renew.Term) *Lease {
+	lh := &struct {
+		l Lease
+		h hold
+	}{h: hold{e: e, t: t, holds: 1}}
+	lh.l.h = &lh.h
+	return &lh.l
+}
+
+// hold is what one owner holds of a lock: the lease's term, and how many
+// times it was taken (the original acquisition and its re-entries). Every
+// Lease of the owner shares it.
+type hold struct {
+	e *engine
+	t *renew.Term
+
+	// mu serialises the round trips that change the hold count in Redis
+	// (re-entry and release), so that holds, the authoritative count, stays
+	// exact.
+	mu    sync.Mutex
+	holds int32 // beside granted, in one word: the hold and its Lease are one allocation
+	// granted: a release granted the lock to this hold (its first Lease
+	// was handed off), so others were waiting for it, and likely still are
+	// when it is released.
+	granted bool
+}
+
+// reenter adds one hold in Redis for a Lock made with a context carrying h;
+// extra are the kind's own arguments of its acquire script.
+func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.t
+	if err := t.EndedErr("re-enter"); err != nil {
+		return nil, errs.Op(ErrNotAcquired, err, "re-enter %q", t.K.Name)
+	}
+	r, err := h.e.backend.Reenter(ctx, *t.K, t.Owner, h.e.ren.TTLOf(t), int(h.holds)+1, extra...)
+	if err != nil {
+		// If the reply was lost the count in Redis may be one too high; the
+		// next count sent, or the last release, sets it right.
+		return nil, err
+	}
+	if !r.Reentered {
+		lost := t.LostErr(protocol.CodeGone)
+		h.e.ren.Lose(t, lost)
+		return nil, errs.Op(ErrNotAcquired, lost, "re-enter %q", t.K.Name)
+	}
+	if r.NotReplicated != nil {
+		// Give the hold back: the count in Redis returns to what it was.
+		ttl := h.e.ren.TTLOf(t)
+		cctx, cancel := cleanupContext(ctx, ttl)
+		defer cancel()
+		if _, err := h.e.backend.Release(cctx, *t.K, protocol.ReleaseArgs{Owner: t.Owner, Fence: t.FenceArg(), Mode: protocol.ReleaseOne, TTL: ttl, Count: int(h.holds)}); err != nil {
+			h.e.log.Debug("dlock: undo of an unreplicated re-entry", "lock", t.K.Name, "err", err)
+		}
+		return nil, errs.Op(ErrNotAcquired, r.NotReplicated, "re-enter %q", t.K.Name)
+	}
+	h.holds++
+	return &Lease{h: h, reentered: true}, nil
+}
+
+// unlock releases one hold; the last one frees the lock. It brackets the
+// call with the UnlockStart and UnlockEnd hooks.
+func (h *hold) unlock(ctx context.Context) error {
+	hk := h.e.hooks
+	if hk == nil {
+		_, err := h.unlock1(ctx)
+		return err
+	}
+	info := lockInfo(h.t)
+	if hk.UnlockStart != nil {
+		if c := hk.UnlockStart(ctx, info); c != nil {
+			ctx = c
+		}
+	}
+	last, err := h.unlock1(ctx)
+	if hk.UnlockEnd != nil {
+		hk.UnlockEnd(ctx, info, UnlockResult{Fence: h.t.Fence, Last: last, Held: time.Since(h.t.Begun), Err: err})
+	}
+	return err
+}
+
+func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, e := h.t, h.e
+	if err := t.EndedErr("unlock"); err != nil {
+		return false, err
+	}
+	if h.holds > 1 {
+		ttl := e.ren.TTLOf(t)
+		cctx, cancel := cleanupContext(ctx, ttl)
+		defer cancel()
+		// The client's count is the one that decides when the lock is freed:
+		// this hold is given back whatever Redis answers, and a count that
+		// failed to reach Redis is set right by the next one that does.
+		h.holds--
+		r, err := e.backend.Release(cctx, *t.K, protocol.ReleaseArgs{Owner: t.Owner, Fence: t.FenceArg(), Mode: protocol.ReleaseOne, TTL: ttl, Count: int(h.holds)})
+		switch {
+		case err != nil:
+			return false, errs.Op(nil, err, "unlock %q: the hold was given back and the lock stays held by its others", t.K.Name)
+		case r.Code == protocol.CodeHeld:
+			return false, nil
+		}
+		lost := t.LostErr(r.Code)
+		e.ren.Lose(t, lost)
+		return false, errs.Op(ErrNotHeld, lost, "unlock")
+	}
+
+	// The last hold: the owner gives the lock up, so it is never renewed
+	// again, whatever Redis answers.
+	ttl := e.ren.Retire(t)
+	cctx, cancel := cleanupContext(ctx, ttl)
+	defer cancel()
+	mode := protocol.ReleaseLast
+	if h.granted {
+		mode = protocol.ReleaseLastQueued
+	}
+	r, err := e.backend.Release(cctx, *t.K, protocol.ReleaseArgs{Owner: t.Owner, Fence: t.FenceArg(), Mode: mode, TTL: ttl, Void: t.Doubt})
+	if err != nil {
+		e.log.Error("dlock: release failed; retrying in the background", "lock", t.K.Name, "fence", t.Fence, "err", err)
+		e.ren.End(t, errUnlocked, nil)
+		e.bg.doSoon(func() { h.releaseLater(ttl) })
+		return true, errs.Op(nil, err, "unlock %q (the Client keeps trying in the background; Redis frees the lock by itself when its TTL runs out)", t.K.Name)
+	}
+	kept := func() bool { return protocol.KeptData(cctx, e.backend, t.Begun) }
+	if lost := releasedLoss(t, r, e.ren.DeadlineOf(t), kept); lost != nil {
+		e.ren.Lose(t, lost)
+		return true, errs.Op(ErrNotHeld, lost, "unlock")
+	}
+	e.ren.End(t, errUnlocked, func() {
+		if e.log.Enabled(ctx, slog.LevelDebug) {
+			e.log.Debug("dlock: released", "lock", t.K.Name, "fence", t.Fence, "held", time.Since(t.Begun))
+		}
+	})
+	return true, nil
+}
+
+// releasedLoss tells what r, the answer of the release of t's last hold,
+// says: nil if the release freed the lock, else how the lease was lost.
+// deadline is the lease's local deadline; kept, asked only of a release
+// sent again whose answer shows no trace of its first copy, reports
+// whether Redis is known to have kept its data since the hold began.
+func releasedLoss(t *renew.Term, r protocol.Released, deadline time.Time, kept func() bool) error {
+	before := time.Now().Before(deadline)
+	switch {
+	case r.Code == protocol.CodeDone,
+		// The owner holds nothing, and the lock's keys show that its hold
+		// ended while they were there: an earlier copy of this release (its
+		// reply lost) freed it, since before the lease's local deadline it
+		// cannot have expired instead.
+		r.Code == protocol.CodeAfter && before && r.Retried:
+		return nil
+	case r.Retried && before && (r.Code == protocol.CodeOther || r.Code == protocol.CodeGone) && kept():
+		// The lock went on, its keys rewritten or expired since, but Redis
+		// lost none of its data meanwhile, and the lease cannot have expired
+		// yet: only the first copy of this release can have ended the hold.
+		return nil
+	case r.Code == protocol.CodeEvicted:
+		return t.LostErr(r.Code)
+	case r.Code == protocol.CodeAfter && r.Retried:
+		return errs.Op(ErrLockLost, nil, "%q was free of this owner when the release ran, but the reply came after the lease's deadline: an earlier copy of this release may have freed it (then this is a false alarm), or the lease had expired first", t.K.Name)
+	case r.Code == protocol.CodeAfter:
+		// No copy of this release ran before: the hold expired in Redis.
+		return errs.Op(ErrLockLost, nil, "%q expired in Redis before its release ran", t.K.Name)
+	case r.Retried:
+		// A copy of this release whose reply was lost may have freed it,
+		// and the keys no longer show it: the lock moved on since, or they
+		// expired or were lost.
+		return errs.Op(ErrLockLost, nil, "%q was not this owner's when the release was sent again after a lost reply, and Redis no longer shows whether the first copy freed it: if it did, this is a false alarm; if not, the lease had expired or Redis lost its keys (a restart, a failover, eviction)", t.K.Name)
+	case before && r.Code == protocol.CodeOther:
+		return errs.Op(ErrLockLost, nil, "%q is held by another owner, before this lease could have expired: Redis lost the lock's keys (a restart without persistence, a failover to a replica that missed it, eviction) and it was taken again", t.K.Name)
+	case before:
+		return errs.Op(ErrLockLost, nil, "%q was gone from Redis before this lease could have expired: Redis lost the lock's keys (a restart without persistence, a failover to a replica that missed it, eviction)", t.K.Name)
+	case r.Code == protocol.CodeOther:
+		return errs.Op(ErrLockLost, nil, "%q expired, and is held by another owner", t.K.Name)
+	}
+	return t.LostErr(r.Code)
+}
+
+// releaseLater retries the release of a hold whose last Unlock could not
+// reach Redis (retryRelease) until Redis answers or the lease's local
+// deadline passes; once the Client closes, it makes one last attempt.
+func (h *hold) releaseLater(ttl time.Duration) {
+	t, e := h.t, h.e
+	until := e.ren.DeadlineOf(t)
+	if t.Doubt != 0 {
+		// Until the record it carries can matter.
+		until = latest(until, t.Begun.Add(protocol.RequestTTL))
+	}
+	err := timing.RetryRelease(e.closing, until, ttl, func(ctx context.Context) error {
+		_, err := e.backend.Release(ctx, *t.K, protocol.ReleaseArgs{Owner: t.Owner, Fence: t.FenceArg(), Mode: protocol.ReleaseLast, TTL: ttl, Void: t.Doubt})
+		return err
+	})
+	switch {
+	case err == nil:
+		e.log.Info("dlock: released in the background", "lock", t.K.Name, "fence", t.Fence)
+	case errors.Is(err, timing.ErrReleaseLapsed):
+		e.log.Info("dlock: release not retried: the lease has expired by now", "lock", t.K.Name, "fence", t.Fence)
+	default:
+		e.log.Warn("dlock: release failed; Redis frees the lock when its TTL runs out", "lock", t.K.Name, "fence", t.Fence, "err", err)
+	}
+}
+
+// errUnlocked is the cause of a lease's end by Unlock.
+var errUnlocked = errs.Op(ErrNotHeld, nil, "the lease was unlocked")

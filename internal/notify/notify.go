@@ -1,4 +1,4 @@
-// Package notify is the notifier floor: the pub/sub messages that wake a
+// Package notify is the notifier layer: the pub/sub messages that wake a
 // Client's waiters (Notifier).
 package notify
 

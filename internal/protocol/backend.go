@@ -2,7 +2,7 @@
 // and what comes back. Backend declares every request, one method each; Node
 // (a plain, Sentinel or Cluster deployment) and WaitNode (WithWaitReplicas)
 // implement it, and a RedLock (internal/quorum) is a Backend made of member
-// Backends. Nothing here waits, retries or keeps state; the floors above
+// Backends. Nothing here waits, retries or keeps state; the layers above
 // decide what a reply means for a lease.
 package protocol
 
@@ -23,11 +23,11 @@ type Record struct {
 	Err        error
 }
 
-// Backend is where a Client's locks are held: every request the floors above
+// Backend is where a Client's locks are held: every request the layers above
 // make, one method each, with typed arguments and replies. A plain, Sentinel
 // or Cluster deployment is a Node; WithWait wraps a Node in a WaitNode; a
 // RedLock is quorum.New of member Backends. What differs between them,
-// the floors above ask through Traits and KindFor, never by the Backend's
+// the layers above ask through Traits and KindFor, never by the Backend's
 // type.
 type Backend interface {
 	// Acquire runs k's acquire script once; if the lock is held and
@@ -107,14 +107,14 @@ type Backend interface {
 	// their callers.
 	Settle()
 
-	// Traits tells what the floors above may count on.
+	// Traits tells what the layers above may count on.
 	Traits() Traits
 	// KindFor returns the kind a lock of kind k runs as here, or nil if k
 	// cannot run here.
 	KindFor(k *Kind) *Kind
 }
 
-// Traits are what the floors above a Backend need to know of it.
+// Traits are what the layers above a Backend need to know of it.
 type Traits struct {
 	// CtxAware: a request gives up at its context's deadline by itself.
 	CtxAware bool

@@ -3,7 +3,7 @@ package protocol
 // The node: one deployment's Backend. Each request names its
 // script, builds the KEYS and ARGV that script's header (lua/*.lua) lists,
 // and decodes the reply into Go values. Nothing here waits, retries or keeps
-// state: the floors above decide what a reply means for a lease.
+// state: the layers above decide what a reply means for a lease.
 
 import (
 	"context"

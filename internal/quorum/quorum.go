@@ -1,8 +1,8 @@
-// Package quorum is the protocol floor of a RedLock: a protocol.Backend made
+// Package quorum is the protocol layer of a RedLock: a protocol.Backend made
 // of N member Backends, each a Redis deployment of its own, on which a lock
 // is held when a majority of them hold it. Each request (acquire, release,
 // extend, ttl) goes to every member at once, each member bounded by the
-// per-node timeout, and the members' answers are combined here; the floors
+// per-node timeout, and the members' answers are combined here; the layers
 // above see one Backend.
 package quorum
 

@@ -1,4 +1,4 @@
-// Package renew is the renewer floor: the life of every lease a Client
+// Package renew is the renewer layer: the life of every lease a Client
 // holds. One goroutine keeps every lease's local deadline and schedules its
 // renewals; the renewal calls themselves run on goroutines of their own, so
 // that a stalled Redis delays no deadline. Renewals and Lease.Extend calls

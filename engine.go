@@ -1,0 +1,156 @@
+package dlock
+
+// The engine layer: taking leases on locks of every kind, waiting for them
+// in line, re-entering them, and giving them back. It asks the protocol
+// layer for each round trip, the renewer for each lease's life and the
+// notifier for wake-ups; the primitives above are thin layers on it. This
+// file holds what the primitives of one Client share.
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/notify"
+	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/renew"
+)
+
+// engine is what the primitives of one Client share.
+type engine struct {
+	backend protocol.Backend
+	traits  protocol.Traits // backend's
+	ren     *renew.Renewer
+	note    *notify.Notifier
+	bg      *background
+	hooks   *Hooks // nil if none
+	log     *slog.Logger
+	prefix  string
+	closing chan struct{} // closed when Close starts
+
+	id string // random, unique per Client: the stem of every owner id
+	// own is ":" and id: a lock's wake-up channel stem followed by it is
+	// where this Client's waiters are told of grants.
+	own string
+	seq atomic.Uint64 // makes each acquisition's owner id unique
+
+	checked sync.Once   // the eviction policy has been looked at
+	reached atomic.Bool // a request has had its answer from Redis
+
+	totals semTotals // of the Semaphores it acquired, as Redis holds them
+
+	// name is the Client's (WithClientName), kept in Redis at nameKey while
+	// the Client is in use (announce); announced is when it was last sent
+	// (Unix ns; 0: never, or the write failed).
+	name, nameKey string
+	announced     atomic.Int64
+	recordEvery   time.Duration // recordEvery, or a test's
+}
+
+// Times of a Client's record in Redis (WithClientName).
+const (
+	recordTTL   = time.Minute
+	recordEvery = recordTTL / 3
+)
+
+// announce writes the Client's record (its name) in the background if it is
+// due (dueRecord): every attempt to acquire, a waiter's included, calls it;
+// renewal rounds carry it themselves (leaseEvents.Record). So the record
+// lives while the Client holds or waits for anything, and costs one write
+// per recordEvery, nothing per acquisition.
+func (e *engine) announce() {
+	if rec := e.dueRecord(); rec != nil {
+		e.recorded(rec)
+	}
+}
+
+// dueRecord returns the Client's record to write if the last write was sent
+// recordEvery ago or more (or failed), and counts it as sent now; nil
+// otherwise.
+func (e *engine) dueRecord() *protocol.Record {
+	now := time.Now().UnixNano()
+	last := e.announced.Load()
+	if now-last < int64(e.recordEvery) || !e.announced.CompareAndSwap(last, now) {
+		return nil
+	}
+	return &protocol.Record{Key: e.nameKey, Value: e.name, TTL: recordTTL}
+}
+
+// recorded finishes the write of rec, from dueRecord: one that went nowhere
+// yet is sent in the background; one that failed is due again at once.
+func (e *engine) recorded(rec *protocol.Record) {
+	if !rec.Sent {
+		e.bg.goDo(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			rec.Err, rec.Sent = e.backend.Announce(ctx, rec.Key, rec.Value, rec.TTL), true
+			e.recorded(rec)
+		})
+		return
+	}
+	if rec.Err != nil {
+		e.announced.Store(0)
+		e.log.Debug("dlock: writing the Client's name failed", "key", rec.Key, "err", rec.Err)
+	}
+}
+
+// check looks at Redis's eviction policy (Client.Check).
+func (e *engine) check(ctx context.Context) error {
+	// (And reads the data epoch a release sent again may need: releasedLoss.)
+	protocol.WatchData(ctx, e.backend)
+	policy, known, err := e.backend.EvictionPolicy(ctx)
+	switch {
+	case err != nil:
+		return errs.Op(nil, err, "check")
+	case !known:
+		e.log.Info("dlock: cannot read Redis's maxmemory-policy; it must be noeviction")
+	case policy != "noeviction":
+		return errs.Op(nil, nil, "check: Redis's maxmemory-policy is %q: it may evict locks and fence keys; set it to noeviction", policy)
+	}
+	want, short, err := e.backend.ReplicaShortfall(ctx)
+	if err != nil {
+		return errs.Op(nil, err, "check")
+	}
+	for addr, have := range short {
+		return errs.Op(nil, nil, "check: WithWaitReplicas asks for %d replicas, but the primary %s has %d connected: every acquire will fail", want, addr, have)
+	}
+	return nil
+}
+
+// firstUse runs check in the background the first time it is called, and
+// logs what it finds.
+func (e *engine) firstUse() {
+	e.checked.Do(func() {
+		// The id starts every owner id of this Client, as dlock ls shows
+		// them: logged, it tells the people on call which process holds.
+		e.log.Info("dlock: client in use", "id", e.id, "name", e.name)
+		e.bg.goDo(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := e.check(ctx); err != nil {
+				e.log.Warn("dlock: Redis may not keep the locks' promises", "err", err)
+			}
+		})
+	})
+}
+
+// newOwner returns an owner id unique across Clients and acquisitions.
+func (e *engine) newOwner() string {
+	var buf [64]byte
+	b := append(append(buf[:0], e.id...), ':')
+	return string(strconv.AppendUint(b, e.seq.Add(1), 10))
+}
+
+// closed reports whether Close has started.
+func (e *engine) closed() bool {
+	select {
+	case <-e.closing:
+		return true
+	default:
+		return false
+	}
+}
