@@ -1,4 +1,4 @@
-// Package protocol is the floor of dlock that talks to Redis: what is sent
+// Package protocol is the layer of dlock that talks to Redis: what is sent
 // and what comes back. Backend declares every request, one method each; Node
 // (a plain, Sentinel or Cluster deployment) and WaitNode (WithWaitReplicas)
 // implement it, and a RedLock (internal/quorum) is a Backend made of member

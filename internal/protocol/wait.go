@@ -8,11 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/errs"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
 
 	"github.com/redis/go-redis/v9"
 )

@@ -1,0 +1,179 @@
+package protocol
+
+// The acquire request: take a lock or register as its waiter, or re-enter
+// a hold, and what the reply says.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+)
+
+// AcquireResult is what an acquire script answered, decoded.
+type AcquireResult struct {
+	Fence     int64         // > 0 when the lock was taken
+	FenceArg  FenceArg      // Fence as the reply boxed it
+	Reentered bool          // the owner's hold count went up
+	Gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
+	Pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
+	// Floor, when held by another, if the script tells it: every fence a
+	// release grants the caller from then on is above it (fence_floor); at is
+	// the server's time then, in µs.
+	Floor, At int64
+	// NotReplicated: the hold was granted or re-entered, but fewer replicas
+	// than WithWaitReplicas asks for acknowledged it (an ErrNotReplicated).
+	NotReplicated error
+	// Sem, when a Semaphore's permits were not taken and the caller asked
+	// why (SemWhy): the semaphore's total and use as the script saw them.
+	Sem *SemTotal
+	// Doubt, if not 0, is the deadline (the server's time, in ms) of a copy
+	// of the request whose outcome is unknown (its reply was lost): it may
+	// have run, or may still reach Redis until then. The owner's release, if
+	// it comes sooner, passes it on (ReleaseArgs.Void), so that such a copy
+	// takes nothing. Set with an error too.
+	Doubt int64
+	// Expired: the request reached Redis after its deadline, or after its
+	// owner ended, and changed nothing. Acquire sends a new one; a RedLock's
+	// member may answer so.
+	Expired bool
+}
+
+// Acquire runs k's acquire script: one round trip, unless a copy's reply is
+// lost (it is sent again, as the Redis client would) or the request reaches
+// Redis after its deadline (it is sent again with a new one). If the lock is
+// held and register is above zero, owner is registered as a waiter for that
+// long. extra are the kind's own arguments, after the five every acquire
+// script takes.
+func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
+	var doubt int64
+	for tries := 0; ; tries++ {
+		dl, dlArg := n.clock.deadline()
+		var rep evalReply
+		switch {
+		case k.Kind.order != nil && len(extra) == 0 && register == 0:
+			// A Mutex's or a FairMutex's take that does not queue sends the
+			// owner, the TTL and the deadline alone: Redis makes a Lua
+			// string of every argument before the script runs, and the
+			// script needs no others then.
+			rep = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), dlArg)
+		case k.Kind.order != nil && len(extra) == 0:
+			// One that queues: the grant lease, boxed once per TTL, and the
+			// channel and order, for a grant it may make (acquire.lua).
+			rep = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), dlArg,
+				string(takeMode), register.Milliseconds(), grantArg(ttl), k.channelArg, k.Kind.order)
+		default:
+			rep = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", acquireArgs(k, owner, ttl, dlArg, takeMode, register.Milliseconds(), extra)...)
+		}
+		if rep.doubt {
+			doubt = dl
+		}
+		r, err := n.acquired(k, rep)
+		r.Doubt = doubt
+		if err == nil && r.Expired && tries < expiredTries && ctx.Err() == nil {
+			continue
+		}
+		return r, err
+	}
+}
+
+// expiredTries is how many times an acquire that reached Redis after its
+// deadline is sent again with a new one, the node's clock having learned the
+// server's from the answer.
+const expiredTries = 3
+
+// Reenter runs k's acquire script to add a hold of owner, which then has
+// count holds: one round trip. extra are the kind's own arguments, as for
+// acquire.
+func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
+	_, dl := n.clock.deadline()
+	r, err := n.acquired(k, n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", acquireArgs(k, owner, ttl, dl, reenterMode, int64(count), extra)...))
+	if err == nil && r.Expired {
+		// Its deadline passed on the way: the count is set again by the next
+		// re-entry or release that reaches Redis; the hold is there.
+		r = AcquireResult{Reentered: true}
+	}
+	return r, err
+}
+
+// acquireArgs are the ARGV of k's acquire script: the five every acquire
+// script takes (owner, ttl, deadline, mode, and the registration or the hold
+// count), then a Mutex's, FairMutex's or Election's waiter's grant lease,
+// the channel stem and the order, and the kind's own arguments (an
+// Election's candidate's value).
+func acquireArgs(k Keys, owner string, ttl time.Duration, deadline any, mode acquireMode, n int64, extra []any) []any {
+	args := append(make([]any, 0, 8+len(extra)), owner, msArg(ttl), deadline, string(mode), n)
+	if k.Kind.order != nil {
+		args = append(args, grantArg(ttl), k.channelArg, k.Kind.order)
+	}
+	return append(args, extra...)
+}
+
+// acquired decodes the reply of k's acquire script, or its error, and learns
+// the server's clock from it where it tells it.
+func (n *Node) acquired(k Keys, rep evalReply) (AcquireResult, error) {
+	var r AcquireResult
+	err := rep.err
+	if err == nil {
+		r, err = decodeAcquire(rep.v)
+	}
+	if err != nil {
+		n.Failed(err)
+		return AcquireResult{}, errs.Op(nil, err, "acquire %q", k.Name)
+	}
+	if r.At > 0 {
+		n.clock.learn(r.At)
+	}
+	return r, nil
+}
+
+// decodeAcquire decodes an acquire script's reply: an integer, or for
+// "held" the time to wait, the fence floor and the server time (held_reply).
+func decodeAcquire(v any) (AcquireResult, error) {
+	reply := v
+	switch v := v.(type) {
+	case int64:
+		switch {
+		case v > 0:
+			return AcquireResult{Fence: v, FenceArg: FenceArg{reply}}, nil
+		case v == replyReentered:
+			return AcquireResult{Reentered: true}, nil
+		case v == replyGone:
+			return AcquireResult{Gone: true}, nil
+		}
+		return AcquireResult{Pttl: time.Duration(-v-heldOffset) * time.Millisecond}, nil
+	case []any:
+		switch len(v) {
+		case 2:
+			// Too late, or its owner ended: nothing done.
+			c, ok1 := v[0].(int64)
+			at, ok2 := v[1].(int64)
+			if ok1 && ok2 && c == 0 {
+				return AcquireResult{Expired: true, At: at}, nil
+			}
+		case 3:
+			c, ok1 := v[0].(int64)
+			f, ok2 := v[1].(int64)
+			at, ok3 := v[2].(int64)
+			if ok1 && ok2 && ok3 && c <= 1-heldOffset {
+				return AcquireResult{Pttl: time.Duration(-c-heldOffset) * time.Millisecond, Floor: f, At: at}, nil
+			}
+		case 5:
+			// A Semaphore's "not acquired", with why (SemWhy).
+			var n [5]int64
+			ok := true
+			for i, x := range v {
+				n[i], ok = x.(int64)
+				if !ok {
+					break
+				}
+			}
+			if ok && n[0] <= 1-heldOffset {
+				return AcquireResult{Pttl: time.Duration(-n[0]-heldOffset) * time.Millisecond,
+					Sem: &SemTotal{Used: n[1], Total: n[2], Ahead: n[3], Set: n[4] == 1}}, nil
+			}
+		}
+	}
+	return AcquireResult{}, fmt.Errorf("unexpected reply %v from the acquire script", v)
+}

@@ -1,0 +1,238 @@
+package protocol
+
+// What the Client asks beside its locks: its name record, Inspect, Locks and
+// ForceRelease, and the checks of the deployment (Client.Check).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Announce sets the string key to value for ttl, or removes it if ttl is 0.
+func (n *Node) Announce(ctx context.Context, key, value string, ttl time.Duration) error {
+	var err error
+	if ttl == 0 {
+		err = n.rdb.Del(ctx, key).Err()
+	} else {
+		err = n.rdb.Set(ctx, key, value, ttl).Err()
+	}
+	if err != nil {
+		n.Failed(err)
+		return errs.Op(nil, err, "write %s", key)
+	}
+	return nil
+}
+
+// Strings reads the string keys, in one pipeline (one round trip per server
+// that holds them): "" for each that is missing or holds another type.
+func (n *Node) Strings(ctx context.Context, keys []string) ([]string, error) {
+	out := make([]string, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	pipe := n.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, c := range cmds {
+		v, err := c.Result()
+		switch {
+		case err == nil:
+			out[i] = v
+		case errors.Is(err, redis.Nil) || wrongType(err):
+		default:
+			n.Failed(err)
+			return nil, errs.Op(nil, err, "read %s", keys[i])
+		}
+	}
+	return out, nil
+}
+
+// Inspect runs inspect.lua over keys, for the kind inspect.lua names code:
+// read-only (EVALSHA_RO), so that a user allowed only to read keys may send
+// it, and a replica runs it.
+func (n *Node) Inspect(ctx context.Context, keys []string, code string, limit int) (State, error) {
+	v, err := n.scripts[scriptInspect].RunRO(ctx, n.rdb, keys, code, limit).Slice()
+	if err != nil {
+		return State{}, err
+	}
+	return decodeState(v)
+}
+
+// State is a lock as inspect.lua reads it.
+type State struct {
+	Now     int64 // the server's time, in µs
+	Fence   int64 // the last fence handed out; 0 if none is kept
+	Holders []Hold
+	Waiters []Hold // Since set, TTL what is left of the registration
+	Queued  int    // waiters registered, lapsed ones not yet dropped included
+	Permits int64  // a Semaphore's total, or a latch's count
+	Used    int64  // the permits a Semaphore's live holders hold
+}
+
+// Hold is a holder or a waiter as inspect.lua reads it.
+type Hold struct {
+	Owner string
+	Holds int // a holder's hold count, at least 1
+	TTL   time.Duration
+	Fence int64     // a holder's fence; 0 if unknown
+	Since time.Time // when a waiter joined the queue; zero if not kept
+	// Read is a read hold, or a reader waiting; Permits what a Semaphore's
+	// holder holds or its waiter wants.
+	Read    bool
+	Permits int64
+}
+
+// decodeState decodes inspect.lua's reply.
+func decodeState(v []any) (State, error) {
+	if len(v) != 7 {
+		return State{}, fmt.Errorf("unexpected reply %v", v)
+	}
+	n := func(x any) int64 { i, _ := x.(int64); return i }
+	text := func(x any) string { s, _ := x.(string); return s }
+	rows := func(x any) [][]any {
+		list, _ := x.([]any)
+		out := make([][]any, 0, len(list))
+		for _, r := range list {
+			if row, ok := r.([]any); ok && len(row) >= 4 {
+				out = append(out, row)
+			}
+		}
+		return out
+	}
+	// what reads a hold's or a waiter's kind: "w" (or none) a writer, "r" a
+	// reader, else a Semaphore's permits.
+	what := func(h *Hold, w string) {
+		switch w {
+		case "", "w":
+		case "r":
+			h.Read = true
+		default:
+			h.Permits, _ = strconv.ParseInt(w, 10, 64)
+		}
+	}
+	st := State{Now: n(v[0]), Fence: max(n(v[1]), 0), Queued: int(n(v[3])), Permits: max(n(v[5]), 0), Used: n(v[6])}
+	for _, r := range rows(v[2]) {
+		h := Hold{Owner: text(r[0]), Holds: int(max(n(r[1]), 1)), TTL: time.Duration(n(r[2])) * time.Millisecond, Fence: max(n(r[3]), 0)}
+		if len(r) > 4 {
+			what(&h, text(r[4]))
+		}
+		st.Holders = append(st.Holders, h)
+	}
+	for _, r := range rows(v[4]) {
+		w := Hold{Owner: text(r[0]), TTL: time.Duration(n(r[1])) * time.Millisecond}
+		if at := n(r[2]); at > 0 {
+			w.Since = time.UnixMicro(at)
+		}
+		what(&w, text(r[3]))
+		st.Waiters = append(st.Waiters, w)
+	}
+	return st, nil
+}
+
+// Scan passes each key that matches the glob match to each, found with SCAN
+// on every primary (never KEYS, which would block Redis), until each
+// returns false.
+func (n *Node) Scan(ctx context.Context, match string, each func(key string) bool) error {
+	servers, err := primaries(ctx, n.rdb)
+	if err != nil {
+		return errs.Op(nil, err, "list the primaries")
+	}
+	for _, srv := range servers {
+		it := srv.Scan(ctx, 0, match, 1000).Iterator()
+		for it.Next(ctx) {
+			if !each(it.Val()) {
+				return nil
+			}
+		}
+		if err := it.Err(); err != nil {
+			return errs.Op(nil, err, "SCAN %s", match)
+		}
+	}
+	return nil
+}
+
+// primaries returns a client of each server a SCAN must cover: every
+// primary of a Cluster, every shard of a Ring, else rdb itself.
+func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable, error) {
+	var (
+		mu  sync.Mutex
+		out []redis.Cmdable
+	)
+	add := func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		out = append(out, c)
+		mu.Unlock()
+		return nil
+	}
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		if err := r.ForEachMaster(ctx, add); err != nil {
+			return nil, err
+		}
+	case *redis.Ring:
+		if err := r.ForEachShard(ctx, add); err != nil {
+			return nil, err
+		}
+	default:
+		out = append(out, rdb)
+	}
+	return out, nil
+}
+
+// Evict releases owner's hold on k, whose fence is fence (0 if unknown), as
+// its own last release would, a freed lock going to the next waiter.
+func (n *Node) Evict(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error) {
+	switch {
+	case k.Kind == SemKind:
+		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			owner, k.channelArg, string(semEvict), grantArg(ttl), 0, remnantTTLArg).Int64()
+	case k.Kind.order != nil:
+		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+			owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), fence, k.Kind.order).Int64()
+	}
+	return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
+		owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), 0, fence).Int64()
+}
+
+// MoveFence runs raise_fence.lua for no owner: k's fence becomes at least
+// fence, whoever holds the lock.
+func (n *Node) MoveFence(ctx context.Context, k Keys, fence int64, ttl time.Duration) error {
+	return n.eval(ctx, n.scripts[ScriptRaiseFence], k.fenceKeys(), "", "", strconv.FormatInt(fence, 10), msArg(ttl), k.Kind.leaseIn.arg()).err
+}
+
+// EvictionPolicy reads Redis's maxmemory-policy; known is false if Redis
+// serves this client but will not tell (CONFIG refused: an ACL, a renamed
+// command, a managed service). Redis refusing the client itself (no password
+// or a wrong one: NOAUTH, WRONGPASS) is an error, and so is a Redis it
+// cannot reach.
+func (n *Node) EvictionPolicy(ctx context.Context) (policy string, known bool, err error) {
+	v, err := n.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		// Refused: CONFIG GET alone, or every command of this client? A PING
+		// tells; NOPERM means Redis knows the user, who may not PING.
+		if perr := n.rdb.Ping(ctx).Err(); perr != nil && !noPerm(perr) {
+			return "", false, errs.Op(nil, perr, "Redis refuses the client")
+		}
+		return "", false, nil
+	case err != nil:
+		return "", false, errs.Op(nil, err, "read maxmemory-policy")
+	}
+	policy, known = v["maxmemory-policy"]
+	return policy, known, nil
+}
+
+// ReplicaShortfall: a node's writes wait for no replica.
+func (n *Node) ReplicaShortfall(context.Context) (int, map[string]int, error) { return 0, nil, nil }

@@ -1,0 +1,94 @@
+package protocol
+
+// Error classes: which failures are worth trying again, which say a command
+// is not allowed.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/dlock-go/dlock/internal/errs"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// refused says what Redis's refusal of a client that has not authenticated
+// means. Redis answers a request of many arguments from such a client with
+// "Protocol error: unauthenticated multibulk length", not NOAUTH, and closes
+// the connection: every script call is such a request.
+func refused(err error) error {
+	if err == nil {
+		return nil // before rerr, which escapes: no allocation on success
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return err
+	}
+	if msg := rerr.Error(); strings.Contains(msg, "unauthenticated") ||
+		strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") {
+		return errs.Op(nil, err, "Redis refuses the client: no password or a wrong one (go-redis's Options.Username and Password)")
+	}
+	return err
+}
+
+// noScript reports whether err is the server's answer to an EVALSHA of a
+// script it does not know, also wrapped.
+func noScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || strings.Contains(err.Error(), "NOSCRIPT"))
+}
+
+// Transient reports whether err, the failure of a request, says that Redis
+// could not be reached or is changing hands (a failover, a restart, a slot
+// migration), so that the request may succeed if made again shortly. A reply
+// that is an ordinary error, a closed client and an ended context are not.
+func Transient(err error) bool {
+	var rerr redis.Error
+	var nq *errs.QuorumError
+	switch {
+	case err == nil, errors.Is(err, redis.ErrClosed):
+		return false
+	case errors.As(err, &nq):
+		return true // the members that did not answer may be back shortly
+	case errors.As(err, &rerr):
+		msg := rerr.Error()
+		for _, p := range transientReplies {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, redis.ErrPoolTimeout):
+		return true
+	}
+	var nerr *net.OpError
+	if errors.As(err, &nerr) && nerr.Op == "dial" {
+		return true // never sent, even if a deadline cut the dial short
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
+// transientReplies start the error replies of a server that cannot serve the
+// request now but may shortly: its cluster is down or resharding, it is
+// loading its data, it was demoted to a replica, or it lost its primary.
+var transientReplies = []string{"CLUSTERDOWN ", "TRYAGAIN ", "MOVED ", "ASK ", "LOADING ", "READONLY ", "MASTERDOWN "}
+
+// wrongType reports whether err is Redis's answer to a command on a key
+// that holds another type.
+func wrongType(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
+}
+
+// noPerm reports whether err is Redis's refusal of a command the ACL user
+// may not run.
+func noPerm(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM")
+}

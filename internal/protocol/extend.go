@@ -1,0 +1,168 @@
+package protocol
+
+// Renewal and Extend: many leases lengthened in one request, and the time
+// a lease has left.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ExtendItem is one lease in an extend call.
+type ExtendItem struct {
+	K     Keys
+	Owner string
+	TTL   time.Duration
+	// Exact: the lease lapses ttl from now even if it would have lapsed later
+	// (Lease.Extend); otherwise it is only lengthened (a renewal).
+	Exact bool
+	// Gen is how many Extends of the lease had been sent when this request
+	// was, itself included: Redis ignores a request of an earlier generation
+	// than the latest Extend it ran (codeStale), whenever it arrives.
+	Gen uint32
+	// Fence is the lease's fence, and Lease, if not nil, tells whether its
+	// owner still holds it. A RedLock takes the lock again, for Owner and
+	// with a fence at least Fence, on a member where the lock is gone and
+	// free (one restarted empty), while Lease says the owner holds it. A
+	// node uses neither.
+	Fence int64
+	Lease Holder
+}
+
+// Holder tells whether a lease is still its owner's.
+type Holder interface {
+	// Held reports whether the owner holds the lease: it has not ended, and
+	// its owner has not begun to give it up. Once false, it stays false.
+	Held() bool
+}
+
+// MaxBatch is the most leases renewed by one script call, and by one
+// pipeline. A renewal pass takes the leases due by then, not a multiple of
+// maxBatch, so its last call is a partial one: at 128, 10,000 leases on one
+// server take about 80 round trips a period, under one per 100 leases; each
+// call keeps Redis busy for about a millisecond.
+const MaxBatch = 128
+
+// Extend runs extend.lua once over items, whose keys must all be in one
+// hash slot if the node is a Cluster: one round trip. It returns a result
+// code per item.
+func (n *Node) Extend(ctx context.Context, items []ExtendItem) ([]int64, error) {
+	ks, args := extendArgs(items)
+	codes, err := n.scripts[ScriptExtend].Run(ctx, n.cmd, ks, args...).Int64Slice()
+	return n.extendResult(items, codes, err)
+}
+
+// ExtendAll runs extend.lua once per call, all in one pipeline: one round
+// trip per server. It returns the result codes and the error of each call.
+func (n *Node) ExtendAll(ctx context.Context, calls [][]ExtendItem, rec *Record) ([][]int64, []error) {
+	codes, errs := make([][]int64, len(calls)), make([]error, len(calls))
+	if len(calls) == 1 && rec == nil {
+		codes[0], errs[0] = n.Extend(ctx, calls[0])
+		return codes, errs
+	}
+	run := func(eval bool, todo []int) {
+		pipe := n.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(todo))
+		for j, i := range todo {
+			ks, args := extendArgs(calls[i])
+			if eval {
+				cmds[j] = n.scripts[ScriptExtend].Eval(ctx, pipe, ks, args...)
+			} else {
+				cmds[j] = n.scripts[ScriptExtend].EvalSha(ctx, pipe, ks, args...)
+			}
+		}
+		var set *redis.StatusCmd
+		if rec != nil && !rec.Sent {
+			// The record rides with the round (on a Cluster, with the
+			// batch of its own server), once.
+			set, rec.Sent = pipe.Set(ctx, rec.Key, rec.Value, rec.TTL), true
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		if set != nil && set.Err() != nil {
+			n.Failed(set.Err())
+			rec.Err = fmt.Errorf("write %s: %w", rec.Key, set.Err())
+		}
+		for j, i := range todo {
+			v, err := cmds[j].Int64Slice()
+			codes[i], errs[i] = n.extendResult(calls[i], v, err)
+		}
+	}
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	run(false, all)
+	// A server that does not know the script yet (after a restart, a
+	// failover or SCRIPT FLUSH) is sent its body.
+	var again []int
+	for i, err := range errs {
+		if noScript(err) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		run(true, again)
+	}
+	return codes, errs
+}
+
+func extendArgs(items []ExtendItem) (ks []string, args []any) {
+	nk := 0
+	for _, it := range items {
+		nk += len(it.K.leaseKeys) + 1
+	}
+	ks = make([]string, 0, nk)
+	args = make([]any, 0, 6*len(items))
+	for _, it := range items {
+		how := extendLonger
+		if it.Exact {
+			how = extendExact
+		}
+		ks = append(ks, it.K.leaseKeys...)
+		n := len(it.K.leaseKeys)
+		kind := it.K.Kind.leaseIn.arg()
+		if it.K.Kind.extendsHash {
+			ks = append(ks, it.K.extendsKey())
+			n++
+			kind = leaseInRedLock
+		}
+		args = append(args, kind, it.Owner, it.TTL.Milliseconds(), how.arg(), it.Gen, n)
+	}
+	return ks, args
+}
+
+func (n *Node) extendResult(items []ExtendItem, codes []int64, err error) ([]int64, error) {
+	if err != nil {
+		n.Failed(err)
+	}
+	switch {
+	case err != nil && len(items) == 1:
+		return nil, errs.Op(nil, err, "extend %q", items[0].K.Name)
+	case err != nil:
+		return nil, errs.Op(nil, err, "extend %d leases", len(items))
+	case len(codes) != len(items):
+		return nil, errs.Op(nil, nil, "extend %d leases: unexpected reply %v", len(items), codes)
+	}
+	return codes, nil
+}
+
+// TTL runs ttl.lua: whether owner holds its lease on k (codeDone; codeOther
+// or codeGone if not) and, if it does, how long the lease has left (-1ms: no
+// expiry).
+func (n *Node) TTL(ctx context.Context, k Keys, owner string) (left time.Duration, code int64, err error) {
+	ms, err := n.scripts[scriptTTL].Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.Kind.leaseIn.arg()).Int64()
+	switch {
+	case err != nil:
+		return 0, 0, errs.Op(nil, err, "ttl %q", k.Name)
+	case ms == ttlOther:
+		return 0, CodeOther, nil
+	case ms == ttlGone:
+		return 0, CodeGone, nil
+	}
+	return time.Duration(ms) * time.Millisecond, CodeDone, nil
+}
