@@ -31,6 +31,24 @@
 // repository is a complete program. dlock needs Redis 7.0 or later, or
 // Valkey 8.
 //
+// # Words
+//
+// A lock is a kind and a name (Mutex "order:42"), held in Redis keys under
+// that name. Each acquisition has an owner id, unique across Clients. The
+// words below mean one thing each, in this documentation and in the code:
+//
+//	Lease        the handle an acquisition returns: Unlock, Fence, Extend, and Done and Err that tell of a loss
+//	hold         what one owner has of a lock: its first acquisition and its re-entries, each with a Lease
+//	             of its own; the last of them to Unlock releases the lock
+//	term         a hold's life: from the acquisition to its end by Unlock, loss or local deadline; the
+//	             Client renews it every TTL/3 (see Times)
+//	Leadership   an Election's term as leader; a MultiLease, a MultiLock's Leases taken together
+//	grant        a release's hand-over of the lock to the waiter next in line, with a new fence and a short
+//	             grant lease, until the waiter's Client takes it up
+//	registration a waiter's place in line in Redis, kept alive by its Client; it lapses after three missed keep-alives
+//	fence        the number each acquisition gets, larger than every earlier one of that name
+//	ended        a term that is over: unlocked, lost (ErrLockLost), or past its local deadline unrenewed
+//
 // # Guarantees
 //
 // While Redis keeps its data (no failover to a replica that missed a write,

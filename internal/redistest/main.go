@@ -29,11 +29,14 @@ var IgnoreDialProbe = goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/int
 // first one's address is in REDIS_ADDR and, with servers > 1, every one's in
 // REDLOCK_ADDRS. They are stopped once the run ends. A run that passed fails
 // if it left goroutines running (IgnoreDialProbe and opts excepted).
+// go-redis's log is kept out of the output; a run that failed prints its
+// last lines.
 func Main(m *testing.M, servers int, opts ...goleak.Option) {
 	os.Exit(run(m, servers, opts))
 }
 
 func run(m *testing.M, servers int, opts []goleak.Option) int {
+	rlog := quietRedis()
 	var started []*Server
 	stop := func() {
 		for _, s := range started {
@@ -67,6 +70,7 @@ func run(m *testing.M, servers int, opts []goleak.Option) int {
 	code := m.Run()
 	stop() // before the search for leaks: each server has a goroutine waiting for it
 	if code != 0 {
+		rlog.dump(os.Stderr)
 		return code
 	}
 	if err := goleak.Find(append([]goleak.Option{IgnoreDialProbe}, opts...)...); err != nil {
