@@ -30,7 +30,7 @@ const (
 var Kinds = []Kind{KindMutex, KindFairMutex, KindRWMutex, KindSemaphore, KindCountDownLatch, KindElection}
 
 // adminKinds maps each Kind to the layout of its keys.
-var adminKinds = map[Kind]*protocol.Kind{
+var adminKinds = map[Kind]*protocol.Layout{
 	KindMutex:          protocol.MutexKind,
 	KindFairMutex:      protocol.FairKind,
 	KindRWMutex:        protocol.RWWriteKind,

@@ -181,7 +181,7 @@ func (c *Client) Check(ctx context.Context) error {
 // acquirer describes, for a primitive, the lock of kind k called name with
 // opts over the Client's defaults. An empty or too long name, an invalid
 // option or a nil Client are errors the acquirer returns from every call.
-func (c *Client) acquirer(k *protocol.Kind, name string, opts []Option) acquirer {
+func (c *Client) acquirer(k *protocol.Layout, name string, opts []Option) acquirer {
 	if c == nil || c.e == nil {
 		return acquirer{k: protocol.Keys{Kind: k, Name: name}, err: errs.Op(nil, nil, "%s of a nil or zero Client", k.Name)}
 	}

@@ -145,7 +145,7 @@ func (el *Election) Observe(ctx context.Context) iter.Seq2[Leader, error] {
 type observer struct {
 	a *acquirer
 	g *notify.Gate
-	w *notify.Waiter
+	w *notify.Listener
 	// last is where the last state yielded stands in the election's history
 	// (pos); seen tells whether one was.
 	last pos

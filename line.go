@@ -25,7 +25,7 @@ type turn struct {
 	start time.Time
 
 	g          *notify.Gate
-	w          *notify.Waiter
+	w          *notify.Listener
 	registered bool // in Redis, by an attempt that found the lock held
 	timer      *time.Timer
 	out        outage

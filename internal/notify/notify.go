@@ -88,7 +88,7 @@ type Gate struct {
 	need    int
 	refused int
 	refs    int // joins not yet left
-	waiters map[string]*Waiter
+	waiters map[string]*Listener
 	idle    *list.Element // in Notifier.idle while refs == 0
 	// again, if not nil, marks a subscription being made again because the
 	// channel's slot moved (the server dropped the channel, or Check found
@@ -115,8 +115,8 @@ func (g *Gate) isReady() bool {
 	}
 }
 
-// Waiter is one waiting Lock call, known by its owner id.
-type Waiter struct {
+// Listener is one waiting Lock call, known by its owner id.
+type Listener struct {
 	owner string
 	// Wake gets the message that woke the waiter, parsed (the zero wake
 	// after a broken connection); capacity 1, so that it never blocks the
@@ -127,14 +127,14 @@ type Waiter struct {
 
 // Drain empties w.wake: a message that came before a request is answered
 // by that request.
-func (w *Waiter) Drain() {
+func (w *Listener) Drain() {
 	select {
 	case <-w.Wake:
 	default:
 	}
 }
 
-func (w *Waiter) signal(msg protocol.Wake) {
+func (w *Listener) signal(msg protocol.Wake) {
 	select {
 	case w.Wake <- msg:
 	default:
@@ -183,7 +183,7 @@ func (n *Notifier) Join(ctx context.Context, k protocol.Keys, ttl time.Duration,
 	g := n.gates[channel]
 	subscribe := g == nil
 	if subscribe {
-		g = &Gate{k: k, ttl: ttl, channel: channel, ready: make(chan struct{}), waiters: make(map[string]*Waiter)}
+		g = &Gate{k: k, ttl: ttl, channel: channel, ready: make(chan struct{}), waiters: make(map[string]*Listener)}
 		n.gates[channel] = g
 	}
 	n.use(g)
@@ -423,8 +423,8 @@ func (n *Notifier) unsubscribe(gates []*Gate) {
 }
 
 // Enter makes owner a waiter of g, to be woken by messages naming it.
-func (n *Notifier) Enter(g *Gate, owner string) *Waiter {
-	w := &Waiter{owner: owner, Wake: make(chan protocol.Wake, 1)}
+func (n *Notifier) Enter(g *Gate, owner string) *Listener {
+	w := &Listener{owner: owner, Wake: make(chan protocol.Wake, 1)}
 	n.mu.Lock()
 	g.waiters[owner] = w
 	n.mu.Unlock()
@@ -434,7 +434,7 @@ func (n *Notifier) Enter(g *Gate, owner string) *Waiter {
 // Exit ends w's wait. If w gives up (registered is true and it did not take
 // the lock), its registration is removed from Redis, and the lock passed on if
 // it was granted to w; doubt is as Unregister's.
-func (n *Notifier) Exit(g *Gate, w *Waiter, registered bool, doubt int64) {
+func (n *Notifier) Exit(g *Gate, w *Listener, registered bool, doubt int64) {
 	n.mu.Lock()
 	delete(g.waiters, w.owner)
 	n.mu.Unlock()

@@ -111,7 +111,7 @@ type Backend interface {
 	Traits() Traits
 	// KindFor returns the kind a lock of kind k runs as here, or nil if k
 	// cannot run here.
-	KindFor(k *Kind) *Kind
+	KindFor(k *Layout) *Layout
 }
 
 // Traits are what the layers above a Backend need to know of it.

@@ -17,7 +17,7 @@ import (
 // ElectionKind is an Election's lease. Its queue keeps a candidate's value
 // in the candidate's entry, from which the release that grants it the lease
 // writes the leader record; its renewals lengthen the record with the lock.
-var ElectionKind = &Kind{Name: "Election", Space: "election:", acquire: ScriptAcquire, release: scriptRelease,
+var ElectionKind = &Layout{Name: "Election", Space: "election:", acquire: ScriptAcquire, release: scriptRelease,
 	acquireKeys: []string{"lock", "waiters", "alive", "leader"},
 	releaseKeys: []string{"lock", "waiters", "alive", "leader"},
 	leaseKeys:   []string{"lock", "leader"},

@@ -12,7 +12,7 @@ import (
 // the same {hash tag}, so they share a Redis Cluster slot and one script can
 // touch them all; docs/failure-model.md lists them.
 type Keys struct {
-	Kind    *Kind
+	Kind    *Layout
 	Name    string // as the caller gave it
 	Tag     string // prefix, namespace and {hash tag}: the stem of every key and channel
 	Channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
@@ -25,7 +25,7 @@ type Keys struct {
 // channel stem. Every key and the stem are slices of one string, and the key
 // lists share one array, so that a lock's names cost a few allocations, not
 // one each.
-func NewKeys(prefix string, k *Kind, name string) Keys {
+func NewKeys(prefix string, k *Layout, name string) Keys {
 	esc := NameEscaper.Replace(name)
 	lists := [...][]string{k.acquireKeys, k.releaseKeys, k.leaseKeys}
 	var names [8]string // each key's name once, in order of appearance

@@ -9,7 +9,7 @@ import (
 // followed by each key's suffix, for every kind, also for names that need
 // escaping, and appending to a key list never writes into another.
 func TestNewKeys(t *testing.T) {
-	for _, k := range []*Kind{MutexKind, FairKind, SemKind, RWReadKind, RWWriteKind, LatchKind} {
+	for _, k := range []*Layout{MutexKind, FairKind, SemKind, RWReadKind, RWWriteKind, LatchKind} {
 		for _, name := range []string{"x", "{a}b%", ""} {
 			ks := NewKeys("p:", k, name)
 			tag := "p:" + k.Space + "{" + NameEscaper.Replace(name) + "}"

@@ -1,10 +1,10 @@
 package protocol
 
-// A kind is a lock type's scripts and the layout of its keys. Each key list
+// A Layout is a lock kind's scripts and the layout of its keys. Each key list
 // names, in the order of the KEYS in its script's header, the keys of one
 // lock by the name the header gives them; the key itself is the lock's tag
 // followed by the name's suffix (keyNames).
-type Kind struct {
+type Layout struct {
 	Name    string // the Go type, for messages
 	Space   string // the keys' namespace after the prefix: "" for a Mutex, "fair:", ...
 	acquire script
@@ -94,19 +94,19 @@ var (
 	// paused past it): a Mutex passes the lock to the next live waiter, a
 	// FairMutex keeps it for the grantee while its registration lives.
 	// The lock itself, its holder and its fence, is one string, its state.
-	MutexKind = &Kind{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
+	MutexKind = &Layout{Name: "Mutex", acquire: ScriptAcquire, release: scriptRelease,
 		acquireKeys: []string{"lock", "waiters", "alive"},
 		releaseKeys: []string{"lock", "waiters", "alive"},
 		leaseKeys:   []string{"lock"},
 		leaseIn:     leaseInState,
 		Handoff:     HandoffGrant, Reentrant: true, order: orderPass}
-	FairKind = &Kind{Name: "FairMutex", Space: "fair:", acquire: ScriptAcquire, release: scriptRelease,
+	FairKind = &Layout{Name: "FairMutex", Space: "fair:", acquire: ScriptAcquire, release: scriptRelease,
 		acquireKeys: []string{"lock", "waiters", "alive"},
 		releaseKeys: []string{"lock", "waiters", "alive"},
 		leaseKeys:   []string{"lock"},
 		leaseIn:     leaseInState,
 		Handoff:     HandoffGrant, Reentrant: true, order: orderKeep}
-	SemKind = &Kind{Name: "Semaphore", Space: "sem:", acquire: ScriptSemAcquire, release: scriptSemRelease,
+	SemKind = &Layout{Name: "Semaphore", Space: "sem:", acquire: ScriptSemAcquire, release: scriptSemRelease,
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
 		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total", "fence"},
 		leaseKeys:   []string{"holders", "fence", "semaphore"},
@@ -114,22 +114,22 @@ var (
 	// The two kinds of hold of an RWMutex share its keys, scripts and
 	// wake-up channel; a read hold's lease is its member of the readers set,
 	// the write hold's is the lock hash.
-	RWReadKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
+	RWReadKind = &Layout{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
 		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
 		leaseKeys:   []string{"readers", "fence", "fences"},
 		leaseIn:     leaseInZSet, Reentrant: true}
-	RWWriteKind = &Kind{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
+	RWWriteKind = &Layout{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
 		acquireKeys: RWReadKind.acquireKeys,
 		releaseKeys: RWReadKind.releaseKeys,
 		leaseKeys:   []string{"lock", "fence", "fences"},
 		Handoff:     HandoffGrant, Reentrant: true}
-	LatchKind = &Kind{Name: "CountDownLatch", Space: "latch:"}
+	LatchKind = &Layout{Name: "CountDownLatch", Space: "latch:"}
 	// RedMutexKind is a Mutex on a RedLock member: the scripts of its own
 	// (red_acquire.lua, red_release.lua) keep no order and grant nothing, for each
 	// member keeps a queue of its own: a release tells the next waiter to
 	// try.
-	RedMutexKind = &Kind{Name: "Mutex", acquire: ScriptRedAcquire, release: scriptRedRelease,
+	RedMutexKind = &Layout{Name: "Mutex", acquire: ScriptRedAcquire, release: scriptRedRelease,
 		acquireKeys: []string{"lock", "fence", "waiters"},
 		releaseKeys: []string{"lock", "fence", "waiters"},
 		leaseKeys:   []string{"lock", "fence"},

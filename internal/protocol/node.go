@@ -84,4 +84,4 @@ func (n *Node) Settle() {
 func (n *Node) Traits() Traits { return Traits{CtxAware: n.ctxAware, GrantWake: true, Admin: true} }
 
 // KindFor: every kind runs on a node.
-func (n *Node) KindFor(k *Kind) *Kind { return k }
+func (n *Node) KindFor(k *Layout) *Layout { return k }

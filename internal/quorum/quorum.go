@@ -112,7 +112,7 @@ func (q *quorum) Traits() protocol.Traits { return protocol.Traits{CtxAware: tru
 
 // KindFor: only a Mutex runs on a RedLock, whose release tells the next
 // waiter instead of granting (redMutexKind).
-func (q *quorum) KindFor(k *protocol.Kind) *protocol.Kind {
+func (q *quorum) KindFor(k *protocol.Layout) *protocol.Layout {
 	if k == protocol.MutexKind {
 		return protocol.RedMutexKind
 	}
