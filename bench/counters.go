@@ -152,7 +152,9 @@ func (c *reqCounter) classify(cmd redis.Cmder) {
 	if n := cmd.Name(); n != "evalsha" && n != "eval" {
 		return
 	}
-	sc, ok := cmd.(*redis.Cmd)
+	// A *redis.Cmd, or a command that embeds one (dlock sends its acquire
+	// calls as one that go-redis must not retry).
+	sc, ok := cmd.(interface{ Val() any })
 	if !ok {
 		return
 	}
