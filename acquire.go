@@ -258,7 +258,7 @@ func (a *acquirer) attempt(ctx context.Context, tn *turn, sent time.Time, regist
 	// The lease runs from the first copy that may have taken it: a retry
 	// that finds the lock held by its owner does not lengthen it.
 	begun := sent
-	if !tn.doubtSent.IsZero() && tn.doubtSent.Before(begun) {
+	if !e.traits.OwnTakes && !tn.doubtSent.IsZero() && tn.doubtSent.Before(begun) {
 		begun = tn.doubtSent
 	}
 	t, err := e.ren.Begin(&a.k, owner, r.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: begun, FenceArg: r.FenceArg, Doubt: max(r.Doubt, tn.doubt)})

@@ -474,6 +474,45 @@ func TestRedLockLateMemberAcquire(t *testing.T) {
 		_ = l.Unlock(ctx)
 	})
 
+	// A waiter whose first attempt left a member behind (its outcome in
+	// doubt) and who then waits past its TTL gets a lease that runs from
+	// the attempt that took the majority: the quorum keeps it off that
+	// member until its part there is undone, so no earlier copy's take is
+	// counted. Its lease must not start out ended.
+	t.Run("waiter with a member in doubt", func(t *testing.T) {
+		short := redLockOn(t, rdbs, dlock.WithNodeTimeout(150*time.Millisecond), dlock.WithTTL(time.Second))
+		holder, err := other.Mutex("waited").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := holdFirst(proxies[0], acquire)
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			l, err := short.Mutex("waited").Lock(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		time.Sleep(1500 * time.Millisecond) // past the waiter's TTL
+		deliver(t, in)
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l := <-got
+		if l == nil {
+			return
+		}
+		defer l.Unlock(ctx)
+		if err := l.Err(); err != nil {
+			t.Fatalf("the waiter's lease, just taken, has ended: %v", err)
+		}
+		time.Sleep(1500 * time.Millisecond) // renewed past its TTL
+		if err := l.Err(); err != nil {
+			t.Fatalf("the waiter's lease was not renewed: %v", err)
+		}
+	})
+
 	t.Run("after Unlock", func(t *testing.T) {
 		in := holdFirst(proxies[0], acquire)
 		l, err := c.Mutex("unlocked").Lock(ctx)

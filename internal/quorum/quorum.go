@@ -108,7 +108,9 @@ func (q *quorum) doubtOf(owner string, i int) int64 {
 // returns at ctx's end by itself; a waiter is only told to try again (each
 // member keeps a queue of its own), and administration needs a Client of
 // each member's own.
-func (q *quorum) Traits() protocol.Traits { return protocol.Traits{CtxAware: true, Slow: q.timeout} }
+func (q *quorum) Traits() protocol.Traits {
+	return protocol.Traits{CtxAware: true, Slow: q.timeout, OwnTakes: true}
+}
 
 // KindFor: only a Mutex runs on a RedLock, whose release tells the next
 // waiter instead of granting (redMutexKind).
