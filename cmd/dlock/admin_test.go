@@ -356,6 +356,7 @@ func TestWatchTerminal(t *testing.T) {
 // this test binary, which TestMain makes behave as dlock.
 func watchPane(t *testing.T, args ...string) (screen func(want ...string) string) {
 	t.Helper()
+	redistest.Full(t, "a terminal, tmux")
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
 		t.Fatal("tmux is needed to test watch in a terminal (apt-get install tmux)")

@@ -97,6 +97,7 @@ func LaunchCluster(dir string, primaries, replicasEach int, extra ...string) (*C
 // closed when the test ends, and a failure to form it fails the test.
 func StartCluster(t testing.TB, primaries, replicasEach int, extra ...string) *Cluster {
 	t.Helper()
+	Full(t, "a Cluster")
 	c, err := LaunchCluster(t.TempDir(), primaries, replicasEach, extra...)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)

@@ -135,6 +135,7 @@ func LaunchSentinel(dir string, replicas, sentinels int, extra ...string) (*Sent
 // closed when the test ends, and a failure to start it fails the test.
 func StartSentinel(t testing.TB, replicas, sentinels int, extra ...string) *Sentinel {
 	t.Helper()
+	Full(t, "a Sentinel set-up")
 	s, err := LaunchSentinel(t.TempDir(), replicas, sentinels, extra...)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
