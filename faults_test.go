@@ -77,7 +77,12 @@ func dropOnce(t *testing.T, p *faultproxy.Proxy, op string) *faultproxy.Injectio
 // not happen proves nothing.
 func checkHit(t *testing.T, in *faultproxy.Injection) {
 	t.Helper()
-	if in.Hits() == 0 {
+	// A call that gave up at its context's end may leave its request to be
+	// sent in the background: on a loaded machine it reaches the proxy a
+	// moment after the call returned.
+	select {
+	case <-in.Hit():
+	case <-time.After(5 * time.Second):
 		t.Fatal("the injected fault never applied")
 	}
 }
