@@ -495,8 +495,10 @@ func TestRedLockFenceAfterRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Fence() != ahead+1 {
-			t.Fatalf("fence %d, want node 0's %d: the set-up failed", l.Fence(), ahead+1)
+		// Node 0's fence: ahead+1, or a little more if an attempt that
+		// missed the node timeout on a loaded machine took one before.
+		if l.Fence() <= ahead || l.Fence() > ahead+100 {
+			t.Fatalf("fence %d, want node 0's, just above %d: the set-up failed", l.Fence(), ahead)
 		}
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
