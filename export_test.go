@@ -36,8 +36,11 @@ return t[1] * 1000000 + t[2] + 3600000000`,
 // redMutants are the same broken acquire scripts for a RedLock's members,
 // whose lock is a hash beside a fence key.
 var redMutants = map[string]string{
+	// The fence key may hold records after its number: they are dropped.
 	"acquire-ignores-holder": `
-local fence = redis.call('INCR', KEYS[2])
+local v = redis.call('GET', KEYS[2])
+local fence = (tonumber(v and string.match(v, '^(%d+)')) or 0) + 1
+redis.call('SET', KEYS[2], fence)
 redis.call('HSET', KEYS[1], ARGV[1], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return fence`,

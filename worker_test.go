@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -33,6 +34,9 @@ const (
 	envResource = "DLOCK_TEST_RESOURCE" // address of the fenced resource's Redis
 	envMutant   = "DLOCK_TEST_MUTANT"   // name of a broken acquire script to use
 	envParams   = "DLOCK_TEST_PARAMS"   // workerParams as JSON
+	// envDebug, set in the test's environment, makes every worker log
+	// what its Client does to its stderr, which the test log shows.
+	envDebug = "DLOCK_WORKER_DEBUG"
 )
 
 type workerParams struct {
@@ -171,6 +175,9 @@ func runWorker(role string) int {
 	resRDB := redis.NewClient(&redis.Options{Addr: os.Getenv(envResource)})
 	defer resRDB.Close()
 	opts := []dlock.Option{dlock.WithTTL(p.TTL)}
+	if os.Getenv(envDebug) != "" {
+		opts = append(opts, dlock.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	}
 	if p.AutoPipeline {
 		opts = append(opts, dlock.WithAutoPipeline())
 	}

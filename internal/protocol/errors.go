@@ -51,7 +51,18 @@ func Transient(err error) bool {
 	case err == nil, errors.Is(err, redis.ErrClosed):
 		return false
 	case errors.As(err, &nq):
-		return true // the members that did not answer may be back shortly
+		// The members that did not answer, or are changing hands, may be
+		// back shortly; members that all refused the request will refuse
+		// it again.
+		if len(nq.Errs) == 0 {
+			return true
+		}
+		for _, e := range nq.Errs {
+			if errors.Is(e, errs.ErrNodeTimeout) || Transient(e) {
+				return true
+			}
+		}
+		return false
 	case errors.As(err, &rerr):
 		msg := rerr.Error()
 		for _, p := range transientReplies {

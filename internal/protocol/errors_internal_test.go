@@ -1,0 +1,50 @@
+package protocol
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestTransient: a failure is ridden out only if trying again may help. A
+// RedLock's short quorum is, while some member did not answer or is
+// changing hands; one whose members all refused the request is not: a
+// script error on every member would otherwise be waited out for ever.
+func TestTransient(t *testing.T) {
+	t.Parallel()
+	scriptErr := replyError("ERR value is not an integer or out of range script: x")
+	quorum := func(es ...error) error {
+		return fmt.Errorf("acquire %q: %w", "l", &errs.QuorumError{Answered: 0, Need: 3, Nodes: 5, Errs: es})
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"closed client", redis.ErrClosed, false},
+		{"ended context", context.Canceled, false},
+		{"connection cut", io.EOF, true},
+		{"failover", replyError("READONLY You can't write against a read only replica."), true},
+		{"script error", scriptErr, false},
+		{"quorum, members timed out", quorum(errs.ErrNodeTimeout, errs.ErrNodeTimeout, errs.ErrNodeTimeout), true},
+		{"quorum, one member cut off", quorum(scriptErr, scriptErr, io.EOF), true},
+		{"quorum, one member timed out", quorum(scriptErr, fmt.Errorf("acquire: %w", errs.ErrNodeTimeout)), true},
+		{"quorum, all refused", quorum(scriptErr, scriptErr, scriptErr, scriptErr, scriptErr), false},
+		{"quorum, no member errors", quorum(), true},
+	} {
+		if got := Transient(c.err); got != c.want {
+			t.Errorf("%s: Transient(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+// replyError is an error reply of the server, as go-redis gives it.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
