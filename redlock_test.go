@@ -429,14 +429,16 @@ func TestRedLockFirstRequestShort(t *testing.T) {
 	for i, s := range srvs {
 		rdbs[i] = s.Client(t)
 	}
-	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(50*time.Millisecond))
+	// The running nodes must answer the first request, which dials, within
+	// the node timeout, also on a loaded machine.
+	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(400*time.Millisecond))
 	for _, s := range srvs[:3] {
 		if err := s.Pause(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Resume() })
 	}
-	const paused = 400 * time.Millisecond
+	const paused = 1200 * time.Millisecond
 	go func() {
 		time.Sleep(paused)
 		for _, s := range srvs[:3] {
@@ -539,7 +541,10 @@ func TestRedLockRestartWhileHeld(t *testing.T) {
 	ctx := context.Background()
 	t.Run("immediate-restart", func(t *testing.T) {
 		srvs, rdbs := redLockNodes(t, 5)
-		const ttl = 10 * time.Second
+		// a's first renewal, a third of the TTL in, takes the lock on the
+		// free nodes 3 and 4: b's TryLock must come before it, also on a
+		// loaded machine, where a restart can take seconds.
+		const ttl = 20 * time.Second
 		a := redLockOn(t, rdbs, dlock.WithTTL(ttl))
 		b := redLockOn(t, rdbs, dlock.WithTTL(ttl))
 		res := redistest.Start(t).Client(t)
