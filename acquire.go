@@ -255,11 +255,13 @@ func (a *acquirer) attempt(ctx context.Context, tn *turn, sent time.Time, regist
 		// caller abandons it.
 		return nil, 0, r, errs.Op(ErrNotAcquired, r.NotReplicated, "acquire %q", a.k.Name)
 	}
-	// The lease runs from the first copy that may have taken it: a retry
-	// that finds the lock held by its owner does not lengthen it.
+	// The lease runs from this request, unless an earlier copy took it: a
+	// retry that finds the lock held by its owner does not lengthen it, and
+	// the lease then ends no sooner than what was left of it after this
+	// request was sent.
 	begun := sent
-	if !e.traits.OwnTakes && !tn.doubtSent.IsZero() && tn.doubtSent.Before(begun) {
-		begun = tn.doubtSent
+	if r.Left > 0 && r.Left < a.ttl {
+		begun = sent.Add(r.Left - a.ttl)
 	}
 	t, err := e.ren.Begin(&a.k, owner, r.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: begun, FenceArg: r.FenceArg, Doubt: max(r.Doubt, tn.doubt)})
 	if err != nil {

@@ -155,6 +155,112 @@ func TestLateAcquireAfterExtend(t *testing.T) {
 	}
 }
 
+// TestLeaseAfterLostReply: an acquire whose reply was lost is sent again;
+// the lease runs from the request that took the lock. If the copy that lost
+// its reply took it, the retry finds it taken and the lease ends when what
+// was left of it does, not a TTL after the retry; if the lock was held, the
+// waiter's take long after that copy gets a whole lease (a lease dated from
+// the lost copy would be over before it began: a false loss).
+func TestLeaseAfterLostReply(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const ttl = 600 * time.Millisecond
+	// live checks that l is held and stays held, renewed, for two TTLs,
+	// and that its Unlock says it was held throughout.
+	live := func(t *testing.T, l *dlock.Lease) {
+		t.Helper()
+		if closedWithin(l.Done(), 2*ttl) {
+			t.Fatalf("the lease ended: %v", l.Err())
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+	}
+	for _, k := range lateKinds {
+		t.Run(k.name+"/taken-by-the-lost-copy", func(t *testing.T) {
+			t.Parallel()
+			c, p, other, _ := lateSetup(t, dlock.WithTTL(ttl))
+			in := p.Inject(faultproxy.Rule{Match: script(k.script), Fault: faultproxy.DropReply, Times: 1})
+			l, err := k.acquire(ctx, c)
+			if err != nil {
+				t.Fatalf("acquire whose first reply was lost: %v", err)
+			}
+			checkHit(t, in)
+			if _, err := k.try(ctx, other); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Fatalf("another owner while the lease is held: %v, want ErrNotAcquired", err)
+			}
+			live(t, l)
+		})
+		if k.name == "Mutex/TryLock" {
+			continue
+		}
+		t.Run(k.name+"/ends-with-the-lost-copy's-hold", func(t *testing.T) {
+			// Every copy of the first attempt runs and loses its reply; the
+			// waiter tries again after the outage and finds the lock taken
+			// by its first copy. Without renewal its lease must end when
+			// that hold may end in Redis (the TTL after the first copy ran),
+			// not a TTL after the attempt that found it: it has ended by
+			// the time another owner can take the lock.
+			t.Parallel()
+			const ttl = 3 * time.Second
+			c, p, other, _ := lateSetup(t, dlock.WithTTL(ttl), dlock.WithoutRenewal())
+			warm, err := c.Mutex("warm").TryLock(ctx) // Redis has answered this Client
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = warm.Unlock(ctx)
+			in := p.Inject(faultproxy.Rule{Match: script(k.script), Fault: faultproxy.SwallowReply, Times: 4})
+			l, err := k.acquire(ctx, c)
+			if err != nil {
+				t.Fatalf("acquire whose first attempt lost every reply: %v", err)
+			}
+			if in.Hits() != 4 {
+				t.Fatalf("%d copies lost their replies, want 4: the set-up failed", in.Hits())
+			}
+			for {
+				o, err := k.try(ctx, other)
+				if err == nil {
+					select {
+					case <-l.Done():
+					default:
+						t.Fatalf("another owner took fence %d while the lease of fence %d had not ended", o.Fence(), l.Fence())
+					}
+					_ = o.Unlock(ctx)
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+		t.Run(k.name+"/waited-past-the-lost-copy", func(t *testing.T) {
+			t.Parallel()
+			c, p, other, _ := lateSetup(t, dlock.WithTTL(ttl))
+			o, err := k.try(ctx, other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := p.Inject(faultproxy.Rule{Match: script(k.script), Fault: faultproxy.DropReply, Times: 1})
+			got := make(chan *dlock.Lease, 1)
+			go func() {
+				l, err := k.acquire(ctx, c)
+				if err != nil {
+					t.Errorf("waiter whose first reply was lost: %v", err)
+				}
+				got <- l
+			}()
+			checkHit(t, in)
+			time.Sleep(3 * ttl) // the lost copy is long past a lease of TTL
+			if err := o.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			l := <-got
+			if l == nil {
+				t.FailNow()
+			}
+			live(t, l)
+		})
+	}
+}
+
 // TestLateCampaignAfterResign: the first copy of a Campaign reaches Redis
 // after the leader it made resigned: nobody leads, and another candidate
 // leads at once.

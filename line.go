@@ -35,10 +35,8 @@ type turn struct {
 	// doubt is the latest deadline of an attempt whose outcome is unknown
 	// (protocol.AcquireResult.Doubt), 0 if none: a copy of it may still
 	// reach Redis until then, so the release that ends the turn's owner
-	// passes it on. doubtSent is when the first such attempt was sent: a
-	// lock it took is counted from then.
-	doubt     int64
-	doubtSent time.Time
+	// passes it on.
+	doubt int64
 }
 
 // end stops t's timer and leaves its gate, taking its registration out of
@@ -80,12 +78,7 @@ func (t *turn) try(ctx context.Context, extra []any) (l *Lease, pttl time.Durati
 	}
 	sent := time.Now()
 	l, pttl, r, err := a.attempt(ctx, t, sent, register, extra)
-	if r.Doubt > t.doubt {
-		t.doubt = r.Doubt
-		if t.doubtSent.IsZero() {
-			t.doubtSent = sent
-		}
-	}
+	t.doubt = max(t.doubt, r.Doubt)
 	if err == nil {
 		t.out = outage{}
 		t.held = heldAt{sent: sent, floor: r.Floor, at: r.At}

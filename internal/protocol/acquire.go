@@ -18,6 +18,11 @@ type AcquireResult struct {
 	Reentered bool          // the owner's hold count went up
 	Gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
 	Pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
+	// Left, when the lock was taken by an earlier copy of the request (its
+	// reply lost), is what was left of that lease when the script ran: the
+	// lease ends no sooner than Left after this request was sent. 0 when
+	// this request took it (its lease runs TTL from its run).
+	Left time.Duration
 	// Floor, when held by another, if the script tells it: every fence a
 	// release grants the caller from then on is above it (fence_floor); at is
 	// the server's time then, in µs.
@@ -128,8 +133,9 @@ func (n *Node) acquired(k Keys, rep evalReply) (AcquireResult, error) {
 	return r, nil
 }
 
-// decodeAcquire decodes an acquire script's reply: an integer, or for
-// "held" the time to wait, the fence floor and the server time (held_reply).
+// decodeAcquire decodes an acquire script's reply: an integer; for "held"
+// the time to wait, the fence floor and the server time (held_reply); for
+// "taken already" the fence and what is left of the lease.
 func decodeAcquire(v any) (AcquireResult, error) {
 	reply := v
 	switch v := v.(type) {
@@ -146,11 +152,18 @@ func decodeAcquire(v any) (AcquireResult, error) {
 	case []any:
 		switch len(v) {
 		case 2:
-			// Too late, or its owner ended: nothing done.
 			c, ok1 := v[0].(int64)
-			at, ok2 := v[1].(int64)
-			if ok1 && ok2 && c == 0 {
-				return AcquireResult{Expired: true, At: at}, nil
+			x, ok2 := v[1].(int64)
+			switch {
+			case ok1 && ok2 && c == 0:
+				// Too late, or its owner ended: nothing done.
+				return AcquireResult{Expired: true, At: x}, nil
+			case ok1 && ok2 && c > 0 && x > 0:
+				// Taken by an earlier copy, x ms left.
+				return AcquireResult{Fence: c, FenceArg: FenceArg{v[0]}, Left: time.Duration(x) * time.Millisecond}, nil
+			case ok1 && ok2 && c > 0:
+				// Taken by an earlier copy, with no expiry.
+				return AcquireResult{Fence: c, FenceArg: FenceArg{v[0]}}, nil
 			}
 		case 3:
 			c, ok1 := v[0].(int64)

@@ -128,12 +128,6 @@ type Traits struct {
 	// Slow is how long a request may take by design beyond its round trip:
 	// a WAIT's timeout, a RedLock's per-node timeout.
 	Slow time.Duration
-	// OwnTakes: a lock Acquire reports taken was taken by that call's own
-	// requests, never found held from an earlier call's copy (a RedLock
-	// keeps an owner off a member until its earlier part there is
-	// undone), so the lease runs from that call, whatever copies of the
-	// owner's earlier calls are still in doubt.
-	OwnTakes bool
 }
 
 // Placement is where a channel is subscribed.

@@ -109,7 +109,7 @@ func (q *quorum) doubtOf(owner string, i int) int64 {
 // member keeps a queue of its own), and administration needs a Client of
 // each member's own.
 func (q *quorum) Traits() protocol.Traits {
-	return protocol.Traits{CtxAware: true, Slow: q.timeout, OwnTakes: true}
+	return protocol.Traits{CtxAware: true, Slow: q.timeout}
 }
 
 // KindFor: only a Mutex runs on a RedLock, whose release tells the next

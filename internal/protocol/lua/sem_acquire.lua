@@ -33,6 +33,8 @@
 --
 -- Returns:
 --    > 0  acquired; the value is the fence
+--   {f, l} acquired already, by an earlier copy of the caller's request: f is
+--         the fence and l (ms) what is left of the lease
 --     -1  not acquired, not queued: more permits wanted than the total
 --  <= -2  not acquired; -value - 3 is how long (ms) the caller may sleep
 --         before the situation changes by itself (-2: nothing will lapse)
@@ -47,7 +49,7 @@
 --         SetPermits stored, 0 if it is the first caller's
 --
 -- Run twice: an acquisition that succeeded finds its holder live and answers
--- the same fence, counting nothing twice and writing only the holders' key's
+-- the same fence and what is left of its lease (as {f, l}), counting nothing twice and writing only the holders' key's
 -- expiry again as it is (touch, for WAIT); a queued caller keeps its place.
 local me, want, ttl, register = ARGV[1], tonumber(ARGV[6]), ARGV[2], tonumber(ARGV[5])
 local total = tonumber(redis.call('GET', KEYS[6])) -- type checks, before any write
@@ -68,7 +70,7 @@ if mine then
   local lapse = tonumber(redis.call('ZSCORE', KEYS[5], me))
   if lapse and lapse > now then
     touch(KEYS[5])
-    return tonumber(string.match(mine, '|(%d+)$'))
+    return {tonumber(string.match(mine, '|(%d+)$')), lapse - now}
   end
 end
 if not default then

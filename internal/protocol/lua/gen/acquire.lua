@@ -64,9 +64,11 @@ end
 --          runs, and the common take needs no more.
 --
 -- Returns:
---    > 0  acquired; the value is the fence (a lock the caller held already,
---         taken by a first run of this request, or granted by release.lua,
---         which this call takes up: its lease then lapses TTL from now)
+--    > 0  acquired; the value is the fence (taken now, or granted by
+--         release.lua and taken up now: its lease lapses TTL from now)
+--   {f, l} acquired already, by an earlier copy of the caller's request: f is
+--         the fence and l (ms) what is left of the lease, which this call
+--         does not lengthen
 --      0  re-entered: hold count set, expiry unchanged
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
 --   {c, f, t} not acquired; -c - 3 is how long (ms) the caller may sleep before
@@ -79,9 +81,9 @@ end
 --         owner ended (a record in the state says so); t is the server time
 --         in µs
 --
--- Run twice: a take that succeeded answers the same fence, and does not
--- lengthen the lease again (a later Extend may have shortened it; the client
--- counts from before the first copy was sent); an Election's leader record
+-- Run twice: a take that succeeded answers the same fence, and what is left
+-- of its lease, which it does not lengthen again (a later Extend may have
+-- shortened it; the client counts from that); an Election's leader record
 -- stays as that take wrote it; a queued caller keeps its place (its arrival
 -- is not renewed). Run late: after its deadline, or once its owner ended
 -- with this request's reply lost (its release recorded the owner until this
@@ -533,12 +535,12 @@ if s and s.o == me and st_live(s, now) then
     if KEYS[4] then
       at_least(KEYS[4], ARGV[2])
     end
-  else
-    -- A write all the same, so that a WAIT after this call covers the
-    -- first run's (touch).
-    touch(KEYS[1])
+    return s.f
   end
-  return s.f
+  -- A write all the same, so that a WAIT after this call covers the first
+  -- run's (touch).
+  touch(KEYS[1])
+  return {s.f, st_left(KEYS[1], s, now)}
 end
 local floor = micros(t)
 if s and s.f > floor then

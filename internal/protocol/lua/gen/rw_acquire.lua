@@ -280,8 +280,11 @@ end
 -- readers that come after it wait behind it.
 --
 -- Returns, as acquire.lua does (its held reply included):
---    > 0  acquired; the value is the fence (a write hold the caller had
---         already, granted or taken by a first run, now lapses TTL from now)
+--    > 0  acquired; the value is the fence (a write hold granted by
+--         rw_release.lua and taken up now lapses TTL from now)
+--   {f, l} acquired already, by an earlier copy of the caller's request: f is
+--         the fence and l (ms) what is left of the hold, which this call
+--         does not lengthen
 --      0  re-entered
 --     -1  re-enter asked, but ARGV[1] holds nothing: its lease is gone
 --   {0, t} nothing done: the request came after its deadline, or after its
@@ -294,7 +297,8 @@ end
 --         time, as in acquire.lua
 --
 -- Run twice: an acquisition that succeeded finds the caller holding and
--- answers the same fence, without lengthening the hold (a later Extend may
+-- answers the same fence and what is left of the hold, without lengthening
+-- it (a later Extend may
 -- have shortened it), but writing its hold's key's expiry again as it is
 -- (touch, for WAIT); a re-entry sets the same count; a queued caller keeps
 -- its place. Run late (after its deadline, or its owner's end), it changes
@@ -332,24 +336,26 @@ redis.call('ZCARD', KEYS[7])
 local held, count
 if reading then
   local lapse = tonumber(redis.call('ZSCORE', KEYS[5], me))
-  held = lapse and lapse > now
+  held = lapse and lapse > now and lapse
 else
   count = n > 0 and redis.call('HGET', KEYS[1], me)
   held = count
 end
 if held then
+  local fence = tonumber(redis.call('HGET', KEYS[6], me)) or tonumber(redis.call('GET', KEYS[2]))
   if reading then
     touch(KEYS[5])
+    return {fence, held - now}
   elseif count == '0' then
     -- A lock a release granted the caller, which it takes up now.
     redis.call('HSET', KEYS[1], me, 1)
     redis.call('PEXPIRE', KEYS[1], ttl)
     at_least(KEYS[2], ttl)
     at_least(KEYS[6], ttl)
-  else
-    touch(KEYS[1])
+    return fence
   end
-  return tonumber(redis.call('HGET', KEYS[6], me)) or tonumber(redis.call('GET', KEYS[2]))
+  touch(KEYS[1])
+  return {fence, redis.call('PTTL', KEYS[1])}
 end
 local readers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 
