@@ -2,7 +2,7 @@
 .PHONY: test faults chaos failover bench bench-quick microbench demo vet readme
 
 test:
-	go test -race -count=1 -p 1 -parallel 8 ./... ./dlocktest/miniredis/... ./otel/... ./examples/flashsale/... ./gocronlock/...
+	go test -race -count=1 -p 1 -parallel 8 -timeout 20m ./... ./dlocktest/miniredis/... ./otel/... ./examples/flashsale/... ./gocronlock/...
 
 # The fault matrix: every request kind dlock sends, crossed with a lost
 # reply, a first copy delivered late (after its owner's next request, or
