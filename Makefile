@@ -1,5 +1,9 @@
 # Shortcuts for the commands in README.md.
-.PHONY: test faults chaos failover bench bench-quick microbench demo vet readme
+.PHONY: fast test faults chaos failover bench bench-quick microbench demo vet readme
+
+# The fast tier: what one plain redis-server proves in about two minutes.
+fast:
+	go test -short -race -count=1 -parallel 8 ./... ./dlocktest/miniredis/... ./otel/... ./examples/flashsale/... ./gocronlock/...
 
 test:
 	go test -race -count=1 -p 1 -parallel 8 -timeout 20m ./... ./dlocktest/miniredis/... ./otel/... ./examples/flashsale/... ./gocronlock/...

@@ -28,7 +28,7 @@ func TestClusterScripts(t *testing.T) {
 	rdb := cl.Client(t)
 	var rec scriptRecorder
 	rdb.AddHook(&rec)
-	c := clientOn(t, rdb, dlock.WithTTL(300*time.Millisecond))
+	c := clientOn(t, rdb, dlock.WithTTL(time.Second))
 	exerciseScripts(t, c, clientOn(t, cl.Client(t)))
 	ctx := context.Background()
 	rec.mu.Lock()

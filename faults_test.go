@@ -323,11 +323,11 @@ func TestRetriedRenewal(t *testing.T) {
 	ctx := context.Background()
 	c, p, rdb := proxied(t)
 	in := p.Inject(faultproxy.Rule{Match: script("extend"), Fault: faultproxy.DropReply, Times: 3})
-	l, err := c.Mutex("x", dlock.WithTTL(300*time.Millisecond)).Lock(ctx)
+	l, err := c.Mutex("x", dlock.WithTTL(900*time.Millisecond)).Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(2 * time.Second)
 	if in.Hits() != 3 {
 		t.Fatalf("%d renewals lost, want 3", in.Hits())
 	}
@@ -1074,7 +1074,7 @@ func TestHalfOpenWakeUpConnection(t *testing.T) {
 }
 
 // TestSlowHookDelaysNoRenewal: an Extended hook that takes a second delays no
-// renewal: leases of 300ms stay held.
+// renewal: leases of 600ms stay held.
 func TestSlowHookDelaysNoRenewal(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -1084,7 +1084,7 @@ func TestSlowHookDelaysNoRenewal(t *testing.T) {
 	}}))
 	ls := make([]*dlock.Lease, 3)
 	for i := range ls {
-		l, err := c.Mutex("x"+strconv.Itoa(i), dlock.WithTTL(300*time.Millisecond)).Lock(ctx)
+		l, err := c.Mutex("x"+strconv.Itoa(i), dlock.WithTTL(600*time.Millisecond)).Lock(ctx) // shorter than the hook's second
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -149,7 +149,7 @@ func TestScriptHeaders(t *testing.T) {
 	t.Parallel()
 	headers := readHeaders(t)
 	var rec scriptRecorder
-	c, rdb, _ := newClient(t, dlock.WithTTL(300*time.Millisecond))
+	c, rdb, _ := newClient(t, dlock.WithTTL(time.Second))
 	rdb.AddHook(&rec)
 	other := clientOn(t, rdb)
 	exerciseScripts(t, c, other)
@@ -372,7 +372,7 @@ func exerciseScripts(t *testing.T, c, other *dlock.Client) {
 		_, err = l.TTL(ctx)
 		must(err)
 		must(l.Extend(ctx, time.Second))
-		time.Sleep(400 * time.Millisecond) // a renewal
+		time.Sleep(700 * time.Millisecond) // a renewal, a third of the TTL in
 		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		if _, err := contend(wctx, other); err == nil {
 			t.Fatal("a second holder")

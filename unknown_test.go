@@ -132,10 +132,13 @@ func TestLostAcquireFreed(t *testing.T) {
 		// The caller gives up before the acquire's reply comes; the reply
 		// says the lock was taken, and the release that undoes it fails.
 		c, p, direct := proxied(t, dlock.WithTTL(ttl))
-		slow, restore := faultThenDown(p, script("acquire"), faultproxy.DelayReply, 300*time.Millisecond)
+		// The caller waits long enough for the proxy to forward the request
+		// also on a loaded machine (a request whose client went before it
+		// was forwarded never runs), and gives up well before the reply.
+		slow, restore := faultThenDown(p, script("acquire"), faultproxy.DelayReply, 600*time.Millisecond)
 		defer restore()
 		start := time.Now()
-		tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		_, err := c.Mutex("x").TryLock(tctx)
 		cancel()
 		checkHit(t, slow)

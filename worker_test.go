@@ -362,6 +362,7 @@ func worker(t *testing.T, role, mutant string, lockSrv, resSrv *redistest.Server
 // Cluster's, joined by commas.
 func workerOn(t *testing.T, role, mutant, lockAddr string, resSrv *redistest.Server, p workerParams) *exec.Cmd {
 	t.Helper()
+	redistest.Full(t, "worker processes")
 	params, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)

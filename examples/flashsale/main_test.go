@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 // the URL that uses it.
 func testDB(t *testing.T) string {
 	t.Helper()
+	redistest.Full(t, "PostgreSQL")
 	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, defaultPG)
 	if err != nil {

@@ -127,9 +127,11 @@ func Start(t testing.TB, extra ...string) *Server {
 	return s
 }
 
-// StartN starts n independent servers.
+// StartN starts n independent servers: a RedLock's nodes, which are the
+// full tier's (Full).
 func StartN(t testing.TB, n int, extra ...string) []*Server {
 	t.Helper()
+	Full(t, fmt.Sprintf("%d servers", n))
 	ss := make([]*Server, n)
 	for i := range ss {
 		ss[i] = Start(t, extra...)

@@ -47,6 +47,7 @@ func pgURL() string {
 // end, and returns its URL and a pool on it.
 func database(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
+	redistest.Full(t, "PostgreSQL")
 	ctx := context.Background()
 	admin, err := pgxpool.New(ctx, pgURL())
 	if err != nil {
