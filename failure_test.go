@@ -327,6 +327,7 @@ func TestLockHonorsContextWhileRedisStalls(t *testing.T) {
 // reached Redis, fail at once.
 func TestWaitRidesOutOutage(t *testing.T) {
 	t.Parallel()
+	redistest.Full(t, "outages of seconds")
 	ctx := context.Background()
 	const outage = 1500 * time.Millisecond
 	// A Redis client that gives up on a refused connection after about

@@ -147,6 +147,7 @@ func suffixes(name string) []string {
 // key lists of every kind match their scripts.
 func TestScriptHeaders(t *testing.T) {
 	t.Parallel()
+	redistest.Full(t, "a RedLock's nodes")
 	headers := readHeaders(t)
 	var rec scriptRecorder
 	c, rdb, _ := newClient(t, dlock.WithTTL(time.Second))

@@ -27,6 +27,7 @@ const keysPerMutexName = 4
 // per-operation marker. Keys scale with names, never with operations.
 func TestKeysScaleWithNames(t *testing.T) {
 	t.Parallel()
+	redistest.Full(t, "thousands of names")
 	const (
 		workers = 64
 		names   = 1000

@@ -741,6 +741,7 @@ func BenchmarkLatch(b *testing.B) {
 // from what those keys hold.
 func TestLatchKeysPerName(t *testing.T) {
 	t.Parallel()
+	redistest.Full(t, "thousands of names")
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	l := c.CountDownLatch("n")

@@ -576,6 +576,7 @@ func TestSemaphoreRetriedRelease(t *testing.T) {
 // leaves a key of its own.
 func TestSemaphoreKeysPerName(t *testing.T) {
 	t.Parallel()
+	redistest.Full(t, "thousands of names")
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
 	s := c.Semaphore("n", 2)

@@ -33,6 +33,7 @@ func faultThenDown(p *faultproxy.Proxy, first faultproxy.Match, fault faultproxy
 // gone when its reply came.
 func TestLostAcquireFreed(t *testing.T) {
 	t.Parallel()
+	redistest.Full(t, "an outage of a second per case")
 	ctx := context.Background()
 	const ttl = 10 * time.Second
 	const outage = time.Second
