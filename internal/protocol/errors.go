@@ -51,14 +51,15 @@ func Transient(err error) bool {
 	case err == nil, errors.Is(err, redis.ErrClosed):
 		return false
 	case errors.As(err, &nq):
-		// The members that did not answer, or are changing hands, may be
-		// back shortly; members that all refused the request will refuse
-		// it again.
+		// The members that did not answer (in time, or before the caller's
+		// context ended), or are changing hands, may be back shortly;
+		// members that all refused the request will refuse it again.
 		if len(nq.Errs) == 0 {
 			return true
 		}
 		for _, e := range nq.Errs {
-			if errors.Is(e, errs.ErrNodeTimeout) || Transient(e) {
+			if errors.Is(e, errs.ErrNodeTimeout) || errors.Is(e, context.DeadlineExceeded) ||
+				errors.Is(e, context.Canceled) || Transient(e) {
 				return true
 			}
 		}

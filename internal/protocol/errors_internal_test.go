@@ -35,6 +35,7 @@ func TestTransient(t *testing.T) {
 		{"quorum, one member cut off", quorum(scriptErr, scriptErr, io.EOF), true},
 		{"quorum, one member timed out", quorum(scriptErr, fmt.Errorf("acquire: %w", errs.ErrNodeTimeout)), true},
 		{"quorum, all refused", quorum(scriptErr, scriptErr, scriptErr, scriptErr, scriptErr), false},
+		{"quorum, cut short by the caller", quorum(scriptErr, context.DeadlineExceeded, context.DeadlineExceeded), true},
 		{"quorum, no member errors", quorum(), true},
 	} {
 		if got := Transient(c.err); got != c.want {
