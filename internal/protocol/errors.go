@@ -52,18 +52,17 @@ func Transient(err error) bool {
 		return false
 	case errors.As(err, &nq):
 		// The members that did not answer (in time, or before the caller's
-		// context ended), or are changing hands, may be back shortly;
-		// members that all refused the request will refuse it again.
-		if len(nq.Errs) == 0 {
-			return true
-		}
+		// context ended), or are changing hands, may be back shortly; a
+		// majority may grant the request then, unless too many members
+		// refused it, which they would do again.
+		refused := 0
 		for _, e := range nq.Errs {
-			if errors.Is(e, errs.ErrNodeTimeout) || errors.Is(e, context.DeadlineExceeded) ||
-				errors.Is(e, context.Canceled) || Transient(e) {
-				return true
+			if !errors.Is(e, errs.ErrNodeTimeout) && !errors.Is(e, context.DeadlineExceeded) &&
+				!errors.Is(e, context.Canceled) && !Transient(e) {
+				refused++
 			}
 		}
-		return false
+		return refused <= nq.Nodes-nq.Need
 	case errors.As(err, &rerr):
 		msg := rerr.Error()
 		for _, p := range transientReplies {

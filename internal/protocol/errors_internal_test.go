@@ -12,8 +12,9 @@ import (
 
 // TestTransient: a failure is ridden out only if trying again may help. A
 // RedLock's short quorum is, while some member did not answer or is
-// changing hands; one whose members all refused the request is not: a
-// script error on every member would otherwise be waited out for ever.
+// changing hands, unless so many members refused it that no majority can
+// grant it: a script error on the members would otherwise be waited out for
+// ever.
 func TestTransient(t *testing.T) {
 	t.Parallel()
 	scriptErr := replyError("ERR value is not an integer or out of range script: x")
@@ -32,9 +33,10 @@ func TestTransient(t *testing.T) {
 		{"failover", replyError("READONLY You can't write against a read only replica."), true},
 		{"script error", scriptErr, false},
 		{"quorum, members timed out", quorum(errs.ErrNodeTimeout, errs.ErrNodeTimeout, errs.ErrNodeTimeout), true},
-		{"quorum, one member cut off", quorum(scriptErr, scriptErr, io.EOF), true},
-		{"quorum, one member timed out", quorum(scriptErr, fmt.Errorf("acquire: %w", errs.ErrNodeTimeout)), true},
+		{"quorum, two refused, one cut off", quorum(scriptErr, scriptErr, io.EOF), true},
+		{"quorum, one refused, one timed out", quorum(scriptErr, fmt.Errorf("acquire: %w", errs.ErrNodeTimeout)), true},
 		{"quorum, all refused", quorum(scriptErr, scriptErr, scriptErr, scriptErr, scriptErr), false},
+		{"quorum, a majority refused, the rest not awaited", quorum(scriptErr, scriptErr, scriptErr, errs.ErrNodeTimeout, errs.ErrNodeTimeout), false},
 		{"quorum, cut short by the caller", quorum(scriptErr, context.DeadlineExceeded, context.DeadlineExceeded), true},
 		{"quorum, no member errors", quorum(), true},
 	} {
