@@ -145,10 +145,11 @@ func TestRedisRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
+	waiter := clientOn(t, srv.Client(t), dlock.WithTTL(2*time.Second)) // a lease a loaded machine renews in time
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		l, err := c.Mutex("w").Lock(wctx)
+		l, err := waiter.Mutex("w").Lock(wctx)
 		if err == nil {
 			err = l.Unlock(ctx)
 		}

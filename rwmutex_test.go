@@ -1102,6 +1102,14 @@ func TestRWMutexChurn(t *testing.T) {
 						lctx, cancel := l.Context(bg)
 						r, err := m.RLock(lctx)
 						cancel()
+						if err != nil && l.Err() != nil {
+							// The write lease was lost first (a grant not
+							// lengthened in time on a loaded machine): its
+							// holder stops.
+							writers.Add(-1)
+							_ = l.Unlock(bg)
+							continue
+						}
 						if err != nil {
 							t.Errorf("RLock under the write lock: %v", err)
 							return
