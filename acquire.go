@@ -260,7 +260,7 @@ func (a *acquirer) attempt(ctx context.Context, tn *turn, sent time.Time, regist
 	// the lease then ends no sooner than what was left of it after this
 	// request was sent.
 	begun := sent
-	if r.Left > 0 && r.Left < a.ttl {
+	if r.Already && r.Left >= 0 && r.Left < a.ttl {
 		begun = sent.Add(r.Left - a.ttl)
 	}
 	t, err := e.ren.Begin(&a.k, owner, r.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: begun, FenceArg: r.FenceArg, Doubt: max(r.Doubt, tn.doubt)})

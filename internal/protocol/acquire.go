@@ -18,11 +18,13 @@ type AcquireResult struct {
 	Reentered bool          // the owner's hold count went up
 	Gone      bool          // re-entry asked, but the owner holds nothing; for a Semaphore, more permits asked than its total
 	Pttl      time.Duration // when held by another: how long until that may change, -1ms if unknown
-	// Left, when the lock was taken by an earlier copy of the request (its
-	// reply lost), is what was left of that lease when the script ran: the
-	// lease ends no sooner than Left after this request was sent. 0 when
-	// this request took it (its lease runs TTL from its run).
-	Left time.Duration
+	// Already: the lock was taken by an earlier copy of the request (its
+	// reply lost); Left is what was left of that lease when the script ran
+	// (0 if it was about to lapse; -1ms if the key has no expiry): the lease
+	// ends no sooner than Left after this request was sent. Otherwise the
+	// request took it, and its lease runs TTL from its run.
+	Already bool
+	Left    time.Duration
 	// Floor, when held by another, if the script tells it: every fence a
 	// release grants the caller from then on is above it (fence_floor); at is
 	// the server's time then, in µs.
@@ -158,12 +160,9 @@ func decodeAcquire(v any) (AcquireResult, error) {
 			case ok1 && ok2 && c == 0:
 				// Too late, or its owner ended: nothing done.
 				return AcquireResult{Expired: true, At: x}, nil
-			case ok1 && ok2 && c > 0 && x > 0:
-				// Taken by an earlier copy, x ms left.
-				return AcquireResult{Fence: c, FenceArg: FenceArg{v[0]}, Left: time.Duration(x) * time.Millisecond}, nil
-			case ok1 && ok2 && c > 0:
-				// Taken by an earlier copy, with no expiry.
-				return AcquireResult{Fence: c, FenceArg: FenceArg{v[0]}}, nil
+			case ok1 && ok2 && c > 0 && x >= -1:
+				// Taken by an earlier copy, x ms left (-1: no expiry).
+				return AcquireResult{Fence: c, FenceArg: FenceArg{v[0]}, Already: true, Left: time.Duration(x) * time.Millisecond}, nil
 			}
 		case 3:
 			c, ok1 := v[0].(int64)
