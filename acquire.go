@@ -42,17 +42,17 @@ func (a *acquirer) check(ctx context.Context, op string) error {
 }
 
 // acquire takes a lease, or re-enters one ctx carries, waiting in line if
-// wait is set. extra are the kind's own arguments of its acquire script. It
+// wait is set. x are the kind's own arguments of its acquire script. It
 // brackets the call with the LockStart and LockEnd hooks.
-func (a *acquirer) acquire(ctx context.Context, op string, wait bool, extra []any) (*Lease, error) {
+func (a *acquirer) acquire(ctx context.Context, op string, wait bool, x protocol.KindArgs) (*Lease, error) {
 	if err := a.check(ctx, op); err != nil {
 		return nil, err
 	}
 	if a.e.hooks == nil {
-		return a.acquire1(ctx, op, wait, extra)
+		return a.acquire1(ctx, op, wait, x)
 	}
 	return a.bracket(ctx, op, func(ctx context.Context) (*Lease, error) {
-		return a.acquire1(ctx, op, wait, extra)
+		return a.acquire1(ctx, op, wait, x)
 	})
 }
 
@@ -78,16 +78,16 @@ func (a *acquirer) bracket(ctx context.Context, op string, take func(context.Con
 	return l, err
 }
 
-func (a *acquirer) acquire1(ctx context.Context, op string, wait bool, extra []any) (*Lease, error) {
+func (a *acquirer) acquire1(ctx context.Context, op string, wait bool, x protocol.KindArgs) (*Lease, error) {
 	if ctx.Err() != nil {
 		return nil, a.gaveUp(ctx, op)
 	}
 	if a.k.Kind.Reentrant {
 		if h := heldIn(ctx).find(a.e, a.k); h != nil {
-			return h.reenter(ctx, extra)
+			return h.reenter(ctx, x)
 		}
 	}
-	return a.take(ctx, op, wait, extra)
+	return a.take(ctx, op, wait, x)
 }
 
 // take makes one attempt, or, if wait is set, waits in line: it subscribes
@@ -95,7 +95,7 @@ func (a *acquirer) acquire1(ctx context.Context, op string, wait bool, extra []a
 // waiter in Redis, each time it is woken by a message that is not a grant it
 // can return on (granted), the holder's lease would have run out, or its
 // registration needs renewing.
-func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) (*Lease, error) {
+func (a *acquirer) take(ctx context.Context, op string, wait bool, x protocol.KindArgs) (*Lease, error) {
 	t := &turn{a: a, op: op, wait: wait, owner: a.e.newOwner(), start: time.Now()}
 	defer t.end()
 	if wait {
@@ -108,7 +108,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, extra []any) 
 		}
 	}
 	for tries := 0; ; tries++ {
-		l, pttl, again, err := t.try(ctx, extra)
+		l, pttl, again, err := t.try(ctx, x)
 		switch {
 		case l != nil || err != nil:
 			return l, err
@@ -205,18 +205,18 @@ func (a *acquirer) granted(ctx context.Context, tn *turn, m protocol.Wake) *Leas
 // is unknown); and the script's answer (its fence floor and server time, if
 // it tells them, and the deadline of a copy whose outcome is unknown, also
 // with an error).
-func (a *acquirer) attempt(ctx context.Context, tn *turn, sent time.Time, register time.Duration, extra []any) (*Lease, time.Duration, protocol.AcquireResult, error) {
+func (a *acquirer) attempt(ctx context.Context, tn *turn, sent time.Time, register time.Duration, x protocol.KindArgs) (*Lease, time.Duration, protocol.AcquireResult, error) {
 	a.e.announce()
 	e, owner, before := a.e, tn.owner, tn.doubt
 	var r protocol.AcquireResult
 	var err error
 	if inline(e, ctx) {
-		r, err = e.backend.Acquire(ctx, a.k, owner, a.ttl, register, extra...)
+		r, err = e.backend.Acquire(ctx, a.k, owner, a.ttl, register, x)
 	} else {
 		// The closures take copies, not tn, which stays on its caller's
 		// stack.
 		r, err = within(e, ctx, func() (protocol.AcquireResult, error) {
-			return e.backend.Acquire(ctx, a.k, owner, a.ttl, register, extra...)
+			return e.backend.Acquire(ctx, a.k, owner, a.ttl, register, x)
 		}, func(r protocol.AcquireResult, err error) {
 			// The caller has gone: undo whatever the script did for it. Its
 			// own unregistration may have run before this script did.

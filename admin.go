@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"iter"
 	"slices"
 	"strings"
@@ -142,7 +141,7 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 		return nil, err
 	}
 	keys, code := k.InspectArgs()
-	v, err := c.e.backend.Inspect(ctx, keys, code, InspectLimit)
+	v, err := c.e.admin.Inspect(ctx, keys, code, InspectLimit)
 	if err != nil {
 		return nil, errs.Op(nil, err, "inspect %s %q", kind, name)
 	}
@@ -178,7 +177,7 @@ func (c *Client) nameClients(ctx context.Context, s *LockState) error {
 	for i, id := range ids {
 		keys[i] = clientKey(c.cfg.prefix, id)
 	}
-	names, err := c.e.backend.Strings(ctx, keys)
+	names, err := c.e.admin.Strings(ctx, keys)
 	if err != nil {
 		return err
 	}
@@ -214,8 +213,8 @@ func (c *Client) adminCheck(ctx context.Context, op string) error {
 		return errs.Op(nil, nil, "%s of a nil or zero Client", op)
 	case ctx == nil:
 		return errs.Op(nil, nil, "%s: nil context", op)
-	case !c.e.backend.Traits().Admin:
-		return errs.Op(errors.ErrUnsupported, nil, "%s on a RedLock: use a Client of each member's own", op)
+	case c.e.admin == nil:
+		return c.e.unsupported(op, "")
 	case c.e.closed():
 		return errs.Op(ErrClosed, nil, "%s", op)
 	}
@@ -273,7 +272,7 @@ func (c *Client) Locks(ctx context.Context, pattern string) iter.Seq2[LockID, er
 		match := globEscaper.Replace(c.cfg.prefix) + "*{" + protocol.NameEscaper.Replace(pattern) + "}*"
 		seen := make(map[LockID]bool)
 		stopped := false
-		err = c.e.backend.Scan(ctx, match, func(key string) bool {
+		err = c.e.admin.Scan(ctx, match, func(key string) bool {
 			id, ok := parseKey(c.cfg.prefix, key)
 			if !ok || seen[id] {
 				return true
@@ -377,7 +376,7 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 		if i := slices.IndexFunc(st.Holders, func(h Holder) bool { return h.Owner == o }); i >= 0 {
 			fence = st.Holders[i].Fence
 		}
-		code, err := c.e.backend.Evict(ctx, k, o, fence, c.cfg.ttl)
+		code, err := c.e.admin.Evict(ctx, k, o, fence, c.cfg.ttl)
 		if err != nil {
 			return ev, errs.Op(nil, err, "ForceRelease %s %q: release %s", kind, name, o)
 		}
@@ -398,7 +397,7 @@ func (c *Client) ForceRelease(ctx context.Context, kind Kind, name string, owner
 	// Every fence handed out from now on exceeds the evicted ones: the
 	// fence Inspect read is at least theirs.
 	ev.Fence = max(st.Fence, last) + 1
-	if err := c.e.backend.MoveFence(ctx, k, ev.Fence, c.cfg.ttl); err != nil {
+	if err := c.e.admin.MoveFence(ctx, k, ev.Fence, c.cfg.ttl); err != nil {
 		return ev, errs.Op(nil, err, "ForceRelease %s %q: move the fence on", kind, name)
 	}
 	return ev, nil

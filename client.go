@@ -87,6 +87,10 @@ func newClient(b protocol.Backend, cfg config, op string, closing chan struct{})
 	if e.name == "" {
 		e.name = defaultClientName()
 	}
+	e.admin, _ = b.(protocol.Admin)
+	e.sems, _ = b.(protocol.Semaphores)
+	e.latches, _ = b.(protocol.Latches)
+	e.elections, _ = b.(protocol.Elections)
 	e.ren = renew.New(b, cfg.logger, leaseEvents{cfg.hooks, events, e})
 	return &Client{e: e, cfg: cfg, events: events}, nil
 }
@@ -190,7 +194,7 @@ func (c *Client) acquirer(k *protocol.Layout, name string, opts []Option) acquir
 		return acquirer{k: protocol.Keys{Kind: k, Name: name}, err: err}
 	}
 	unsupported := false
-	if rk := c.e.backend.KindFor(k); rk != nil {
+	if rk := protocol.KindOn(c.e.backend, k); rk != nil {
 		k = rk
 	} else {
 		unsupported = true
@@ -202,7 +206,7 @@ func (c *Client) acquirer(k *protocol.Layout, name string, opts []Option) acquir
 	}
 	switch {
 	case unsupported:
-		a.err = errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock Client: only Mutex and MultiLock are", k.Name, name)
+		a.err = c.e.unsupported(k.Name, name)
 	case err != nil:
 		a.err = errs.Op(nil, err, "%s %q", k.Name, name)
 	}

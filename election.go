@@ -90,7 +90,7 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Leadership, er
 	if heldIn(ctx).find(a.e, a.k) != nil {
 		return nil, errs.Op(ErrNotAcquired, nil, "%s %q: its context carries a Leadership of this Election: the caller leads already", op, a.k.Name)
 	}
-	l, err := a.acquire(ctx, op, true, []any{value})
+	l, err := a.acquire(ctx, op, true, protocol.KindArgs{Value: value})
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +273,7 @@ func (o *observer) take(st protocol.LeaderState) bool {
 // Redis has stalled.
 func (a *acquirer) readLeader(ctx context.Context) (protocol.LeaderState, error) {
 	e := a.e
-	st, err := within(e, ctx, func() (protocol.LeaderState, error) { return e.backend.Leader(ctx, a.k) }, nil)
+	st, err := within(e, ctx, func() (protocol.LeaderState, error) { return e.elections.Leader(ctx, a.k) }, nil)
 	e.heard(err)
 	if errors.Is(err, errLeftBehind) {
 		err = errs.Op(nil, err, "read the leader of %q", a.k.Name)
@@ -443,7 +443,7 @@ func (ld *Leadership) Proclaim(ctx context.Context, value string) error {
 	}
 	seq := ld.proclaims.Add(1)
 	code, err := within(e, ctx, func() (int64, error) {
-		return e.backend.Proclaim(ctx, *t.K, t.Owner, t.Fence, seq, value)
+		return e.elections.Proclaim(ctx, *t.K, t.Owner, t.Fence, seq, value)
 	}, nil)
 	e.heard(err)
 	switch {

@@ -8,6 +8,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -24,13 +25,19 @@ import (
 type engine struct {
 	backend protocol.Backend
 	traits  protocol.Traits // backend's
-	ren     *renew.Renewer
-	note    *notify.Notifier
-	bg      *background
-	hooks   *Hooks // nil if none
-	log     *slog.Logger
-	prefix  string
-	closing chan struct{} // closed when Close starts
+	// The backend's capabilities beyond the requests every deployment
+	// answers (protocol.Backend); nil where it lacks them (a RedLock).
+	admin     protocol.Admin
+	sems      protocol.Semaphores
+	latches   protocol.Latches
+	elections protocol.Elections
+	ren       *renew.Renewer
+	note      *notify.Notifier
+	bg        *background
+	hooks     *Hooks // nil if none
+	log       *slog.Logger
+	prefix    string
+	closing   chan struct{} // closed when Close starts
 
 	id string // random, unique per Client: the stem of every owner id
 	// own is ":" and id: a lock's wake-up channel stem followed by it is
@@ -111,7 +118,11 @@ func (e *engine) check(ctx context.Context) error {
 	case policy != "noeviction":
 		return errs.Op(nil, nil, "check: Redis's maxmemory-policy is %q: it may evict locks and fence keys; set it to noeviction", policy)
 	}
-	want, short, err := e.backend.ReplicaShortfall(ctx)
+	r, ok := e.backend.(protocol.Replicated)
+	if !ok {
+		return nil
+	}
+	want, short, err := r.ReplicaShortfall(ctx)
 	if err != nil {
 		return errs.Op(nil, err, "check")
 	}
@@ -136,6 +147,19 @@ func (e *engine) firstUse() {
 			}
 		})
 	})
+}
+
+// unsupported is the error of a call the backend cannot make: op on the
+// lock name, if not "".
+func (e *engine) unsupported(op, name string) error {
+	what := e.traits.What
+	if what == "" {
+		what = "this deployment"
+	}
+	if name != "" {
+		return errs.Op(errors.ErrUnsupported, nil, "%s %q on %s", op, name, what)
+	}
+	return errs.Op(errors.ErrUnsupported, nil, "%s on %s", op, what)
 }
 
 // newOwner returns an owner id unique across Clients and acquisitions.

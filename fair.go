@@ -28,13 +28,13 @@ func (m *FairMutex) Name() string { return m.acquirer().k.Name }
 // only, and a Lock that gives up leaves the line and returns an error
 // matching both ErrNotAcquired and ctx.Err().
 func (m *FairMutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.acquirer().acquire(ctx, "lock", true, nil)
+	return m.acquirer().acquire(ctx, "lock", true, protocol.KindArgs{})
 }
 
 // TryLock acquires the lock if it is free and nobody waits for it; otherwise
 // the error matches ErrNotAcquired. It never queues.
 func (m *FairMutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.acquirer().acquire(ctx, "trylock", false, nil)
+	return m.acquirer().acquire(ctx, "trylock", false, protocol.KindArgs{})
 }
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, as Mutex.Do does.

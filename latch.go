@@ -40,8 +40,8 @@ func (c *Client) CountDownLatch(name string) *CountDownLatch {
 		return &CountDownLatch{k: protocol.Keys{Name: name}, err: err}
 	}
 	l := &CountDownLatch{e: c.e, k: protocol.NewKeys(c.cfg.prefix, protocol.LatchKind, name)}
-	if c.e.backend.KindFor(protocol.LatchKind) == nil {
-		l.err = errs.Op(errors.ErrUnsupported, nil, "CountDownLatch %q on a RedLock Client: only Mutex and MultiLock are", name)
+	if c.e.latches == nil {
+		l.err = c.e.unsupported("CountDownLatch", name)
 	}
 	return l
 }
@@ -64,7 +64,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 	if count <= 0 {
 		return false, errs.Op(nil, nil, "%s %q: count %d, want more than 0", op, l.k.Name, count)
 	}
-	v, err := l.e.backend.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchSet, count)
+	v, err := l.e.latches.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchSet, count)
 	return v == 1, err
 }
 
@@ -74,7 +74,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if err := l.check(ctx, "count down latch"); err != nil {
 		return err
 	}
-	_, err := l.e.backend.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchDown, 0)
+	_, err := l.e.latches.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchDown, 0)
 	return err
 }
 
@@ -84,7 +84,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 	if err := l.check(ctx, "delete latch"); err != nil {
 		return false, err
 	}
-	v, err := l.e.backend.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchDelete, 0)
+	v, err := l.e.latches.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchDelete, 0)
 	return v == 1, err
 }
 
@@ -93,7 +93,7 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	if err := l.check(ctx, "count of latch"); err != nil {
 		return 0, err
 	}
-	return l.e.backend.LatchCount(ctx, l.k)
+	return l.e.latches.LatchCount(ctx, l.k)
 }
 
 // Wait blocks until the latch is open, or ctx is done (an error matching
@@ -112,7 +112,7 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 	// count returns the latch's count, riding out an outage of Redis.
 	count := func() (int64, error) {
 		for {
-			n, err := e.backend.LatchCount(ctx, l.k)
+			n, err := e.latches.LatchCount(ctx, l.k)
 			e.heard(err)
 			if err == nil {
 				return n, nil

@@ -303,15 +303,15 @@ type hold struct {
 }
 
 // reenter adds one hold in Redis for a Lock made with a context carrying h;
-// extra are the kind's own arguments of its acquire script.
-func (h *hold) reenter(ctx context.Context, extra []any) (*Lease, error) {
+// x are the kind's own arguments of its acquire script.
+func (h *hold) reenter(ctx context.Context, x protocol.KindArgs) (*Lease, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.t
 	if err := t.EndedErr("re-enter"); err != nil {
 		return nil, errs.Op(ErrNotAcquired, err, "re-enter %q", t.K.Name)
 	}
-	r, err := h.e.backend.Reenter(ctx, *t.K, t.Owner, h.e.ren.TTLOf(t), int(h.holds)+1, extra...)
+	r, err := h.e.backend.Reenter(ctx, *t.K, t.Owner, h.e.ren.TTLOf(t), int(h.holds)+1, x)
 	if err != nil {
 		// If the reply was lost the count in Redis may be one too high; the
 		// next count sent, or the last release, sets it right.

@@ -69,7 +69,7 @@ func (t *turn) enter() error {
 // try makes one attempt. It returns the Lease; or how long the lock is
 // still held (pttl); or again, if Redis could not be reached and the outage
 // is ridden out by trying again at once; or the error that ends the call.
-func (t *turn) try(ctx context.Context, extra []any) (l *Lease, pttl time.Duration, again bool, err error) {
+func (t *turn) try(ctx context.Context, x protocol.KindArgs) (l *Lease, pttl time.Duration, again bool, err error) {
 	a, e := t.a, t.a.e
 	var register time.Duration
 	if t.w != nil {
@@ -77,7 +77,7 @@ func (t *turn) try(ctx context.Context, extra []any) (l *Lease, pttl time.Durati
 		t.w.Drain()                                              // a grant made before this attempt is found by it
 	}
 	sent := time.Now()
-	l, pttl, r, err := a.attempt(ctx, t, sent, register, extra)
+	l, pttl, r, err := a.attempt(ctx, t, sent, register, x)
 	t.doubt = max(t.doubt, r.Doubt)
 	if err == nil {
 		t.out = outage{}

@@ -32,13 +32,13 @@ func (m *Mutex) Name() string { return m.acquirer().k.Name }
 // both ErrNotAcquired and ctx.Err(). A waiting Lock rides out a Redis outage or
 // failover. If ctx carries a Lease of this lock, Lock re-enters it at once.
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
-	return m.acquirer().acquire(ctx, "lock", true, nil)
+	return m.acquirer().acquire(ctx, "lock", true, protocol.KindArgs{})
 }
 
 // TryLock acquires the lock if it is free and no live waiter is ahead, in one
 // attempt; otherwise the error matches ErrNotAcquired. It re-enters as Lock does.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
-	return m.acquirer().acquire(ctx, "trylock", false, nil)
+	return m.acquirer().acquire(ctx, "trylock", false, protocol.KindArgs{})
 }
 
 // Do acquires the lock as Lock does, runs fn, and unlocks, also if fn panics.

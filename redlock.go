@@ -66,7 +66,7 @@ func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	if timeout == 0 {
 		timeout = DefaultNodeTimeout
 	}
-	members := make([]protocol.Backend, 0, len(nodes))
+	members := make([]quorum.Member, 0, len(nodes))
 	for i, rdb := range nodes {
 		m, err := protocol.NewNode(rdb, cfg.autoPipeline, cfg.scripts)
 		if err != nil {

@@ -88,7 +88,7 @@ func (m *RWMutex) rlock(ctx context.Context, op string, wait bool) (*Lease, erro
 			writer = h.t.Owner
 		}
 	}
-	return r.acquire(ctx, op, wait, []any{"r", writer})
+	return r.acquire(ctx, op, wait, protocol.KindArgs{Writer: writer})
 }
 
 // lock takes the write hold, or re-enters one ctx carries. It refuses an
@@ -102,7 +102,7 @@ func (m *RWMutex) lock(ctx context.Context, op string, wait bool) (*Lease, error
 			return nil, errs.Op(ErrNotAcquired, nil, "%s %q: upgrade from read to write is not supported: unlock the read Lease first", op, w.k.Name)
 		}
 	}
-	return w.acquire(ctx, op, wait, []any{"w", ""})
+	return w.acquire(ctx, op, wait, protocol.KindArgs{})
 }
 
 // acquirers returns m's read and write acquirers; a nil or zero *RWMutex

@@ -59,7 +59,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) (*Lease, error) {
 		return nil, err
 	}
 	s.readTotal(a)
-	l, err := a.acquire(ctx, op, true, []any{n, s.permits})
+	l, err := a.acquire(ctx, op, true, protocol.KindArgs{Permits: n, Total: s.permits})
 	if errors.Is(err, ErrNotAcquired) {
 		if total, ok := a.e.totals.get(a.k.Name); ok && total > 0 && total != s.permits {
 			err = fmt.Errorf("%w; this process asked for a total of %d, and Redis held %d when this Client last looked (the total in Redis counts: SetPermits changes it)", err, s.permits, total)
@@ -97,7 +97,7 @@ func (s *Semaphore) try(ctx context.Context, a *acquirer, n int64) (*Lease, erro
 	}
 	sent := time.Now()
 	t := &turn{a: a, op: op, owner: a.e.newOwner(), start: sent}
-	l, _, r, err := a.attempt(ctx, t, sent, protocol.SemWhy, []any{n, s.permits})
+	l, _, r, err := a.attempt(ctx, t, sent, protocol.SemWhy, protocol.KindArgs{Permits: n, Total: s.permits})
 	switch {
 	case l != nil:
 		s.readTotal(a)
@@ -172,7 +172,7 @@ func (s *Semaphore) call(ctx context.Context, op string, mode protocol.SemMode, 
 	if err := a.check(ctx, op); err != nil {
 		return 0, err
 	}
-	return a.e.backend.Semaphore(ctx, a.k, a.e.newOwner(), mode, total)
+	return a.e.sems.Semaphore(ctx, a.k, a.e.newOwner(), mode, total)
 }
 
 // defaultTotal is the total when Redis holds none: the permits s was made with.
@@ -201,7 +201,7 @@ func (s *Semaphore) readTotal(a *acquirer) {
 	if !e.bg.goDo(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		st, err := e.backend.SemTotal(ctx, a.k)
+		st, err := e.sems.SemTotal(ctx, a.k)
 		if err != nil {
 			e.log.Debug("dlock: read a Semaphore's total", "lock", name, "err", err)
 			e.totals.forget(name) // read again at the next acquire

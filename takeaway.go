@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -54,8 +53,8 @@ func takeAway(ctx context.Context, op string, lease any, steal bool) error {
 		return errs.Op(nil, t.Ending.Cause(), "%s %q: the lease has already ended", op, t.K.Name)
 	case l.unlocked.Load():
 		return errs.Op(nil, nil, "%s %q: the Lease was unlocked", op, t.K.Name)
-	case !e.traits.Admin:
-		return errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock Client", op, t.K.Name)
+	case e.admin == nil:
+		return e.unsupported(op, t.K.Name)
 	}
 	ttl := e.ren.TTLOf(t)
 	var before protocol.State
@@ -65,7 +64,7 @@ func takeAway(ctx context.Context, op string, lease any, steal bool) error {
 			return errs.Op(nil, err, "%s %q: read the lock", op, t.K.Name)
 		}
 	}
-	if _, err := e.backend.Evict(ctx, *t.K, t.Owner, t.Fence, ttl); err != nil {
+	if _, err := e.admin.Evict(ctx, *t.K, t.Owner, t.Fence, ttl); err != nil {
 		return errs.Op(nil, err, "%s %q: free the lock", op, t.K.Name)
 	}
 	var stolen error
@@ -93,23 +92,19 @@ func takeAway(ctx context.Context, op string, lease any, steal bool) error {
 // it with a higher fence: the thief, or the waiter the release granted it
 // to. before is the lock as Redis held it before the release.
 func takeFor(ctx context.Context, e *engine, k *protocol.Keys, owner string, fence int64, ttl time.Duration, before protocol.State) error {
-	var extra []any
+	var x protocol.KindArgs
 	switch k.Kind {
-	case protocol.RWReadKind:
-		extra = []any{"r", ""}
-	case protocol.RWWriteKind:
-		extra = []any{"w", ""}
 	case protocol.ElectionKind:
-		extra = []any{"dlocktest.Steal"}
+		x.Value = "dlocktest.Steal"
 	case protocol.SemKind:
 		i := slices.IndexFunc(before.Holders, func(h protocol.Hold) bool { return h.Owner == owner })
 		if i < 0 {
 			return errs.Op(nil, nil, "the lease held no permits when it was read")
 		}
-		extra = []any{before.Holders[i].Permits, before.Permits}
+		x.Permits, x.Total = before.Holders[i].Permits, before.Permits
 	}
 	thief := "dlocktest.Steal:" + e.id + "." + strconv.FormatUint(thieves.Add(1), 10)
-	if _, err := e.backend.Acquire(ctx, *k, thief, ttl, 0, extra...); err != nil {
+	if _, err := e.backend.Acquire(ctx, *k, thief, ttl, 0, x); err != nil {
 		return errs.Op(nil, err, "take the lock for another owner")
 	}
 	after, err := inspectKeys(ctx, e, *k)
@@ -125,5 +120,5 @@ func takeFor(ctx context.Context, e *engine, k *protocol.Keys, owner string, fen
 // inspectKeys reads the lock k as Client.Inspect reads it.
 func inspectKeys(ctx context.Context, e *engine, k protocol.Keys) (protocol.State, error) {
 	keys, code := k.InspectArgs()
-	return e.backend.Inspect(ctx, keys, code, InspectLimit)
+	return e.admin.Inspect(ctx, keys, code, InspectLimit)
 }

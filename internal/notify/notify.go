@@ -40,6 +40,7 @@ import (
 // for themselves, and the channels are subscribed again, where they live now.
 type Notifier struct {
 	backend protocol.Backend
+	sharded protocol.Sharded // backend's (protocol.ShardingOf)
 	// later runs f in the background, which Close waits for (once Close
 	// waits, on the caller's goroutine).
 	later   func(f func())
@@ -167,7 +168,7 @@ var DefaultConfig = Config{
 }
 
 func New(n protocol.Backend, later func(func()), log *slog.Logger, closing <-chan struct{}, cfg Config) *Notifier {
-	return &Notifier{backend: n, later: later, log: log, closing: closing, cfg: cfg,
+	return &Notifier{backend: n, sharded: protocol.ShardingOf(n), later: later, log: log, closing: closing, cfg: cfg,
 		shards: make(map[string]*shard), gates: make(map[string]*Gate), idle: list.New()}
 }
 
@@ -535,7 +536,7 @@ func (r *receiver) silent() bool {
 // less often (on a RedLock, a member can stay down while the others serve).
 func (r *receiver) broken(err error) {
 	r.pinged = false
-	r.n.backend.Failed(err)
+	r.n.sharded.Failed(err)
 	if r.down == 0 {
 		r.n.log.Warn("dlock: wake-up messages interrupted", "node", r.sh.addr, "err", err)
 		r.n.wakeAll(r.sh)
@@ -562,7 +563,7 @@ func (n *Notifier) errorReply(sh *shard, reply redis.Error, err error) {
 	// The MOVED that answers SUNSUBSCRIBE or SSUBSCRIBE of a channel whose
 	// slot has moved.
 	n.log.Debug("dlock: wake-up connection got an error reply", "node", sh.addr, "err", err)
-	n.backend.Failed(err)
+	n.sharded.Failed(err)
 }
 
 // dispatch hands a message read from sh's connection to whom it concerns.
@@ -691,7 +692,7 @@ func (n *Notifier) dropped(sh *shard, channel string) {
 // down, or the message was lost with its connection). It does nothing
 // elsewhere than on a Cluster, and while a subscription is under way.
 func (n *Notifier) Check(ctx context.Context, g *Gate) {
-	addr, err := n.backend.ShardOf(ctx, g.channel)
+	addr, err := n.sharded.ShardOf(ctx, g.channel)
 	if err != nil || addr == "" {
 		return
 	}
@@ -714,9 +715,9 @@ func (n *Notifier) Check(ctx context.Context, g *Gate) {
 func (n *Notifier) resubscribe(g *Gate, old *shard, attempt int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), resubscribeWait)
 	defer cancel()
-	n.backend.Reload()
+	n.sharded.Reload()
 	for {
-		addr, err := n.backend.ShardOf(ctx, g.channel)
+		addr, err := n.sharded.ShardOf(ctx, g.channel)
 		if err == nil && addr != old.addr {
 			break
 		}

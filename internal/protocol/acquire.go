@@ -51,27 +51,26 @@ type AcquireResult struct {
 // lost (it is sent again, as the Redis client would) or the request reaches
 // Redis after its deadline (it is sent again with a new one). If the lock is
 // held and register is above zero, owner is registered as a waiter for that
-// long. extra are the kind's own arguments, after the five every acquire
-// script takes.
-func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
+// long. x are the kind's own arguments.
+func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, x KindArgs) (AcquireResult, error) {
 	var doubt int64
 	for tries := 0; ; tries++ {
 		dl, dlArg := n.clock.deadline()
 		var rep evalReply
 		switch {
-		case k.Kind.order != nil && len(extra) == 0 && register == 0:
+		case k.Kind.order != nil && k.Kind.own == ownNone && register == 0:
 			// A Mutex's or a FairMutex's take that does not queue sends the
 			// owner, the TTL and the deadline alone: Redis makes a Lua
 			// string of every argument before the script runs, and the
 			// script needs no others then.
 			rep = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), dlArg)
-		case k.Kind.order != nil && len(extra) == 0:
+		case k.Kind.order != nil && k.Kind.own == ownNone:
 			// One that queues: the grant lease, boxed once per TTL, and the
 			// channel and order, for a grant it may make (acquire.lua).
 			rep = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", owner, msArg(ttl), dlArg,
 				string(takeMode), register.Milliseconds(), grantArg(ttl), k.channelArg, k.Kind.order)
 		default:
-			rep = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", acquireArgs(k, owner, ttl, dlArg, takeMode, register.Milliseconds(), extra)...)
+			rep = n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", acquireArgs(k, owner, ttl, dlArg, takeMode, register.Milliseconds(), x)...)
 		}
 		if rep.doubt {
 			doubt = dl
@@ -91,11 +90,11 @@ func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register 
 const expiredTries = 3
 
 // Reenter runs k's acquire script to add a hold of owner, which then has
-// count holds: one round trip. extra are the kind's own arguments, as for
+// count holds: one round trip. x are the kind's own arguments, as for
 // acquire.
-func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
+func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, x KindArgs) (AcquireResult, error) {
 	_, dl := n.clock.deadline()
-	r, err := n.acquired(k, n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", acquireArgs(k, owner, ttl, dl, reenterMode, int64(count), extra)...))
+	r, err := n.acquired(k, n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", acquireArgs(k, owner, ttl, dl, reenterMode, int64(count), x)...))
 	if err == nil && r.Expired {
 		// Its deadline passed on the way: the count is set again by the next
 		// re-entry or release that reaches Redis; the hold is there.
@@ -107,14 +106,23 @@ func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Durat
 // acquireArgs are the ARGV of k's acquire script: the five every acquire
 // script takes (owner, ttl, deadline, mode, and the registration or the hold
 // count), then a Mutex's, FairMutex's or Election's waiter's grant lease,
-// the channel stem and the order, and the kind's own arguments (an
-// Election's candidate's value).
-func acquireArgs(k Keys, owner string, ttl time.Duration, deadline any, mode acquireMode, n int64, extra []any) []any {
-	args := append(make([]any, 0, 8+len(extra)), owner, msArg(ttl), deadline, string(mode), n)
+// the channel stem and the order, and the kind's own arguments (own).
+func acquireArgs(k Keys, owner string, ttl time.Duration, deadline any, mode acquireMode, n int64, x KindArgs) []any {
+	args := append(make([]any, 0, 10), owner, msArg(ttl), deadline, string(mode), n)
 	if k.Kind.order != nil {
 		args = append(args, grantArg(ttl), k.channelArg, k.Kind.order)
 	}
-	return append(args, extra...)
+	switch k.Kind.own {
+	case ownRead:
+		args = append(args, "r", x.Writer)
+	case ownWrite:
+		args = append(args, "w", "")
+	case ownPermits:
+		args = append(args, x.Permits, x.Total)
+	case ownValue:
+		args = append(args, x.Value)
+	}
+	return args
 }
 
 // acquired decodes the reply of k's acquire script, or its error, and learns

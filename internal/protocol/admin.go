@@ -233,6 +233,3 @@ func (n *Node) EvictionPolicy(ctx context.Context) (policy string, known bool, e
 	policy, known = v["maxmemory-policy"]
 	return policy, known, nil
 }
-
-// ReplicaShortfall: a node's writes wait for no replica.
-func (n *Node) ReplicaShortfall(context.Context) (int, map[string]int, error) { return 0, nil, nil }

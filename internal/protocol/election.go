@@ -22,7 +22,7 @@ var ElectionKind = &Layout{Name: "Election", Space: "election:", acquire: Script
 	releaseKeys: []string{"lock", "waiters", "alive", "leader"},
 	leaseKeys:   []string{"lock", "leader"},
 	leaseIn:     leaseInState,
-	Handoff:     HandoffGrant, order: orderKeep}
+	Handoff:     HandoffGrant, order: orderKeep, own: ownValue}
 
 // LeaderKey names an Election's leader record. Its changes are published,
 // as "*", on the shard channel of the same name.

@@ -28,7 +28,21 @@ type Layout struct {
 	// order is what release.lua does with a grantee's place in the
 	// queue (its ARGV[6]); nil for the kinds that run other scripts.
 	order any
+	// own is which of KindArgs the acquire script takes, after the
+	// arguments every kind's take.
+	own ownArgs
 }
+
+// ownArgs names the arguments of a kind's own in its acquire script's ARGV.
+type ownArgs uint8
+
+const (
+	ownNone    ownArgs = iota
+	ownRead            // "r" and KindArgs.Writer (rw_acquire.lua)
+	ownWrite           // "w" and "" (rw_acquire.lua)
+	ownPermits         // KindArgs.Permits and Total (sem_acquire.lua)
+	ownValue           // KindArgs.Value (acquire.lua, an Election's)
+)
 
 // The orders of release.lua's ARGV[6], boxed once.
 var (
@@ -110,7 +124,7 @@ var (
 		acquireKeys: []string{"semaphore", "fence", "waiters", "alive", "holders", "total"},
 		releaseKeys: []string{"semaphore", "waiters", "alive", "holders", "total", "fence"},
 		leaseKeys:   []string{"holders", "fence", "semaphore"},
-		leaseIn:     leaseInZSet}
+		leaseIn:     leaseInZSet, own: ownPermits}
 	// The two kinds of hold of an RWMutex share its keys, scripts and
 	// wake-up channel; a read hold's lease is its member of the readers set,
 	// the write hold's is the lock hash.
@@ -118,12 +132,12 @@ var (
 		acquireKeys: []string{"lock", "fence", "waiters", "alive", "readers", "fences", "writers"},
 		releaseKeys: []string{"lock", "waiters", "alive", "readers", "fences", "writers", "fence"},
 		leaseKeys:   []string{"readers", "fence", "fences"},
-		leaseIn:     leaseInZSet, Reentrant: true}
+		leaseIn:     leaseInZSet, Reentrant: true, own: ownRead}
 	RWWriteKind = &Layout{Name: "RWMutex", Space: "rw:", acquire: ScriptRWAcquire, release: scriptRWRelease,
 		acquireKeys: RWReadKind.acquireKeys,
 		releaseKeys: RWReadKind.releaseKeys,
 		leaseKeys:   []string{"lock", "fence", "fences"},
-		Handoff:     HandoffGrant, Reentrant: true}
+		Handoff:     HandoffGrant, Reentrant: true, own: ownWrite}
 	LatchKind = &Layout{Name: "CountDownLatch", Space: "latch:"}
 	// RedMutexKind is a Mutex on a RedLock member: the scripts of its own
 	// (red_acquire.lua, red_release.lua) keep no order and grant nothing, for each

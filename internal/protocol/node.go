@@ -81,7 +81,14 @@ func (n *Node) Settle() {
 // Traits: a node's requests give up at their context's end if its Redis
 // client does so (ctxAware), and its waiters may take a lock on a grant
 // message.
-func (n *Node) Traits() Traits { return Traits{CtxAware: n.ctxAware, GrantWake: true, Admin: true} }
+func (n *Node) Traits() Traits { return Traits{CtxAware: n.ctxAware, GrantWake: true} }
 
-// KindFor: every kind runs on a node.
-func (n *Node) KindFor(k *Layout) *Layout { return k }
+// A node answers every request, and runs every kind.
+var (
+	_ Semaphores = (*Node)(nil)
+	_ Latches    = (*Node)(nil)
+	_ Elections  = (*Node)(nil)
+	_ Admin      = (*Node)(nil)
+	_ Sharded    = (*Node)(nil)
+	_ Replicated = (*WaitNode)(nil)
+)

@@ -66,11 +66,11 @@ func (w *WaitNode) Traits() Traits {
 }
 
 // Acquire is node.acquire followed by WAIT.
-func (w *WaitNode) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, extra ...any) (AcquireResult, error) {
+func (w *WaitNode) Acquire(ctx context.Context, k Keys, owner string, ttl, register time.Duration, x KindArgs) (AcquireResult, error) {
 	var doubt int64
 	for tries := 0; ; tries++ {
 		dl, dlArg := w.clock.deadline()
-		r, unknown, err := w.runAcquireWaited(ctx, k, acquireArgs(k, owner, ttl, dlArg, takeMode, register.Milliseconds(), extra))
+		r, unknown, err := w.runAcquireWaited(ctx, k, acquireArgs(k, owner, ttl, dlArg, takeMode, register.Milliseconds(), x))
 		if unknown {
 			doubt = dl
 		}
@@ -83,9 +83,9 @@ func (w *WaitNode) Acquire(ctx context.Context, k Keys, owner string, ttl, regis
 }
 
 // Reenter is node.reenter followed by WAIT.
-func (w *WaitNode) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, extra ...any) (AcquireResult, error) {
+func (w *WaitNode) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, x KindArgs) (AcquireResult, error) {
 	_, dl := w.clock.deadline()
-	r, _, err := w.runAcquireWaited(ctx, k, acquireArgs(k, owner, ttl, dl, reenterMode, int64(count), extra))
+	r, _, err := w.runAcquireWaited(ctx, k, acquireArgs(k, owner, ttl, dl, reenterMode, int64(count), x))
 	if err == nil && r.Expired {
 		r = AcquireResult{Reentered: true}
 	}

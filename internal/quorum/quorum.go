@@ -25,7 +25,7 @@ import (
 
 // quorum is a RedLock: a backend made of member backends.
 type quorum struct {
-	members []protocol.Backend
+	members []Member
 	need    int           // a majority of members
 	timeout time.Duration // per member and request
 
@@ -60,10 +60,18 @@ type quorum struct {
 
 // New returns the RedLock of members, each request to a member
 // bounded by timeout; closing is closed when its Client's Close starts.
-func New(members []protocol.Backend, timeout time.Duration, closing <-chan struct{}) protocol.Backend {
+func New(members []Member, timeout time.Duration, closing <-chan struct{}) protocol.Backend {
 	return &quorum{members: members, need: len(members)/2 + 1, timeout: timeout,
 		busy: make(map[busyKey]int), ended: make(map[string]bool), retaking: make(map[busyKey]chan struct{}),
 		doubts: make(map[busyKey]doubt), closing: closing}
+}
+
+// Member is one of a RedLock's deployments: a single primary, whose
+// fence the RedLock raises to the highest its majority holds.
+type Member interface {
+	protocol.Backend
+	// RaiseFence makes owner's fence on k at least fence.
+	RaiseFence(ctx context.Context, k protocol.Keys, owner string, fence int64, ttl time.Duration) (int64, error)
 }
 
 // doubt is an acquire's deadline on one member, and when it was noted here.
@@ -109,8 +117,10 @@ func (q *quorum) doubtOf(owner string, i int) int64 {
 // member keeps a queue of its own), and administration needs a Client of
 // each member's own.
 func (q *quorum) Traits() protocol.Traits {
-	return protocol.Traits{CtxAware: true, Slow: q.timeout}
+	return protocol.Traits{What: "a RedLock Client (it runs Mutex and MultiLock only, and is administered through a Client of each member)", CtxAware: true, Slow: q.timeout}
 }
+
+var _ protocol.Kinds = (*quorum)(nil)
 
 // KindFor: only a Mutex runs on a RedLock, whose release tells the next
 // waiter instead of granting (redMutexKind).
@@ -149,36 +159,6 @@ func (q *quorum) Places(ctx context.Context, channel string) (protocol.Placement
 	return p, nil
 }
 
-// The requests of a single deployment that a RedLock does not make: its
-// members are single primaries, its channels are subscribed per member
-// (places), and only a Mutex runs on it (kindFor), without administration
-// (traits).
-
-func (q *quorum) ShardOf(context.Context, string) (string, error) { return "", nil }
-func (q *quorum) Group(string) int                                { return 0 }
-func (q *quorum) Failed(error)                                    {}
-func (q *quorum) Reload()                                         {}
-
-func (q *quorum) ReplicaShortfall(context.Context) (int, map[string]int, error) {
-	return 0, nil, nil
-}
-
-func (q *quorum) Latch(_ context.Context, k protocol.Keys, _ string, _ protocol.LatchMode, _ int64) (int64, error) {
-	return 0, q.unsupported("CountDownLatch", k)
-}
-
-func (q *quorum) LatchCount(_ context.Context, k protocol.Keys) (int64, error) {
-	return 0, q.unsupported("CountDownLatch", k)
-}
-
-func (q *quorum) Semaphore(_ context.Context, k protocol.Keys, _ string, _ protocol.SemMode, _ int64) (int64, error) {
-	return 0, q.unsupported("Semaphore", k)
-}
-
-func (q *quorum) SemTotal(_ context.Context, k protocol.Keys) (protocol.SemTotal, error) {
-	return protocol.SemTotal{}, q.unsupported("Semaphore", k)
-}
-
 // Announce writes the record on every member, each within the per-node
 // timeout, and returns the first failure: a Client of a member's own, which
 // Inspect needs, reads it there.
@@ -196,48 +176,10 @@ func (q *quorum) Announce(ctx context.Context, key, value string, ttl time.Durat
 	return errors.Join(failed...)
 }
 
-func (q *quorum) Strings(context.Context, []string) ([]string, error) {
-	return nil, errs.Op(errors.ErrUnsupported, nil, "reading keys on a RedLock")
-}
-
-func (q *quorum) Leader(_ context.Context, k protocol.Keys) (protocol.LeaderState, error) {
-	return protocol.LeaderState{}, q.unsupported("Election", k)
-}
-
-func (q *quorum) Proclaim(_ context.Context, k protocol.Keys, _ string, _ int64, _ uint64, _ string) (int64, error) {
-	return 0, q.unsupported("Election", k)
-}
-
-func (q *quorum) Inspect(context.Context, []string, string, int) (protocol.State, error) {
-	return protocol.State{}, errs.Op(errors.ErrUnsupported, nil, "Inspect on a RedLock")
-}
-
-func (q *quorum) Scan(context.Context, string, func(string) bool) error {
-	return errs.Op(errors.ErrUnsupported, nil, "Locks on a RedLock")
-}
-
-func (q *quorum) Evict(_ context.Context, k protocol.Keys, _ string, _ int64, _ time.Duration) (int64, error) {
-	return 0, errs.Op(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.Name)
-}
-
-func (q *quorum) MoveFence(_ context.Context, k protocol.Keys, _ int64, _ time.Duration) error {
-	return errs.Op(errors.ErrUnsupported, nil, "ForceRelease %q on a RedLock", k.Name)
-}
-
-func (q *quorum) unsupported(what string, k protocol.Keys) error {
-	return errs.Op(errors.ErrUnsupported, nil, "%s %q on a RedLock", what, k.Name)
-}
-
 // Extend extends items on a majority of the members (extendAll).
 func (q *quorum) Extend(ctx context.Context, items []protocol.ExtendItem) ([]int64, error) {
 	codes, errs := q.ExtendAll(ctx, [][]protocol.ExtendItem{items}, nil)
 	return codes[0], errs[0]
-}
-
-// RaiseFence is asked of a RedLock's members only (raiseFenceAll), and a
-// RedLock is never a member of another.
-func (q *quorum) RaiseFence(_ context.Context, k protocol.Keys, _ string, _ int64, _ time.Duration) (int64, error) {
-	return 0, q.unsupported("raise the fence of", k)
 }
 
 type busyKey struct {
@@ -260,7 +202,7 @@ type memberReply[T any] struct {
 // called before fanOut returns for each member whose answer will go there.
 type fan[T any] struct {
 	skip       func(i int) bool
-	call       func(ctx context.Context, i int, m protocol.Backend) (T, error)
+	call       func(ctx context.Context, i int, m Member) (T, error)
 	decide     func(r memberReply[T]) bool
 	late       func(r memberReply[T])
 	leftBehind func(i int)
@@ -510,14 +452,14 @@ func (q *quorum) undo(k protocol.Keys, owner string, i int, ttl time.Duration, s
 // counts as taken only if a majority took it and has its fence before the
 // lease's validity (TTL less elapsed time and drift) ran out; otherwise every
 // member's part is undone.
-func (q *quorum) Acquire(ctx context.Context, k protocol.Keys, owner string, ttl, register time.Duration, extra ...any) (protocol.AcquireResult, error) {
+func (q *quorum) Acquire(ctx context.Context, k protocol.Keys, owner string, ttl, register time.Duration, x protocol.KindArgs) (protocol.AcquireResult, error) {
 	a := &acquisition{q: q, k: k, owner: owner, ttl: ttl, sent: time.Now(),
 		parts: make([]part, len(q.members)), decided: make(chan struct{})}
 	defer close(a.decided)
 	replies := fanOut(ctx, q, fan[protocol.AcquireResult]{
 		skip: func(i int) bool { return q.isBusy(owner, i) },
-		call: func(ctx context.Context, _ int, m protocol.Backend) (protocol.AcquireResult, error) {
-			return m.Acquire(ctx, k, owner, ttl, register, extra...)
+		call: func(ctx context.Context, _ int, m Member) (protocol.AcquireResult, error) {
+			return m.Acquire(ctx, k, owner, ttl, register, x)
 		},
 		decide: a.count,
 		leftBehind: func(i int) {
@@ -699,7 +641,7 @@ func (q *quorum) raiseFenceAll(ctx context.Context, k protocol.Keys, owner strin
 	}
 	raised := fanOut(ctx, q, fan[int64]{
 		skip: func(i int) bool { return has[i] },
-		call: func(ctx context.Context, _ int, m protocol.Backend) (int64, error) {
+		call: func(ctx context.Context, _ int, m Member) (int64, error) {
 			return m.RaiseFence(ctx, k, owner, fence, ttl)
 		},
 		decide: func(r memberReply[int64]) bool {
@@ -723,12 +665,12 @@ func (q *quorum) raiseFenceAll(ctx context.Context, k protocol.Keys, owner strin
 
 // Reenter adds a hold of owner on every member; it counts when a majority
 // added it.
-func (q *quorum) Reenter(ctx context.Context, k protocol.Keys, owner string, ttl time.Duration, count int, extra ...any) (protocol.AcquireResult, error) {
+func (q *quorum) Reenter(ctx context.Context, k protocol.Keys, owner string, ttl time.Duration, count int, x protocol.KindArgs) (protocol.AcquireResult, error) {
 	var done, gone int
 	n := len(q.members)
 	replies := fanOut(ctx, q, fan[protocol.AcquireResult]{
-		call: func(ctx context.Context, _ int, m protocol.Backend) (protocol.AcquireResult, error) {
-			return m.Reenter(ctx, k, owner, ttl, count, extra...)
+		call: func(ctx context.Context, _ int, m Member) (protocol.AcquireResult, error) {
+			return m.Reenter(ctx, k, owner, ttl, count, x)
 		},
 		decide: func(r memberReply[protocol.AcquireResult]) bool {
 			switch {
@@ -768,7 +710,7 @@ func (q *quorum) Release(ctx context.Context, k protocol.Keys, a protocol.Releas
 	var ok, after, not int
 	retried := false
 	replies := fanOut(ctx, q, fan[protocol.Released]{
-		call: func(ctx context.Context, i int, m protocol.Backend) (protocol.Released, error) {
+		call: func(ctx context.Context, i int, m Member) (protocol.Released, error) {
 			ma := a
 			if mode != protocol.ReleaseOne {
 				// The member's own deadline, in its own clock.
@@ -857,7 +799,7 @@ func (q *quorum) ExtendAll(ctx context.Context, calls [][]protocol.ExtendItem, _
 		errs  []error
 	}
 	replies := fanOut(ctx, q, fan[answer]{
-		call: func(ctx context.Context, i int, m protocol.Backend) (answer, error) {
+		call: func(ctx context.Context, i int, m Member) (answer, error) {
 			codes, errs := m.ExtendAll(ctx, calls, nil)
 			q.retakeGone(ctx, i, calls, codes, errs)
 			return answer{codes, errs}, nil
@@ -922,7 +864,7 @@ func (q *quorum) TTL(ctx context.Context, k protocol.Keys, owner string) (time.D
 		code int64
 	}
 	replies := fanOut(ctx, q, fan[left]{
-		call: func(ctx context.Context, _ int, m protocol.Backend) (left, error) {
+		call: func(ctx context.Context, _ int, m Member) (left, error) {
 			d, code, err := m.TTL(ctx, k, owner)
 			return left{d, code}, err
 		},
@@ -1082,7 +1024,7 @@ func (q *quorum) retakeOn(ctx context.Context, i int, it protocol.ExtendItem) (c
 	}
 	took := false
 	if held == 0 {
-		r, err := m.Acquire(ctx, it.K, it.Owner, it.TTL, 0)
+		r, err := m.Acquire(ctx, it.K, it.Owner, it.TTL, 0, protocol.KindArgs{})
 		q.noteDoubt(it.Owner, i, r.Doubt)
 		switch {
 		case err != nil:

@@ -40,7 +40,7 @@ func (m *member) arrive() error {
 	return fail
 }
 
-func (m *member) Acquire(ctx context.Context, _ protocol.Keys, owner string, ttl, _ time.Duration, _ ...any) (protocol.AcquireResult, error) {
+func (m *member) Acquire(ctx context.Context, _ protocol.Keys, owner string, ttl, _ time.Duration, _ protocol.KindArgs) (protocol.AcquireResult, error) {
 	if err := m.arrive(); err != nil {
 		return protocol.AcquireResult{}, err
 	}
@@ -99,7 +99,7 @@ func (m *member) set(f func(m *member)) {
 // 100ms, closed when the test ends.
 func redlock(t *testing.T, n int) (protocol.Backend, []*member) {
 	ms := make([]*member, n)
-	bs := make([]protocol.Backend, n)
+	bs := make([]Member, n)
 	for i := range ms {
 		ms[i] = &member{}
 		bs[i] = ms[i]
@@ -127,7 +127,7 @@ func TestAcquireMajority(t *testing.T) {
 		ms[0].set(func(m *member) { m.fail = errors.New("dial tcp: connection refused") })
 		ms[1].set(func(m *member) { m.delay = time.Second })
 		ms[2].set(func(m *member) { m.fence = 40 })
-		r, err := q.Acquire(context.Background(), keys, "a", ttl, 0)
+		r, err := q.Acquire(context.Background(), keys, "a", ttl, 0, protocol.KindArgs{})
 		if err != nil {
 			t.Fatalf("Acquire with 3 of 5 members in time: %v", err)
 		}
@@ -173,7 +173,7 @@ func TestAcquireShort(t *testing.T) {
 				for i, err := range c.fail {
 					ms[i].set(func(m *member) { m.fail, m.delay = err, c.delay })
 				}
-				_, err := q.Acquire(context.Background(), keys, "a", ttl, 0)
+				_, err := q.Acquire(context.Background(), keys, "a", ttl, 0, protocol.KindArgs{})
 				var qe *errs.QuorumError
 				if !errors.As(err, &qe) || !errors.Is(err, errs.ErrNotAcquired) {
 					t.Fatalf("Acquire: %v, want ErrNotAcquired and a QuorumError", err)
@@ -206,7 +206,7 @@ func TestAcquireHeld(t *testing.T) {
 		for i, left := range []time.Duration{3 * time.Second, 2 * time.Second, 5 * time.Second} {
 			ms[i].set(func(m *member) { m.holder, m.until = "b", time.Now().Add(left) })
 		}
-		r, err := q.Acquire(context.Background(), keys, "a", ttl, 0)
+		r, err := q.Acquire(context.Background(), keys, "a", ttl, 0, protocol.KindArgs{})
 		if err != nil {
 			t.Fatalf("Acquire of a lock held on 3 of 5 members: %v", err)
 		}
@@ -231,7 +231,7 @@ func TestReleaseMajority(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q, ms := redlock(t, 5)
 		ctx := context.Background()
-		r, err := q.Acquire(ctx, keys, "a", ttl, 0)
+		r, err := q.Acquire(ctx, keys, "a", ttl, 0, protocol.KindArgs{})
 		if err != nil {
 			t.Fatal(err)
 		}

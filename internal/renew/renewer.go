@@ -196,6 +196,7 @@ func (t *Term) LostErr(code int64) error {
 // Renewer keeps the terms of a Client's leases, which are all on one Backend.
 type Renewer struct {
 	backend protocol.Backend
+	shards  protocol.Sharded // backend's (protocol.ShardingOf)
 	log     *slog.Logger
 	events  Events
 
@@ -225,7 +226,7 @@ type Events interface {
 
 func New(b protocol.Backend, log *slog.Logger, events Events) *Renewer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Renewer{backend: b, log: log, events: events, ctx: ctx, cancel: cancel}
+	return &Renewer{backend: b, shards: protocol.ShardingOf(b), log: log, events: events, ctx: ctx, cancel: cancel}
 }
 
 // A Start is how a lease Redis granted began.
@@ -539,13 +540,13 @@ func (r *Renewer) deadlineErr(t *Term) error {
 func (r *Renewer) renew(due []*Term) {
 	slots := make(map[string]map[int][]*Term) // by server address
 	for _, t := range due {
-		addr, _ := r.backend.ShardOf(r.ctx, t.K.Tag) // "" if unknown: go-redis routes each call
+		addr, _ := r.shards.ShardOf(r.ctx, t.K.Tag) // "" if unknown: go-redis routes each call
 		g := slots[addr]
 		if g == nil {
 			g = make(map[int][]*Term)
 			slots[addr] = g
 		}
-		s := r.backend.Group(t.K.Tag)
+		s := r.shards.Group(t.K.Tag)
 		g[s] = append(g[s], t)
 	}
 	for _, groups := range slots {
