@@ -227,6 +227,16 @@ func (n *Notifier) subscribe(ctx context.Context, g *Gate) error {
 	if err != nil {
 		return err
 	}
+	if len(sends) == 0 && ps.Need == 0 && ps.Short == nil {
+		// A deployment with no wake-up channels: its waiters ask again as
+		// the holder's lease runs out, which every wait does anyway.
+		n.mu.Lock()
+		if !g.isReady() {
+			close(g.ready)
+		}
+		n.mu.Unlock()
+		return nil
+	}
 	if ps.Apart {
 		n.subscribeApart(g, sends)
 		return ps.Short
