@@ -8,15 +8,15 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/leasehook"
 	"github.com/dlock-go/dlock/internal/protocol"
-	"github.com/dlock-go/dlock/internal/testhook"
 )
 
-// Package dlocktest takes leases away through internal/testhook, which these
+// Package dlocktest takes leases away through internal/leasehook, which these
 // functions fill in; nothing is exported for it.
 func init() {
-	testhook.Lose = func(ctx context.Context, lease any) error { return takeAway(ctx, "dlocktest.Lose", lease, false) }
-	testhook.Steal = func(ctx context.Context, lease any) error { return takeAway(ctx, "dlocktest.Steal", lease, true) }
+	leasehook.Lose = func(ctx context.Context, lease any) error { return takeAway(ctx, "dlocktest.Lose", lease, false) }
+	leasehook.Steal = func(ctx context.Context, lease any) error { return takeAway(ctx, "dlocktest.Steal", lease, true) }
 }
 
 // thieves makes the owner ids of dlocktest.Steal unique within a process;

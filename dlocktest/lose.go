@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/internal/testhook"
+	"github.com/dlock-go/dlock/internal/leasehook"
 )
 
 // checkTimeout bounds the requests Lose and Steal make: a Redis that does not
@@ -40,7 +40,7 @@ func Lose[L *dlock.Lease | *dlock.Leadership](t testing.TB, lease L) {
 		return
 	}
 	t.Helper()
-	takeAway(t, "Lose", lease, testhook.Lose)
+	takeAway(t, "Lose", lease, leasehook.Lose)
 }
 
 // Steal makes the lease lost to another owner: it frees the lock in Redis as
@@ -67,7 +67,7 @@ func Steal[L *dlock.Lease | *dlock.Leadership](t testing.TB, lease L) {
 		return
 	}
 	t.Helper()
-	takeAway(t, "Steal", lease, testhook.Steal)
+	takeAway(t, "Steal", lease, leasehook.Steal)
 }
 
 // ended is what Lose and Steal need of a lease to wait for its end.

@@ -1,7 +1,7 @@
-// Package testhook is how package dlocktest reaches into the leases of
+// Package leasehook is how package dlocktest reaches into the leases of
 // package dlock without dlock exporting anything for it: dlock sets these
 // functions when it is initialised, and dlocktest calls them.
-package testhook
+package leasehook
 
 import "context"
 
