@@ -198,7 +198,7 @@ func TestEngineLostAcquireReply(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := backendtest.New()
 		acquires := 0
-		f.Fault = func(c backendtest.Call) backendtest.Fault {
+		f.SetFault(func(c backendtest.Call) backendtest.Fault {
 			if c.Op != "acquire" || c.Name != "m" {
 				return backendtest.Pass
 			}
@@ -206,8 +206,8 @@ func TestEngineLostAcquireReply(t *testing.T) {
 				return backendtest.LoseReply
 			}
 			return backendtest.Pass
-		}
-		f.LostAfter = 3 * time.Second // a read timeout
+		})
+		f.SetLostAfter(3 * time.Second) // a read timeout
 		c := fakeClient(t, f, WithTTL(4*time.Second), WithoutRenewal())
 		// The Client has reached Redis before: a failure is an outage to
 		// ride out, not a wrong address.
@@ -244,12 +244,12 @@ func TestEngineRidesOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 		down := time.Now().Add(5 * time.Second)
-		f.Fault = func(backendtest.Call) backendtest.Fault {
+		f.SetFault(func(backendtest.Call) backendtest.Fault {
 			if time.Now().Before(down) {
 				return backendtest.Refuse
 			}
 			return backendtest.Pass
-		}
+		})
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		l, err = c.Mutex("m").Lock(ctx)
@@ -275,12 +275,12 @@ func TestEngineUnlockRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.Fault = func(c backendtest.Call) backendtest.Fault {
+		f.SetFault(func(c backendtest.Call) backendtest.Fault {
 			if c.Op == "release" {
 				return backendtest.Refuse
 			}
 			return backendtest.Pass
-		}
+		})
 		err = l.Unlock(t.Context())
 		if err == nil || !errors.Is(err, backendtest.ErrRefused) {
 			t.Fatalf("Unlock refused: %v, want an error wrapping the refusal", err)

@@ -23,7 +23,7 @@ import (
 	"github.com/dlock-go/dlock/internal/protocol"
 )
 
-// Fault is what a request meets on its way, as Fake.Fault scripts it.
+// Fault is what a request meets on its way, as Fake.SetFault scripts it.
 type Fault int
 
 const (
@@ -56,15 +56,27 @@ type Call struct {
 // Fake is a Backend that keeps Mutex and FairMutex locks in memory. Its
 // zero value is not usable: make one with New.
 type Fake struct {
-	mu    sync.Mutex
-	locks map[string]*lock // by the lock's name
-	calls []Call
-	// Fault, if set, tells what each request meets (Pass if unset). It is
-	// called with the Fake's lock held: it must not call the Fake.
-	Fault func(c Call) Fault
-	// LostAfter is how long an acquire whose reply is lost takes to fail
-	// (a read timeout, say); 0 by default.
-	LostAfter time.Duration
+	mu        sync.Mutex
+	locks     map[string]*lock // by the lock's name
+	calls     []Call
+	fault     func(c Call) Fault // SetFault's
+	lostAfter time.Duration      // SetLostAfter's
+}
+
+// SetFault has fault tell what each request meets from now on (Pass if nil).
+// It is called with the Fake's lock held: it must not call the Fake.
+func (f *Fake) SetFault(fault func(c Call) Fault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fault = fault
+}
+
+// SetLostAfter sets how long an acquire whose reply is lost takes to fail
+// (a read timeout, say); 0 by default.
+func (f *Fake) SetLostAfter(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lostAfter = d
 }
 
 // lock is one lock's state, as the scripts keep it.
@@ -140,8 +152,8 @@ func (f *Fake) live(name string) *lock {
 // receive notes the call c and returns what it meets, and the error of one
 // that does not run. f.mu must be held.
 func (f *Fake) receive(c Call) (Fault, error) {
-	if f.Fault != nil {
-		c.Fault = f.Fault(c)
+	if f.fault != nil {
+		c.Fault = f.fault(c)
 	}
 	f.calls = append(f.calls, c)
 	if c.Fault == Refuse {
@@ -170,7 +182,10 @@ func (f *Fake) Acquire(_ context.Context, k protocol.Keys, owner string, ttl, re
 	}
 	r, fault, err := f.acquire(k, owner, ttl, register)
 	if fault == LoseReply {
-		time.Sleep(f.LostAfter)
+		f.mu.Lock()
+		d := f.lostAfter
+		f.mu.Unlock()
+		time.Sleep(d)
 		return protocol.AcquireResult{Doubt: deadline()}, ErrLostReply
 	}
 	return r, err

@@ -70,14 +70,3 @@ func (r evalReply) Int64() (int64, error) {
 	}
 	return 0, fmt.Errorf("redis: unexpected type=%T for Int64", r.v)
 }
-
-// shas holds each script's SHA1 as a script argument, boxed once.
-var shas sync.Map // *redis.Script -> any
-
-func shaArg(s *redis.Script) any {
-	if v, ok := shas.Load(s); ok {
-		return v
-	}
-	v, _ := shas.LoadOrStore(s, any(s.Hash()))
-	return v
-}

@@ -1,7 +1,9 @@
 package protocol
 
 import (
+	"context"
 	_ "embed"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -101,3 +103,56 @@ const (
 // tests can run a deliberately broken one in its place and show that the
 // safety checks fail.
 type ScriptSet [numScripts]*redis.Script
+
+// A script call names its script by SHA1 and, after NOSCRIPT, sends its
+// body: each is boxed once, as an argument.
+
+// shas holds each script's SHA1 as a script argument, boxed once.
+var shas sync.Map // *redis.Script -> any
+
+func shaArg(s *redis.Script) any {
+	if v, ok := shas.Load(s); ok {
+		return v
+	}
+	v, _ := shas.LoadOrStore(s, any(s.Hash()))
+	return v
+}
+
+// srcArg returns s's body as a script argument, boxed once.
+func srcArg(s *redis.Script) any {
+	if v, ok := srcs.Load(s); ok {
+		return v
+	}
+	var c srcReader
+	s.Eval(context.Background(), &c, nil)
+	v, _ := srcs.LoadOrStore(s, any(c.src))
+	return v
+}
+
+// srcs holds each script's body as a script argument.
+var srcs sync.Map // *redis.Script -> any
+
+// srcReader is a redis.Scripter that sends nothing: its Eval notes the body
+// of the script it is given, which redis.Script keeps to itself.
+type srcReader struct{ src string }
+
+func (r *srcReader) Eval(ctx context.Context, script string, _ []string, _ ...any) *redis.Cmd {
+	r.src = script
+	return redis.NewCmd(ctx)
+}
+func (r *srcReader) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return redis.NewCmd(ctx)
+}
+func (r *srcReader) EvalRO(ctx context.Context, script string, _ []string, _ ...any) *redis.Cmd {
+	r.src = script
+	return redis.NewCmd(ctx)
+}
+func (r *srcReader) EvalShaRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	return redis.NewCmd(ctx)
+}
+func (r *srcReader) ScriptExists(ctx context.Context, _ ...string) *redis.BoolSliceCmd {
+	return redis.NewBoolSliceCmd(ctx)
+}
+func (r *srcReader) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
+	return redis.NewStringCmd(ctx)
+}

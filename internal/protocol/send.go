@@ -19,8 +19,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -153,69 +151,6 @@ func retryable(err error) bool {
 // after: the server cannot serve it now, and did not run it.
 var retryReplies = []string{"LOADING ", "READONLY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ", "NOREPLICAS ", "ERR max number of clients reached"}
 
-// serverClock is what a node knows of its server's clock: the offset of the
-// server's time from the local wall clock, learned from replies that carry
-// the server's time. Requests are dated by it; its error costs nothing but
-// a request sent again (a deadline that had passed when it arrived) or a
-// record kept longer than needed, since Redis compares each deadline with its
-// own clock.
-type serverClock struct {
-	offset atomic.Int64 // ms: the server's time less the local wall clock's
-	// last is the deadline argument handed out last, boxed once: every
-	// acquire carries one, and a deadline rounded up to deadlineStep serves
-	// the calls of that step without an allocation each.
-	last atomic.Pointer[deadlineArg]
-}
-
-type deadlineArg struct {
-	ms  int64
-	arg any
-}
-
-// RequestTTL is how long an acquire may take to reach Redis: a copy that
-// arrives later changes nothing. It bounds how long a copy whose reply was
-// lost can still arrive, and so how long the record that refuses it lives.
-const RequestTTL = 10 * time.Second
-
-// deadlineStep is the rounding of a request's deadline (up).
-const deadlineStep = 64
-
-// learn notes the server's time (µs), read from a reply just received.
-func (c *serverClock) learn(serverMicros int64) {
-	if serverMicros > 0 {
-		c.offset.Store(serverMicros/1000 - time.Now().UnixMilli())
-	}
-}
-
-// deadline returns the deadline of a request sent now, in the server's
-// milliseconds, and the same as a script argument.
-func (c *serverClock) deadline() (int64, any) {
-	ms := time.Now().UnixMilli() + c.offset.Load() + RequestTTL.Milliseconds()
-	ms += deadlineStep - 1 - (ms+deadlineStep-1)%deadlineStep
-	if a := c.last.Load(); a != nil && a.ms == ms {
-		return ms, a.arg
-	}
-	a := &deadlineArg{ms, ms}
-	c.last.Store(a)
-	return ms, a.arg
-}
-
-// RequestDeadline returns, for a Backend that dates its acquires (a node),
-// the deadline it would give one sent now, in its server's milliseconds: no
-// earlier than that of any acquire it sent before. It returns 0 for any
-// other Backend.
-func RequestDeadline(b Backend) int64 {
-	if d, ok := b.(interface{ requestDeadline() int64 }); ok {
-		return d.requestDeadline()
-	}
-	return 0
-}
-
-func (n *Node) requestDeadline() int64 {
-	ms, _ := n.clock.deadline()
-	return ms
-}
-
 // sent is the outcome of sending a request copy by copy: the reply or the
 // last copy's error; doubt, whether a copy's outcome is unknown (it may
 // have run, or may still arrive); and retried, whether the reply follows
@@ -270,45 +205,6 @@ func (n *Node) process(ctx context.Context, a []any) (any, error) {
 	c := newOnce(ctx, a)
 	_ = n.proc.Process(ctx, c)
 	return c.Result()
-}
-
-// srcArg returns s's body as a script argument, boxed once.
-func srcArg(s *redis.Script) any {
-	if v, ok := srcs.Load(s); ok {
-		return v
-	}
-	var c srcReader
-	s.Eval(context.Background(), &c, nil)
-	v, _ := srcs.LoadOrStore(s, any(c.src))
-	return v
-}
-
-// srcs holds each script's body as a script argument.
-var srcs sync.Map // *redis.Script -> any
-
-// srcReader is a redis.Scripter that sends nothing: its Eval notes the body
-// of the script it is given, which redis.Script keeps to itself.
-type srcReader struct{ src string }
-
-func (r *srcReader) Eval(ctx context.Context, script string, _ []string, _ ...any) *redis.Cmd {
-	r.src = script
-	return redis.NewCmd(ctx)
-}
-func (r *srcReader) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return redis.NewCmd(ctx)
-}
-func (r *srcReader) EvalRO(ctx context.Context, script string, _ []string, _ ...any) *redis.Cmd {
-	r.src = script
-	return redis.NewCmd(ctx)
-}
-func (r *srcReader) EvalShaRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return redis.NewCmd(ctx)
-}
-func (r *srcReader) ScriptExists(ctx context.Context, _ ...string) *redis.BoolSliceCmd {
-	return redis.NewBoolSliceCmd(ctx)
-}
-func (r *srcReader) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
-	return redis.NewStringCmd(ctx)
 }
 
 // noDeadline is a deadline argument that never passes, for requests whose
