@@ -6,12 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/clienthook"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/protocol"
+	"github.com/dlock-go/dlock/internal/rclient"
+	"github.com/dlock-go/dlock/internal/rclient/goredis"
 	"github.com/dlock-go/dlock/internal/renew"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -49,15 +53,23 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, errors.New("dlock: New: WithNodeTimeout applies to NewRedLock only")
 	}
 	// Unless rdb gives up a request at its context's end by itself
-	// (ContextTimeoutEnabled, no autopipeliner), the node batches the
-	// requests of concurrent callers (protocol's batcher), and each acquire
-	// waits for its request on another goroutine so that it can return at
-	// its context's end (within).
-	n, err := protocol.NewNode(rdb, cfg.autoPipeline, cfg.scripts)
+	// (ContextTimeoutEnabled, no autopipeliner), the script calls of
+	// concurrent callers share round trips (goredis's batcher), and each
+	// acquire waits for its request on another goroutine so that it can
+	// return at its context's end (within).
+	if _, ring := rdb.(*redis.Ring); ring && cfg.wait.N > 0 {
+		return nil, errs.Op(nil, nil, "New: WithWaitReplicas(%d, %v): WAIT needs a *redis.Client, a FailoverClient or a *redis.ClusterClient, not a %T", cfg.wait.N, cfg.wait.Timeout, rdb)
+	}
+	rc, err := goredis.New(rdb, cfg.autoPipeline)
 	if err != nil {
 		return nil, errs.Op(nil, err, "New: WithAutoPipeline")
 	}
-	b, err := protocol.WithWait(n, cfg.wait)
+	return newOn(rc, cfg)
+}
+
+// newOn returns a Client on the Redis client rc, configured by cfg.
+func newOn(rc rclient.Client, cfg config) (*Client, error) {
+	b, err := protocol.WithWait(protocol.NewNode(rc, cfg.scripts), cfg.wait)
 	if err != nil {
 		return nil, errs.Op(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.N, cfg.wait.Timeout)
 	}
@@ -247,4 +259,51 @@ func unusable(rdb redis.UniversalClient) string {
 		}
 	}
 	return ""
+}
+
+// Client modules build their Clients through clienthook.
+func init() {
+	clienthook.New = func(rc rclient.Client, opts ...any) (any, error) {
+		cfg, err := hookConfig("New", opts)
+		if err != nil {
+			return nil, err
+		}
+		if rc == nil {
+			return nil, errs.Op(nil, nil, "New: nil Redis client")
+		}
+		return newOn(rc, cfg)
+	}
+	clienthook.NewRedLock = func(nodes []rclient.Client, opts ...any) (any, error) {
+		cfg, err := hookConfig("NewRedLock", opts)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case len(nodes) < 3 || len(nodes)%2 == 0:
+			return nil, fmt.Errorf("dlock: NewRedLock: %d nodes: want an odd number, at least 3", len(nodes))
+		case slices.Contains(nodes, nil):
+			return nil, errs.Op(nil, nil, "NewRedLock: a nil node")
+		}
+		return newRedLockOn(nodes, cfg)
+	}
+}
+
+// hookConfig is the configuration of a client module's Client: opts must
+// be Options.
+func hookConfig(op string, opts []any) (config, error) {
+	options := make([]Option, len(opts))
+	for i, o := range opts {
+		var ok bool
+		if options[i], ok = o.(Option); !ok {
+			return config{}, errs.Op(nil, nil, "%s: option %d is a %T, not a dlock.Option", op, i, o)
+		}
+	}
+	cfg, err := defaultConfig().with(options, true)
+	if err != nil {
+		return config{}, err
+	}
+	if op == "New" && cfg.nodeTimeout > 0 {
+		return config{}, errors.New("dlock: New: WithNodeTimeout applies to NewRedLock only")
+	}
+	return cfg, nil
 }

@@ -113,21 +113,21 @@ return res`,
 // any Client. It reports false if there is no such mutant.
 func UseMutant(name string) bool {
 	if src, ok := extendMutants[name]; ok {
-		protocol.DefaultScripts[protocol.ScriptExtend] = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptExtend] = protocol.NewScript(src)
 		return true
 	}
 	if src, ok := rwMutants[name]; ok {
-		protocol.DefaultScripts[protocol.ScriptRWAcquire] = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptRWAcquire] = protocol.NewScript(src)
 		return true
 	}
 	if src, ok := mutants[name]; ok {
 		// A Mutex's, and a RedLock member's.
-		protocol.DefaultScripts[protocol.ScriptAcquire] = redis.NewScript(src)
-		protocol.DefaultScripts[protocol.ScriptRedAcquire] = redis.NewScript(redMutants[name])
+		protocol.DefaultScripts[protocol.ScriptAcquire] = protocol.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptRedAcquire] = protocol.NewScript(redMutants[name])
 		return true
 	}
 	if src, ok := semMutants[name]; ok {
-		protocol.DefaultScripts[protocol.ScriptSemAcquire] = redis.NewScript(src)
+		protocol.DefaultScripts[protocol.ScriptSemAcquire] = protocol.NewScript(src)
 		return true
 	}
 	return useElectionMutant(name)
@@ -202,7 +202,7 @@ func WithLostSUnsubscribe() Option {
 func WithoutFenceRaise() Option {
 	return testOption("WithoutFenceRaise", func(c *config) {
 		s := *c.scripts
-		s[protocol.ScriptRaiseFence] = redis.NewScript(`return redis.call('HEXISTS', KEYS[1], ARGV[1])`)
+		s[protocol.ScriptRaiseFence] = protocol.NewScript(`return redis.call('HEXISTS', KEYS[1], ARGV[1])`)
 		c.scripts = &s
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
 	"github.com/dlock-go/dlock/internal/quorum"
+	"github.com/dlock-go/dlock/internal/rclient"
+	"github.com/dlock-go/dlock/internal/rclient/goredis"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -62,17 +64,28 @@ func NewRedLock(nodes []redis.UniversalClient, opts ...Option) (*Client, error) 
 	if cfg.wait.N > 0 {
 		return nil, errs.Op(errors.ErrUnsupported, nil, "NewRedLock: WithWaitReplicas")
 	}
+	members := make([]rclient.Client, len(nodes))
+	for i, rdb := range nodes {
+		if members[i], err = goredis.New(rdb, cfg.autoPipeline); err != nil {
+			return nil, errs.Op(nil, err, "NewRedLock: node %d: WithAutoPipeline", i)
+		}
+	}
+	return newRedLockOn(members, cfg)
+}
+
+// newRedLockOn returns a RedLock Client on the Redis clients of its
+// members, configured by cfg.
+func newRedLockOn(nodes []rclient.Client, cfg config) (*Client, error) {
+	if cfg.wait.N > 0 {
+		return nil, errs.Op(errors.ErrUnsupported, nil, "NewRedLock: WithWaitReplicas")
+	}
 	timeout := cfg.nodeTimeout
 	if timeout == 0 {
 		timeout = DefaultNodeTimeout
 	}
-	members := make([]quorum.Member, 0, len(nodes))
-	for i, rdb := range nodes {
-		m, err := protocol.NewNode(rdb, cfg.autoPipeline, cfg.scripts)
-		if err != nil {
-			return nil, errs.Op(nil, err, "NewRedLock: node %d: WithAutoPipeline", i)
-		}
-		members = append(members, m)
+	members := make([]quorum.Member, len(nodes))
+	for i, rc := range nodes {
+		members[i] = protocol.NewNode(rc, cfg.scripts)
 	}
 	closing := make(chan struct{})
 	return newClient(quorum.New(members, timeout, closing), cfg, "NewRedLock", closing)

@@ -5,7 +5,6 @@ package notify
 import (
 	"container/list"
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -14,7 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/protocol"
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 // Notifier receives the messages that wake a Client's waiters. A Client
@@ -64,8 +63,8 @@ type Notifier struct {
 // shard is one pub/sub connection and the channels subscribed on it.
 type shard struct {
 	addr string
-	rdb  redis.UniversalClient // the Redis client whose connection ps is
-	ps   *redis.PubSub
+	rc   rclient.Client // the Redis client whose connection ps is
+	ps   rclient.Subscriber
 	// pending counts, per channel, the SSUBSCRIBEs sent and not yet
 	// confirmed; a gate is ready when its channel's last one is confirmed.
 	pending map[string]int
@@ -268,13 +267,13 @@ func (n *Notifier) place(g *Gate, ps protocol.Placement) ([]send, error) {
 		sh := n.shards[p.Addr]
 		fresh := sh == nil
 		if fresh {
-			sh = &shard{addr: p.Addr, rdb: p.RDB, pending: make(map[string]int)}
+			sh = &shard{addr: p.Addr, rc: p.Client, pending: make(map[string]int)}
 			n.shards[p.Addr] = sh
 			if ps.Apart {
 				// A RedLock member's connection is made now, with no channel
 				// (which sends nothing), so that the subscriptions go out
 				// without waiting for it.
-				sh.ps = p.RDB.SSubscribe(context.Background())
+				sh.ps = p.Client.Subscribe(context.Background())
 				n.wg.Add(1)
 				go n.receive(sh)
 				fresh = false
@@ -297,7 +296,7 @@ func (n *Notifier) subscribeApart(g *Gate, sends []send) {
 		n.wg.Go(func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := ps.SSubscribe(sctx, g.channel); err != nil {
+			if err := ps.Subscribe(sctx, g.channel); err != nil {
 				n.unpend(s.sh, g.channel)
 				n.log.Debug("dlock: subscribing on a RedLock node failed", "node", s.sh.addr, "channel", g.channel, "err", err)
 			}
@@ -318,12 +317,12 @@ func (n *Notifier) subscribeShared(ctx context.Context, g *Gate, sends []send) e
 		if s.fresh {
 			// A Cluster's pub/sub connection goes to the node of its first
 			// channel.
-			s.sh.ps = s.sh.rdb.SSubscribe(sctx, g.channel)
+			s.sh.ps = s.sh.rc.Subscribe(sctx, g.channel)
 			n.wg.Add(1)
 			go n.receive(s.sh)
 			continue
 		}
-		if err := s.sh.ps.SSubscribe(sctx, g.channel); err != nil {
+		if err := s.sh.ps.Subscribe(sctx, g.channel); err != nil {
 			n.unpend(s.sh, g.channel)
 			if first == nil {
 				first = err
@@ -429,7 +428,7 @@ func (n *Notifier) unsubscribe(gates []*Gate) {
 	}
 	for sh, channels := range byShard {
 		// Best effort: a failure leaves a harmless subscription behind.
-		_ = sh.ps.SUnsubscribe(context.Background(), channels...)
+		_ = sh.ps.Unsubscribe(context.Background(), channels...)
 	}
 }
 
@@ -477,7 +476,7 @@ func (n *Notifier) receive(sh *shard) {
 	defer n.wg.Done()
 	r := &receiver{n: n, sh: sh, ps: sh.ps}
 	for {
-		msg, err := r.ps.ReceiveTimeout(context.Background(), r.wait())
+		msg, err := r.ps.Receive(context.Background(), r.wait())
 		if err != nil {
 			if n.isClosed() || !r.failed(err) {
 				return
@@ -494,9 +493,9 @@ func (n *Notifier) receive(sh *shard) {
 type receiver struct {
 	n      *Notifier
 	sh     *shard
-	ps     *redis.PubSub // sh's connection, as the loop last made or took it
-	pinged bool          // a PING went out, and nothing has come back since
-	down   int           // receives failed in a row, up to 4
+	ps     rclient.Subscriber // sh's connection, as the loop last made or took it
+	pinged bool               // a PING went out, and nothing has come back since
+	down   int                // receives failed in a row, up to 4
 }
 
 // wait is how long the next receive waits for a word from the server: a
@@ -510,11 +509,10 @@ func (r *receiver) wait() time.Duration {
 
 // failed handles a receive's error, and reports whether the loop goes on.
 func (r *receiver) failed(err error) bool {
-	var reply redis.Error
-	switch {
-	case isTimeout(err):
+	switch reply, isReply := rclient.Reply(err); {
+	case rclient.Timeout(err):
 		return r.silent()
-	case errors.As(err, &reply):
+	case isReply:
 		r.n.errorReply(r.sh, reply, err)
 	default:
 		r.broken(err)
@@ -540,7 +538,7 @@ func (r *receiver) silent() bool {
 }
 
 // broken handles a receive that failed because the connection broke;
-// go-redis reconnects and subscribes again on the next receive. Messages
+// the Subscriber (rclient) connects and subscribes again on the next receive. Messages
 // sent meanwhile were lost: it wakes every waiter so that it looks for
 // itself, once; while the server stays unreachable, it tries again less and
 // less often (on a RedLock, a member can stay down while the others serve).
@@ -560,8 +558,8 @@ func (r *receiver) broken(err error) {
 
 // errorReply handles an error reply on sh's connection (err), which is not a
 // broken connection.
-func (n *Notifier) errorReply(sh *shard, reply redis.Error, err error) {
-	if strings.HasPrefix(reply.Error(), "NOPERM") {
+func (n *Notifier) errorReply(sh *shard, reply string, err error) {
+	if strings.HasPrefix(reply, "NOPERM") {
 		// The user's ACL refused a command: no retry will change that. A
 		// refused SSUBSCRIBE fails its waiters.
 		n.log.Warn("dlock: wake-up connection refused a command", "node", sh.addr, "err", err)
@@ -577,18 +575,15 @@ func (n *Notifier) errorReply(sh *shard, reply redis.Error, err error) {
 }
 
 // dispatch hands a message read from sh's connection to whom it concerns.
-func (n *Notifier) dispatch(sh *shard, msg any) {
-	switch m := msg.(type) {
-	case *redis.Message:
+func (n *Notifier) dispatch(sh *shard, m rclient.Message) {
+	switch m.Kind {
+	case "smessage", "message":
 		n.deliver(m.Channel, m.Payload)
-	case *redis.Subscription:
-		switch m.Kind {
-		case "ssubscribe", "subscribe":
-			n.confirmed(sh, m.Channel)
-		case "sunsubscribe":
-			if !n.cfg.LoseDropped {
-				n.dropped(sh, m.Channel)
-			}
+	case "ssubscribe", "subscribe":
+		n.confirmed(sh, m.Channel)
+	case "sunsubscribe":
+		if !n.cfg.LoseDropped {
+			n.dropped(sh, m.Channel)
 		}
 	}
 }
@@ -596,9 +591,8 @@ func (n *Notifier) dispatch(sh *shard, msg any) {
 // subscribeRefused reports whether reply, a NOPERM on a pub/sub connection,
 // is the user's ACL refusing an SSUBSCRIBE: the command, or the channels it
 // names.
-func subscribeRefused(reply redis.Error) bool {
-	msg := reply.Error()
-	return strings.Contains(msg, "'ssubscribe'") || strings.Contains(msg, "channel")
+func subscribeRefused(reply string) bool {
+	return strings.Contains(reply, "'ssubscribe'") || strings.Contains(reply, "channel")
 }
 
 // refused fails the subscriptions that sh has not confirmed yet: its server
@@ -676,11 +670,11 @@ func (n *Notifier) dropped(sh *shard, channel string) {
 	}
 	n.log.Warn("dlock: wake-up channel's slot moved; subscribing again where it lives now", "node", sh.addr, "channel", channel)
 	n.wg.Go(func() {
-		// go-redis keeps the channel for sh's connection: forget it there,
+		// the Subscriber keeps the channel for sh's connection: forget it there,
 		// so that a reconnection does not ask the wrong node for it. (The
 		// server answers MOVED, which the receive loop passes over.)
 		n.subMu.Lock()
-		_ = sh.ps.SUnsubscribe(context.Background(), channel)
+		_ = sh.ps.Unsubscribe(context.Background(), channel)
 		n.subMu.Unlock()
 		for attempt := 1; ; attempt++ {
 			if n.resubscribe(g, sh, attempt) || n.isClosed() {
@@ -721,7 +715,7 @@ func (n *Notifier) Check(ctx context.Context, g *Gate) {
 // resubscribe subscribes g's channel again, which the server of shard old
 // dropped, and reports whether Redis confirmed it within resubscribeWait.
 // It waits a while for the Cluster's slot map to show the channel's new
-// server: go-redis loads it in the background.
+// server: the Redis client loads it in the background.
 func (n *Notifier) resubscribe(g *Gate, old *shard, attempt int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), resubscribeWait)
 	defer cancel()
@@ -734,7 +728,7 @@ func (n *Notifier) resubscribe(g *Gate, old *shard, attempt int) bool {
 		select {
 		case <-ctx.Done():
 			// Still the same server (the slot came back), or no answer:
-			// subscribe where go-redis says.
+			// subscribe where the Redis client says.
 		case <-time.After(50 * time.Millisecond):
 			continue
 		}
@@ -765,7 +759,7 @@ var resubscribeWait = 2 * time.Second
 // reconnect replaces sh's connection, which stopped answering, by a new one
 // subscribed to every channel of sh's gates. It returns the new connection,
 // or nil if the notifier closed meanwhile.
-func (n *Notifier) reconnect(sh *shard) *redis.PubSub {
+func (n *Notifier) reconnect(sh *shard) rclient.Subscriber {
 	n.subMu.Lock()
 	defer n.subMu.Unlock()
 	n.mu.Lock()
@@ -785,8 +779,8 @@ func (n *Notifier) reconnect(sh *shard) *redis.PubSub {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// A failure here surfaces on the next receive, which connects and
-	// subscribes again: go-redis keeps the channels.
-	sh.ps = sh.rdb.SSubscribe(ctx, channels...)
+	// subscribes again: the Subscriber keeps the channels.
+	sh.ps = sh.rc.Subscribe(ctx, channels...)
 	ps := sh.ps
 	n.mu.Unlock()
 	_ = old.Close()
@@ -841,7 +835,7 @@ func (n *Notifier) Close() {
 	n.subMu.Lock()
 	n.mu.Lock()
 	n.closed = true
-	var conns []*redis.PubSub
+	var conns []rclient.Subscriber
 	for _, sh := range n.shards {
 		conns = append(conns, sh.ps)
 	}
@@ -863,11 +857,6 @@ func confirmedBy(g *Gate) int {
 		}
 	}
 	return c
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
 }
 
 // ReadyChannels returns the channels n believes it is subscribed to.

@@ -5,24 +5,21 @@ package protocol
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
-
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 // Announce sets the string key to value for ttl, or removes it if ttl is 0.
 func (n *Node) Announce(ctx context.Context, key, value string, ttl time.Duration) error {
 	var err error
 	if ttl == 0 {
-		err = n.rdb.Del(ctx, key).Err()
+		_, err = n.c.Do(ctx, "del", key)
 	} else {
-		err = n.rdb.Set(ctx, key, value, ttl).Err()
+		_, err = n.c.Do(ctx, "set", key, value, "px", ttl.Milliseconds())
 	}
 	if err != nil {
 		n.Failed(err)
@@ -38,18 +35,20 @@ func (n *Node) Strings(ctx context.Context, keys []string) ([]string, error) {
 	if len(keys) == 0 {
 		return out, nil
 	}
-	pipe := n.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(keys))
+	cmds := make([]rclient.Cmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.Get(ctx, k)
+		cmds[i].Args = []any{"get", k}
 	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
+	if err := n.c.Pipe(ctx, cmds); err != nil {
+		n.Failed(err)
+		return nil, errs.Op(nil, err, "read %d keys", len(keys))
+	}
 	for i, c := range cmds {
-		v, err := c.Result()
+		v, err := c.Reply, c.Err
 		switch {
 		case err == nil:
-			out[i] = v
-		case errors.Is(err, redis.Nil) || wrongType(err):
+			out[i], _ = v.(string)
+		case wrongType(err):
 		default:
 			n.Failed(err)
 			return nil, errs.Op(nil, err, "read %s", keys[i])
@@ -62,7 +61,7 @@ func (n *Node) Strings(ctx context.Context, keys []string) ([]string, error) {
 // read-only (EVALSHA_RO), so that a user allowed only to read keys may send
 // it, and a replica runs it.
 func (n *Node) Inspect(ctx context.Context, keys []string, code string, limit int) (State, error) {
-	v, err := n.scripts[scriptInspect].RunRO(ctx, n.rdb, keys, code, limit).Slice()
+	v, err := sliceOf(n.run(ctx, n.scripts[scriptInspect], true, keys, code, limit))
 	if err != nil {
 		return State{}, err
 	}
@@ -144,50 +143,10 @@ func decodeState(v []any) (State, error) {
 // on every primary (never KEYS, which would block Redis), until each
 // returns false.
 func (n *Node) Scan(ctx context.Context, match string, each func(key string) bool) error {
-	servers, err := primaries(ctx, n.rdb)
-	if err != nil {
-		return errs.Op(nil, err, "list the primaries")
-	}
-	for _, srv := range servers {
-		it := srv.Scan(ctx, 0, match, 1000).Iterator()
-		for it.Next(ctx) {
-			if !each(it.Val()) {
-				return nil
-			}
-		}
-		if err := it.Err(); err != nil {
-			return errs.Op(nil, err, "SCAN %s", match)
-		}
+	if err := n.c.Scan(ctx, match, each); err != nil {
+		return errs.Op(nil, err, "SCAN %s", match)
 	}
 	return nil
-}
-
-// primaries returns a client of each server a SCAN must cover: every
-// primary of a Cluster, every shard of a Ring, else rdb itself.
-func primaries(ctx context.Context, rdb redis.UniversalClient) ([]redis.Cmdable, error) {
-	var (
-		mu  sync.Mutex
-		out []redis.Cmdable
-	)
-	add := func(_ context.Context, c *redis.Client) error {
-		mu.Lock()
-		out = append(out, c)
-		mu.Unlock()
-		return nil
-	}
-	switch r := rdb.(type) {
-	case *redis.ClusterClient:
-		if err := r.ForEachMaster(ctx, add); err != nil {
-			return nil, err
-		}
-	case *redis.Ring:
-		if err := r.ForEachShard(ctx, add); err != nil {
-			return nil, err
-		}
-	default:
-		out = append(out, rdb)
-	}
-	return out, nil
 }
 
 // Evict releases owner's hold on k, whose fence is fence (0 if unknown), as
@@ -217,19 +176,42 @@ func (n *Node) MoveFence(ctx context.Context, k Keys, fence int64, ttl time.Dura
 // or a wrong one: NOAUTH, WRONGPASS) is an error, and so is a Redis it
 // cannot reach.
 func (n *Node) EvictionPolicy(ctx context.Context) (policy string, known bool, err error) {
-	v, err := n.rdb.ConfigGet(ctx, "maxmemory-policy").Result()
-	var rerr redis.Error
+	v, err := n.c.Do(ctx, "config", "get", "maxmemory-policy")
 	switch {
-	case errors.As(err, &rerr):
+	case isReply(err):
 		// Refused: CONFIG GET alone, or every command of this client? A PING
 		// tells; NOPERM means Redis knows the user, who may not PING.
-		if perr := n.rdb.Ping(ctx).Err(); perr != nil && !noPerm(perr) {
+		if _, perr := n.c.Do(ctx, "ping"); perr != nil && !noPerm(perr) {
 			return "", false, errs.Op(nil, perr, "Redis refuses the client")
 		}
 		return "", false, nil
 	case err != nil:
 		return "", false, errs.Op(nil, err, "read maxmemory-policy")
 	}
-	policy, known = v["maxmemory-policy"]
+	policy, known = configValue(v, "maxmemory-policy")
 	return policy, known, nil
+}
+
+// configValue finds name's value in CONFIG GET's reply: a map (RESP3) or
+// an array of names and values (RESP2).
+func configValue(v any, name string) (string, bool) {
+	switch v := v.(type) {
+	case map[any]any:
+		s, ok := v[name].(string)
+		return s, ok
+	case map[string]any:
+		s, ok := v[name].(string)
+		return s, ok
+	case map[string]string:
+		s, ok := v[name]
+		return s, ok
+	case []any:
+		for i := 0; i+1 < len(v); i += 2 {
+			if k, _ := v[i].(string); k == name {
+				s, ok := v[i+1].(string)
+				return s, ok
+			}
+		}
+	}
+	return "", false
 }

@@ -10,7 +10,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 // Record is a string key a renewal round writes beside its extends (a
@@ -210,8 +210,8 @@ type Placement struct {
 // Place is where a shard channel is subscribed: the address of its server
 // ("" on a single server), and the Redis client that reaches it.
 type Place struct {
-	Addr string
-	RDB  redis.UniversalClient
+	Addr   string
+	Client rclient.Client
 }
 
 // ShardingOf returns b's Sharded capability, or, for a Backend without it,

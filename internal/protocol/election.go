@@ -41,7 +41,7 @@ type LeaderState struct {
 // Leader runs leader.lua on k's lock and leader record, read-only
 // (EVALSHA_RO).
 func (n *Node) Leader(ctx context.Context, k Keys) (LeaderState, error) {
-	v, err := n.scripts[ScriptLeader].RunRO(ctx, n.rdb, []string{k.AcquireKeys[0], LeaderKey(k)}).Slice()
+	v, err := sliceOf(n.run(ctx, n.scripts[ScriptLeader], true, []string{k.AcquireKeys[0], LeaderKey(k)}))
 	if err != nil {
 		n.Failed(err)
 		return LeaderState{}, errs.Op(nil, err, "read the leader of %q", k.Name)

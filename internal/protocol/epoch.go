@@ -27,9 +27,9 @@ var epochFields = []string{
 	"cmdstat_flushall:", "cmdstat_flushdb:", "cmdstat_swapdb:", "cmdstat_debug:",
 }
 
-// epochSections are the INFO sections that hold epochFields (Redis 7 takes
+// epochInfo is INFO of the sections that hold epochFields (Redis 7 takes
 // several at once).
-var epochSections = []string{"server", "replication", "stats", "commandstats"}
+var epochInfo = []any{"info", "server", "replication", "stats", "commandstats"}
 
 // dataEpoch is an epoch as a node read it: seen is when its reply came, so
 // the server had that epoch then or before.
@@ -69,8 +69,9 @@ func (n *Node) readEpoch(ctx context.Context) (*dataEpoch, bool) {
 	if n.Cluster {
 		return nil, false
 	}
-	info, err := n.rdb.Info(ctx, epochSections...).Result()
-	if err != nil {
+	v, err := n.c.Do(ctx, epochInfo...)
+	info, ok := v.(string)
+	if err != nil || !ok {
 		return nil, false
 	}
 	sig, ok := epochOf(info)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/rclient/goredis"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -17,10 +18,11 @@ func TestKeptData(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	n, err := NewNode(rdb, false, nil)
+	c, err := goredis.New(rdb, false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	n := NewNode(c, nil)
 	early := time.Now()
 	if KeptData(ctx, n, early) {
 		t.Fatal("kept data with no epoch read")

@@ -11,9 +11,14 @@ import (
 	"strings"
 
 	"github.com/dlock-go/dlock/internal/errs"
-
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
+
+// isReply reports whether err is, or wraps, an error reply of the server.
+func isReply(err error) bool {
+	_, ok := rclient.Reply(err)
+	return ok
+}
 
 // refused says what Redis's refusal of a client that has not authenticated
 // means. Redis answers a request of many arguments from such a client with
@@ -23,11 +28,11 @@ func refused(err error) error {
 	if err == nil {
 		return nil // before rerr, which escapes: no allocation on success
 	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
+	msg, ok := rclient.Reply(err)
+	if !ok {
 		return err
 	}
-	if msg := rerr.Error(); strings.Contains(msg, "unauthenticated") ||
+	if strings.Contains(msg, "unauthenticated") ||
 		strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") {
 		return errs.Op(nil, err, "Redis refuses the client: no password or a wrong one (go-redis's Options.Username and Password)")
 	}
@@ -37,7 +42,7 @@ func refused(err error) error {
 // noScript reports whether err is the server's answer to an EVALSHA of a
 // script it does not know, also wrapped.
 func noScript(err error) bool {
-	return err != nil && (errors.Is(err, redis.ErrNoScript) || strings.Contains(err.Error(), "NOSCRIPT"))
+	return err != nil && strings.Contains(err.Error(), "NOSCRIPT")
 }
 
 // Transient reports whether err, the failure of a request, says that Redis
@@ -45,10 +50,9 @@ func noScript(err error) bool {
 // migration), so that the request may succeed if made again shortly. A reply
 // that is an ordinary error, a closed client and an ended context are not.
 func Transient(err error) bool {
-	var rerr redis.Error
 	var nq *errs.QuorumError
 	switch {
-	case err == nil, errors.Is(err, redis.ErrClosed):
+	case err == nil, errors.Is(err, rclient.ErrClosed):
 		return false
 	case errors.As(err, &nq):
 		// The members that did not answer (in time, or before the caller's
@@ -63,15 +67,15 @@ func Transient(err error) bool {
 			}
 		}
 		return refused <= nq.Nodes-nq.Need
-	case errors.As(err, &rerr):
-		msg := rerr.Error()
+	case isReply(err):
+		msg, _ := rclient.Reply(err)
 		for _, p := range transientReplies {
 			if strings.HasPrefix(msg, p) {
 				return true
 			}
 		}
 		return false
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, redis.ErrPoolTimeout):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, rclient.ErrPoolTimeout):
 		return true
 	}
 	var nerr *net.OpError
@@ -93,13 +97,13 @@ var transientReplies = []string{"CLUSTERDOWN ", "TRYAGAIN ", "MOVED ", "ASK ", "
 // wrongType reports whether err is Redis's answer to a command on a key
 // that holds another type.
 func wrongType(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
+	msg, ok := rclient.Reply(err)
+	return ok && strings.HasPrefix(msg, "WRONGTYPE")
 }
 
 // noPerm reports whether err is Redis's refusal of a command the ACL user
 // may not run.
 func noPerm(err error) bool {
-	var rerr redis.Error
-	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOPERM")
+	msg, ok := rclient.Reply(err)
+	return ok && strings.HasPrefix(msg, "NOPERM")
 }

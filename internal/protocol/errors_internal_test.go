@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 // TestTransient: a failure is ridden out only if trying again may help. A
@@ -27,7 +27,7 @@ func TestTransient(t *testing.T) {
 		want bool
 	}{
 		{"nil", nil, false},
-		{"closed client", redis.ErrClosed, false},
+		{"closed client", fmt.Errorf("release: %w", rclient.ErrClosed), false},
 		{"ended context", context.Canceled, false},
 		{"connection cut", io.EOF, true},
 		{"failover", replyError("READONLY You can't write against a read only replica."), true},
@@ -46,7 +46,7 @@ func TestTransient(t *testing.T) {
 	}
 }
 
-// replyError is an error reply of the server, as go-redis gives it.
+// replyError is an error reply of the server (rclient.ReplyError).
 type replyError string
 
 func (e replyError) Error() string { return string(e) }

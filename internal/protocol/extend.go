@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
-
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 // ExtendItem is one lease in an extend call.
@@ -53,7 +52,7 @@ const MaxBatch = 128
 // code per item.
 func (n *Node) Extend(ctx context.Context, items []ExtendItem) ([]int64, error) {
 	ks, args := extendArgs(items)
-	codes, err := n.scripts[ScriptExtend].Run(ctx, n.cmd, ks, args...).Int64Slice()
+	codes, err := int64sOf(n.run(ctx, n.scripts[ScriptExtend], false, ks, args...))
 	return n.extendResult(items, codes, err)
 }
 
@@ -65,30 +64,42 @@ func (n *Node) ExtendAll(ctx context.Context, calls [][]ExtendItem, rec *Record)
 		codes[0], errs[0] = n.Extend(ctx, calls[0])
 		return codes, errs
 	}
+	s := n.scripts[ScriptExtend]
 	run := func(eval bool, todo []int) {
-		pipe := n.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(todo))
+		cmds := make([]rclient.Cmd, len(todo), len(todo)+1)
 		for j, i := range todo {
 			ks, args := extendArgs(calls[i])
+			a := make([]any, 0, 3+len(ks)+len(args))
 			if eval {
-				cmds[j] = n.scripts[ScriptExtend].Eval(ctx, pipe, ks, args...)
+				a = append(a, "eval", srcArg(s), len(ks))
 			} else {
-				cmds[j] = n.scripts[ScriptExtend].EvalSha(ctx, pipe, ks, args...)
+				a = append(a, "evalsha", shaArg(s), len(ks))
 			}
+			for _, k := range ks {
+				a = append(a, k)
+			}
+			cmds[j].Args = append(a, args...)
 		}
-		var set *redis.StatusCmd
-		if rec != nil && !rec.Sent {
+		set := rec != nil && !rec.Sent
+		if set {
 			// The record rides with the round (on a Cluster, with the
 			// batch of its own server), once.
-			set, rec.Sent = pipe.Set(ctx, rec.Key, rec.Value, rec.TTL), true
+			cmds = append(cmds, rclient.Cmd{Args: []any{"set", rec.Key, rec.Value, "px", rec.TTL.Milliseconds()}})
+			rec.Sent = true
 		}
-		_, _ = pipe.Exec(ctx) // each command carries its own error
-		if set != nil && set.Err() != nil {
-			n.Failed(set.Err())
-			rec.Err = fmt.Errorf("write %s: %w", rec.Key, set.Err())
+		if err := n.c.Pipe(ctx, cmds); err != nil {
+			for j := range cmds {
+				cmds[j].Err = err
+			}
+		}
+		if set {
+			if err := cmds[len(cmds)-1].Err; err != nil {
+				n.Failed(err)
+				rec.Err = fmt.Errorf("write %s: %w", rec.Key, err)
+			}
 		}
 		for j, i := range todo {
-			v, err := cmds[j].Int64Slice()
+			v, err := int64sOf(cmds[j].Reply, cmds[j].Err)
 			codes[i], errs[i] = n.extendResult(calls[i], v, err)
 		}
 	}
@@ -155,7 +166,7 @@ func (n *Node) extendResult(items []ExtendItem, codes []int64, err error) ([]int
 // or codeGone if not) and, if it does, how long the lease has left (-1ms: no
 // expiry).
 func (n *Node) TTL(ctx context.Context, k Keys, owner string) (left time.Duration, code int64, err error) {
-	ms, err := n.scripts[scriptTTL].Run(ctx, n.cmd, k.leaseKeys[:1], owner, k.Kind.leaseIn.arg()).Int64()
+	ms, err := int64Of(n.run(ctx, n.scripts[scriptTTL], false, k.leaseKeys[:1], owner, k.Kind.leaseIn.arg()))
 	switch {
 	case err != nil:
 		return 0, 0, errs.Op(nil, err, "ttl %q", k.Name)

@@ -1,11 +1,9 @@
 package protocol
 
 import (
-	"context"
+	"crypto/sha1"
 	_ "embed"
-	"sync"
-
-	"github.com/redis/go-redis/v9"
+	"encoding/hex"
 )
 
 //go:generate go run ../lualink
@@ -52,28 +50,28 @@ var (
 	// its Client was made with others (tests that show a check catches a
 	// broken script).
 	DefaultScripts = ScriptSet{
-		ScriptAcquire: redis.NewScript(AcquireLua),
-		scriptRelease: redis.NewScript(ReleaseLua),
-		ScriptExtend:  redis.NewScript(ExtendLua),
-		scriptTTL:     redis.NewScript(TtlLua),
+		ScriptAcquire: NewScript(AcquireLua),
+		scriptRelease: NewScript(ReleaseLua),
+		ScriptExtend:  NewScript(ExtendLua),
+		scriptTTL:     NewScript(TtlLua),
 
-		ScriptRedAcquire: redis.NewScript(RedAcquireLua),
-		scriptRedRelease: redis.NewScript(RedReleaseLua),
+		ScriptRedAcquire: NewScript(RedAcquireLua),
+		scriptRedRelease: NewScript(RedReleaseLua),
 
-		ScriptSemAcquire: redis.NewScript(SemAcquireLua),
-		scriptSemRelease: redis.NewScript(SemReleaseLua),
+		ScriptSemAcquire: NewScript(SemAcquireLua),
+		scriptSemRelease: NewScript(SemReleaseLua),
 
-		scriptLatch: redis.NewScript(LatchLua),
+		scriptLatch: NewScript(LatchLua),
 
-		ScriptRWAcquire: redis.NewScript(RwAcquireLua),
-		scriptRWRelease: redis.NewScript(RwReleaseLua),
+		ScriptRWAcquire: NewScript(RwAcquireLua),
+		scriptRWRelease: NewScript(RwReleaseLua),
 
-		ScriptRaiseFence: redis.NewScript(RaiseFenceLua),
+		ScriptRaiseFence: NewScript(RaiseFenceLua),
 
-		scriptInspect: redis.NewScript(InspectLua),
+		scriptInspect: NewScript(InspectLua),
 
-		ScriptLeader:   redis.NewScript(LeaderLua),
-		ScriptProclaim: redis.NewScript(ProclaimLua),
+		ScriptLeader:   NewScript(LeaderLua),
+		ScriptProclaim: NewScript(ProclaimLua),
 	}
 )
 
@@ -102,57 +100,23 @@ const (
 // ScriptSet is the scripts a node runs, by name: a value, so that a Client's
 // tests can run a deliberately broken one in its place and show that the
 // safety checks fail.
-type ScriptSet [numScripts]*redis.Script
+type ScriptSet [numScripts]*Script
 
-// A script call names its script by SHA1 and, after NOSCRIPT, sends its
-// body: each is boxed once, as an argument.
-
-// shas holds each script's SHA1 as a script argument, boxed once.
-var shas sync.Map // *redis.Script -> any
-
-func shaArg(s *redis.Script) any {
-	if v, ok := shas.Load(s); ok {
-		return v
-	}
-	v, _ := shas.LoadOrStore(s, any(s.Hash()))
-	return v
+// Script is a Lua script as a call sends it: by its SHA1 (EVALSHA), and,
+// when the server does not know it (NOSCRIPT), its body (EVAL); each boxed
+// once, as an argument.
+type Script struct {
+	src, sha any // string
 }
 
-// srcArg returns s's body as a script argument, boxed once.
-func srcArg(s *redis.Script) any {
-	if v, ok := srcs.Load(s); ok {
-		return v
-	}
-	var c srcReader
-	s.Eval(context.Background(), &c, nil)
-	v, _ := srcs.LoadOrStore(s, any(c.src))
-	return v
+// NewScript returns the script whose body is src.
+func NewScript(src string) *Script {
+	h := sha1.Sum([]byte(src))
+	return &Script{src: src, sha: hex.EncodeToString(h[:])}
 }
 
-// srcs holds each script's body as a script argument.
-var srcs sync.Map // *redis.Script -> any
+// Hash returns the script's SHA1, in hex.
+func (s *Script) Hash() string { return s.sha.(string) }
 
-// srcReader is a redis.Scripter that sends nothing: its Eval notes the body
-// of the script it is given, which redis.Script keeps to itself.
-type srcReader struct{ src string }
-
-func (r *srcReader) Eval(ctx context.Context, script string, _ []string, _ ...any) *redis.Cmd {
-	r.src = script
-	return redis.NewCmd(ctx)
-}
-func (r *srcReader) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return redis.NewCmd(ctx)
-}
-func (r *srcReader) EvalRO(ctx context.Context, script string, _ []string, _ ...any) *redis.Cmd {
-	r.src = script
-	return redis.NewCmd(ctx)
-}
-func (r *srcReader) EvalShaRO(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return redis.NewCmd(ctx)
-}
-func (r *srcReader) ScriptExists(ctx context.Context, _ ...string) *redis.BoolSliceCmd {
-	return redis.NewBoolSliceCmd(ctx)
-}
-func (r *srcReader) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
-	return redis.NewStringCmd(ctx)
-}
+func shaArg(s *Script) any { return s.sha }
+func srcArg(s *Script) any { return s.src }

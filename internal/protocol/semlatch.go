@@ -5,12 +5,10 @@ package protocol
 
 import (
 	"context"
-	"errors"
 	"strconv"
 
 	"github.com/dlock-go/dlock/internal/errs"
-
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 // SemTotal is a Semaphore's total as Redis holds it, and its use.
@@ -30,8 +28,8 @@ type SemTotal struct {
 // never reads; these modes are sent one too, so that every call has the
 // script's layout.
 func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, total int64) (int64, error) {
-	v, err := n.scripts[k.Kind.release].Run(ctx, n.cmd, k.releaseKeys,
-		id, k.channelArg, string(mode), 0, total, remnantTTLArg).Int64()
+	v, err := int64Of(n.run(ctx, n.scripts[k.Kind.release], false, k.releaseKeys,
+		id, k.channelArg, string(mode), 0, total, remnantTTLArg))
 	if err != nil {
 		return 0, errs.Op(nil, err, "semaphore %q", k.Name)
 	}
@@ -44,26 +42,25 @@ func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, t
 // trip, which a replica could serve and a user allowed only to read keys may
 // send. Used and Ahead are left 0.
 func (n *Node) SemTotal(ctx context.Context, k Keys) (SemTotal, error) {
-	var stored, first *redis.StringCmd
-	_, err := n.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		stored = p.Get(ctx, k.Tag+keyNames["total"])
-		first = p.HGet(ctx, k.Tag, semPermitsField)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	cmds := []rclient.Cmd{
+		{Args: []any{"get", k.Tag + keyNames["total"]}},
+		{Args: []any{"hget", k.Tag, semPermitsField}},
+	}
+	if err := n.c.Pipe(ctx, cmds); err != nil {
 		return SemTotal{}, errs.Op(nil, err, "total of semaphore %q", k.Name)
 	}
 	st := SemTotal{Set: true}
-	for _, c := range []*redis.StringCmd{stored, first} {
-		v, err := c.Int64()
-		switch {
-		case err == nil:
-			st.Total = v
-			return st, nil
-		case !errors.Is(err, redis.Nil):
+	for _, c := range cmds {
+		if c.Err == nil && c.Reply == nil {
+			st.Set = false
+			continue
+		}
+		v, err := int64Of(c.Reply, c.Err)
+		if err != nil {
 			return SemTotal{}, errs.Op(nil, err, "total of semaphore %q", k.Name)
 		}
-		st.Set = false
+		st.Total = v
+		return st, nil
 	}
 	return st, nil
 }
@@ -75,8 +72,8 @@ const semPermitsField = "permits"
 // Latch runs latch.lua in mode. id is the call's own, the same in each run
 // of the call, by which the latch's keys tell a retry.
 func (n *Node) Latch(ctx context.Context, k Keys, id string, mode LatchMode, count int64) (int64, error) {
-	v, err := n.scripts[scriptLatch].Run(ctx, n.cmd, []string{k.Tag, k.Tag + latchOpenedSuffix},
-		string(mode), LatchChannel(k), count, id, remnantTTLArg).Int64()
+	v, err := int64Of(n.run(ctx, n.scripts[scriptLatch], false, []string{k.Tag, k.Tag + latchOpenedSuffix},
+		string(mode), LatchChannel(k), count, id, remnantTTLArg))
 	if err != nil {
 		return 0, errs.Op(nil, err, "latch %q", k.Name)
 	}
@@ -97,19 +94,20 @@ const (
 
 // LatchCount reads a latch's count: 0 when it has none.
 func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
-	s, err := n.rdb.HGet(ctx, k.Tag, latchCountField).Result()
+	r, err := n.c.Do(ctx, "hget", k.Tag, latchCountField)
 	if wrongType(err) {
 		// A latch armed by an earlier version of latch.lua, a string holding
 		// its count, until a CountDown, TrySetCount or Delete makes it a
 		// hash.
-		s, err = n.rdb.Get(ctx, k.Tag).Result()
-	}
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
+		r, err = n.c.Do(ctx, "get", k.Tag)
 	}
 	if err != nil {
 		return 0, errs.Op(nil, err, "count of latch %q", k.Name)
 	}
+	if r == nil {
+		return 0, nil
+	}
+	s, _ := r.(string)
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		return 0, errs.Op(nil, err, "count of latch %q: %q in Redis", k.Name, s)

@@ -1,10 +1,11 @@
 package protocol
 
-// Sending a request, copy by copy. go-redis sends a request again by itself
-// when its reply is lost, and the first copy can still reach Redis after the
-// second one's answer came back: after its owner's next request, even after
-// its Unlock. So the acquire and release calls are sent with go-redis's
-// retries off, and the node sends them again itself, as go-redis would, but
+// Sending a request, copy by copy. A Redis client sends a request again by
+// itself when its reply is lost, and the first copy can still reach Redis
+// after the second one's answer came back: after its owner's next request,
+// even after its Unlock. So the acquire and release calls are sent once
+// (rclient.Client.Once), and the node sends them again itself, as the
+// Redis client would, but
 // knowing when a copy whose outcome is unknown is still out. Each acquire
 // carries a deadline in the server's time, after which Redis ignores it: a
 // copy that arrives later takes nothing, and the release that ends an owner
@@ -21,67 +22,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
-// onceCmd is a script call that go-redis sends once, whatever happens to it:
-// the node decides whether to send it again. It holds its redis.Cmd, so that
-// the two are one allocation.
-type onceCmd struct{ redis.Cmd }
-
-// NoRetry tells go-redis never to send the call again by itself.
-func (*onceCmd) NoRetry() bool { return true }
-
-// newOnce returns the command a, sent once; its keys start at a[3].
-func newOnce(ctx context.Context, a []any) *onceCmd {
-	c := &onceCmd{Cmd: *redis.NewCmd(ctx, a...)}
-	c.SetFirstKeyPos(3)
-	return c
-}
-
-// retryPolicy is how often, and after which pauses, the node sends a request
-// again whose copy failed on the way: as the Redis client would (its
-// MaxRetries, MinRetryBackoff and MaxRetryBackoff).
-type retryPolicy struct {
-	max        int
-	minBackoff time.Duration
-	maxBackoff time.Duration
-}
-
-// retryPolicyOf reads rdb's retry settings, which go-redis has given their
-// defaults (3 tries more, 8 ms to 512 ms; a Cluster's, its redirections) by
-// now.
-func retryPolicyOf(rdb redis.UniversalClient) retryPolicy {
-	p := retryPolicy{max: 3, minBackoff: 8 * time.Millisecond, maxBackoff: 512 * time.Millisecond}
-	switch r := rdb.(type) {
-	case *redis.Client:
-		o := r.Options()
-		p = retryPolicy{o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff}
-	case *redis.ClusterClient:
-		// A Cluster client sends a request again on a network failure up
-		// to MaxRedirects times, its MaxRetries off by default.
-		o := r.Options()
-		p = retryPolicy{max(o.MaxRetries, o.MaxRedirects), o.MinRetryBackoff, o.MaxRetryBackoff}
-	case *redis.Ring:
-		o := r.Options()
-		p = retryPolicy{o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff}
-	}
-	p.max = max(p.max, 0)
-	p.minBackoff, p.maxBackoff = max(p.minBackoff, 0), max(p.maxBackoff, 0)
-	return p
-}
-
-// backoff is the pause before try (1 for the first try again): go-redis's,
-// a random pause from minBackoff up to minBackoff << try, at most maxBackoff.
-func (p retryPolicy) backoff(try int) time.Duration {
-	if p.minBackoff == 0 {
+// backoff is the pause before try (1 for the first try again) under p:
+// go-redis's, a random pause from MinBackoff up to MinBackoff << try, at
+// most MaxBackoff.
+func backoff(p rclient.Retry, try int) time.Duration {
+	if p.MinBackoff == 0 {
 		return 0
 	}
-	d := p.minBackoff << min(try, 30)
-	if d < p.minBackoff || d > p.maxBackoff {
-		d = p.maxBackoff
+	d := p.MinBackoff << min(try, 30)
+	if d < p.MinBackoff || d > p.MaxBackoff {
+		d = p.MaxBackoff
 	}
-	return min(p.minBackoff+rand.N(d), p.maxBackoff)
+	return min(p.MinBackoff+rand.N(d), p.MaxBackoff)
 }
 
 // sleep waits d, or until ctx ends; it reports whether d passed.
@@ -106,14 +61,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // that timed out, the caller's context that ended while the reply was out)
 // leaves the copy's outcome unknown: it may have run, or may still run.
 func unsent(err error) bool {
-	var rerr redis.Error
 	var nerr *net.OpError
 	switch {
-	case errors.As(err, &rerr):
+	case isReply(err):
 		return true
 	case errors.As(err, &nerr) && nerr.Op == "dial":
 		return true
-	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+	case errors.Is(err, rclient.ErrPoolTimeout), errors.Is(err, rclient.ErrClosed):
 		return true
 	}
 	return false
@@ -128,14 +82,12 @@ func retryable(err error) bool {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		var nerr *net.OpError
 		return errors.As(err, &nerr) && nerr.Op == "dial"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, redis.ErrPoolTimeout):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, rclient.ErrPoolTimeout):
 		return true
-	case errors.Is(err, redis.ErrClosed):
+	case errors.Is(err, rclient.ErrClosed):
 		return false
 	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		msg := rerr.Error()
+	if msg, ok := rclient.Reply(err); ok {
 		for _, p := range retryReplies {
 			if strings.HasPrefix(msg, p) {
 				return true
@@ -162,11 +114,11 @@ type sent struct {
 	retried bool
 }
 
-// send sends the script call a (EVALSHA, its SHA and the rest) with go-redis's
-// retries off, then EVAL of s's body if the server does not know it, and
-// sends it again, as go-redis would have, while a copy fails in a way that
-// may not recur and tries are left.
-func (n *Node) send(ctx context.Context, s *redis.Script, a []any) sent {
+// send sends the script call a (EVALSHA, its SHA and the rest) once, then
+// EVAL of s's body if the server does not know it, and sends it again, as the
+// Redis client would have, while a copy fails in a way that may not recur and
+// tries are left.
+func (n *Node) send(ctx context.Context, s *Script, a []any) sent {
 	var r sent
 	for try := 0; ; try++ {
 		v, err := n.sendOnce(ctx, s, a)
@@ -178,11 +130,11 @@ func (n *Node) send(ctx context.Context, s *redis.Script, a []any) sent {
 		if !unsent(err) {
 			r.doubt = true
 		}
-		if try >= n.retry.max || !retryable(err) || ctx.Err() != nil {
+		if try >= n.retry.Max || !retryable(err) || ctx.Err() != nil {
 			return r
 		}
 		r.retried = r.doubt
-		if !sleep(ctx, n.retry.backoff(try+1)) {
+		if !sleep(ctx, backoff(n.retry, try+1)) {
 			return r
 		}
 	}
@@ -190,21 +142,14 @@ func (n *Node) send(ctx context.Context, s *redis.Script, a []any) sent {
 
 // sendOnce sends one copy of the call a: EVALSHA, then, if the server does
 // not know the script (it did not run it), EVAL of its body.
-func (n *Node) sendOnce(ctx context.Context, s *redis.Script, a []any) (any, error) {
-	v, err := n.process(ctx, a)
+func (n *Node) sendOnce(ctx context.Context, s *Script, a []any) (any, error) {
+	v, err := n.c.Once(ctx, a)
 	if noScript(err) {
 		a[0], a[1] = "eval", srcArg(s)
-		v, err = n.process(ctx, a)
+		v, err = n.c.Once(ctx, a)
 		a[0], a[1] = "evalsha", shaArg(s)
 	}
 	return v, err
-}
-
-// process sends one copy of the command a, which go-redis sends once.
-func (n *Node) process(ctx context.Context, a []any) (any, error) {
-	c := newOnce(ctx, a)
-	_ = n.proc.Process(ctx, c)
-	return c.Result()
 }
 
 // noDeadline is a deadline argument that never passes, for requests whose

@@ -10,22 +10,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 // ShardOf returns the address of the server that serves channel's slot on a
 // Cluster, where a shard channel must be subscribed; "" on any other node.
 func (n *Node) ShardOf(ctx context.Context, channel string) (string, error) {
-	cc, ok := n.rdb.(*redis.ClusterClient)
-	if !ok {
+	if n.c.Settings().Topology != rclient.Cluster {
 		return "", nil
 	}
-	c, err := cc.MasterForKey(ctx, channel)
+	addr, err := n.c.ServerOf(ctx, channel)
 	if err != nil {
 		n.Failed(err)
 		return "", err
 	}
-	return c.Options().Addr, nil
+	return addr, nil
 }
 
 // Places returns where channel is to be subscribed: on the server that
@@ -35,13 +34,13 @@ func (n *Node) Places(ctx context.Context, channel string) (Placement, error) {
 	if err != nil {
 		return Placement{}, err
 	}
-	return Placement{At: []Place{{addr, n.rdb}}, Need: 1}, nil
+	return Placement{At: []Place{{addr, n.c}}, Need: 1}, nil
 }
 
 // Failed notes a request to the node that failed. On a Cluster, a failure
 // that a changed topology explains (a server unreachable or gone, the cluster
-// down, a slot moved) makes go-redis load the slot map again, in the
-// background: it does so by itself only on a MOVED reply or every minute,
+// down, a slot moved) makes the Redis client load the slot map again, in the
+// background: go-redis does so by itself only on a MOVED reply or every minute,
 // and a dead primary sends no MOVED, so without this requests would go on
 // dialling it after its replica was promoted.
 func (n *Node) Failed(err error) {
@@ -50,12 +49,9 @@ func (n *Node) Failed(err error) {
 	}
 }
 
-// Reload makes go-redis load a Cluster's slot map again, in the background.
-func (n *Node) Reload() {
-	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
-		cc.ReloadState(context.Background())
-	}
-}
+// Reload makes the Redis client load a Cluster's slot map again, in the
+// background.
+func (n *Node) Reload() { n.c.Reload() }
 
 // Group returns the hash slot of key on a Cluster node, where one script
 // call must not span slots; 0 on any other.

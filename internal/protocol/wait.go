@@ -10,12 +10,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
-
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/rclient"
 )
 
 // Replicas is WithWaitReplicas's setting: n replicas must acknowledge, within
@@ -41,15 +39,11 @@ func WithWait(n *Node, w Replicas) (Backend, error) {
 	if w.N == 0 {
 		return n, nil
 	}
-	var read time.Duration
-	switch r := n.rdb.(type) {
-	case *redis.Client:
-		read = r.Options().ReadTimeout
-	case *redis.ClusterClient:
-		read = r.Options().ReadTimeout
-	default:
-		return nil, fmt.Errorf("WAIT needs a *redis.Client, a FailoverClient or a *redis.ClusterClient, not a %T", n.rdb)
+	st := n.c.Settings()
+	if st.Topology == rclient.Sharded {
+		return nil, errors.New("WAIT needs a client that knows which server holds a key: a server, a Sentinel's primary or a Cluster, not keys spread by the client (a Ring)")
 	}
+	read := st.ReadTimeout
 	if read > 0 && w.Timeout > read/2 {
 		return nil, fmt.Errorf("the timeout must be at most half the Redis client's ReadTimeout (%v), which bounds the reply that follows the WAIT", read)
 	}
@@ -123,8 +117,8 @@ func (w *WaitNode) ExtendAll(ctx context.Context, calls [][]ExtendItem, rec *Rec
 func (w *WaitNode) runAcquireWaited(ctx context.Context, k Keys, args []any) (r AcquireResult, doubt bool, err error) {
 	replies, acks, doubt, err := w.waited(ctx, k.Tag, w.scripts[k.Kind.acquire], [][]string{k.AcquireKeys}, [][]any{args})
 	if replies != nil {
-		var v any
-		if v, err = replies[0].Result(); err == nil {
+		v := replies[0].Reply
+		if err = replies[0].Err; err == nil {
 			if r, err = decodeAcquire(v); err == nil {
 				err = acks.err
 			}
@@ -149,22 +143,18 @@ func (w *WaitNode) runAcquireWaited(ctx context.Context, k Keys, args []any) (r 
 // know the script yet is sent its body. If the pipeline could not be sent,
 // replies is nil and err says why; otherwise each reply carries its own
 // error, and the WAIT's outcome is in acks.
-func (w *WaitNode) waited(ctx context.Context, key string, script *redis.Script, keys [][]string, args [][]any) (replies []*redis.Cmd, acks waitResult, doubt bool, err error) {
-	srv, err := w.serverOf(ctx, key)
+func (w *WaitNode) waited(ctx context.Context, key string, script *Script, keys [][]string, args [][]any) (replies []rclient.Cmd, acks waitResult, doubt bool, err error) {
+	srv, err := w.c.ServerOf(ctx, key)
 	if err != nil {
 		w.Failed(err)
 		return nil, waitResult{}, false, err
 	}
-	var wait *redis.Cmd
-	// run sends the calls, each sent once (go-redis sends the pipeline of
-	// a NoRetry command once: see send.go), then WAIT; asking first if the
-	// server only imports the keys' slot.
-	run := func(srv *redis.Client, eval, asking bool) {
-		pipe := srv.Pipeline()
-		if asking {
-			pipe.Do(ctx, "asking")
-		}
-		replies = make([]*redis.Cmd, len(keys))
+	var wait rclient.Cmd
+	// run sends the calls, each sent once, then WAIT, in one pipeline on
+	// the server at srv; asking first if the server only imports the keys'
+	// slot.
+	run := func(srv string, eval, asking bool) error {
+		cmds := make([]rclient.Cmd, len(keys)+1)
 		for i := range keys {
 			a := make([]any, 0, 3+len(keys[i])+len(args[i]))
 			if eval {
@@ -176,32 +166,40 @@ func (w *WaitNode) waited(ctx context.Context, key string, script *redis.Script,
 			for _, key := range keys[i] {
 				a = append(a, key)
 			}
-			a = append(a, args[i]...)
-			c := newOnce(ctx, a)
-			replies[i] = &c.Cmd
-			_ = pipe.Process(ctx, c)
+			cmds[i].Args = append(a, args[i]...)
 		}
-		wait = pipe.Do(ctx, "wait", w.wait.N, w.wait.Timeout.Milliseconds())
-		_, _ = pipe.Exec(ctx) // each command carries its own error
+		cmds[len(keys)].Args = []any{"wait", w.wait.N, w.wait.Timeout.Milliseconds()}
+		err := w.c.PipeAt(ctx, srv, asking, cmds)
+		if err != nil {
+			for i := range cmds {
+				cmds[i].Err = err
+			}
+		}
+		replies, wait = cmds[:len(keys)], cmds[len(keys)]
+		return err
 	}
 	// once sends the calls once to srv, then, if the server does not know
 	// the script, its body; and, if the slot is on its way to another
 	// server, where the reply says: its keys may be there already (ASK), or
 	// it has moved (MOVED). WAIT goes with them each time.
-	once := func(srv *redis.Client) {
+	once := func(srv string) {
 		run(srv, false, false)
-		if noScript(replies[0].Err()) {
+		if noScript(replies[0].Err) {
 			run(srv, true, false) // every call is the same script on the same server
 		}
-		if addr, ask := redirected(replies[0].Err()); addr != "" {
-			if to, err := w.serverAt(ctx, addr); err == nil {
-				if !ask {
-					w.Reload()
-				}
-				run(to, false, ask)
-				if noScript(replies[0].Err()) {
-					run(to, true, ask)
-				}
+		if to, ask := redirected(replies[0].Err); to != "" {
+			if !ask {
+				w.Reload()
+			}
+			// If the server it names cannot be had, the redirection is
+			// the answer.
+			prev, prevWait := replies, wait
+			if run(to, false, ask) != nil {
+				replies, wait = prev, prevWait
+				return
+			}
+			if noScript(replies[0].Err) {
+				run(to, true, ask)
 			}
 		}
 	}
@@ -209,29 +207,29 @@ func (w *WaitNode) waited(ctx context.Context, key string, script *redis.Script,
 	// recur and tries are left.
 	for try := 0; ; try++ {
 		once(srv)
-		err := replies[0].Err()
-		if err == nil || try >= w.retry.max || !retryable(err) || ctx.Err() != nil {
+		err := replies[0].Err
+		if err == nil || try >= w.retry.Max || !retryable(err) || ctx.Err() != nil {
 			break
 		}
 		if !unsent(err) {
 			doubt = true
 		}
-		if !sleep(ctx, w.retry.backoff(try+1)) {
+		if !sleep(ctx, backoff(w.retry, try+1)) {
 			break
 		}
 	}
 	for _, r := range replies {
-		if err := r.Err(); err != nil {
-			w.Failed(err)
+		if r.Err != nil {
+			w.Failed(r.Err)
 			break
 		}
 	}
 	acks = waitResult{want: w.wait}
-	if acks.got, acks.err = wait.Int64(); acks.err != nil {
+	if acks.got, acks.err = int64Of(wait.Reply, wait.Err); acks.err != nil {
 		w.Failed(acks.err)
 		acks.err = errs.Op(nil, acks.err, "wait for %d replicas", w.wait.N)
 	}
-	if err := replies[0].Err(); err != nil && !unsent(err) {
+	if err := replies[0].Err; err != nil && !unsent(err) {
 		doubt = true
 	}
 	return replies, acks, doubt, nil
@@ -256,11 +254,10 @@ func (w waitResult) short() error {
 // redirected returns, if err is a Cluster's redirection (ASK or MOVED), the
 // address it names, and whether it is ASK.
 func redirected(err error) (addr string, ask bool) {
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
+	msg, ok := rclient.Reply(err)
+	if !ok {
 		return "", false
 	}
-	msg := rerr.Error()
 	for _, p := range []string{"ASK ", "MOVED "} {
 		if rest, ok := strings.CutPrefix(msg, p); ok {
 			if _, a, ok := strings.Cut(rest, " "); ok {
@@ -269,40 +266,6 @@ func redirected(err error) (addr string, ask bool) {
 		}
 	}
 	return "", false
-}
-
-// serverAt returns the client of the Cluster's server at addr.
-func (n *Node) serverAt(ctx context.Context, addr string) (*redis.Client, error) {
-	cc, ok := n.rdb.(*redis.ClusterClient)
-	if !ok {
-		return nil, fmt.Errorf("a redirection to %s outside a Cluster", addr)
-	}
-	var found *redis.Client
-	var mu sync.Mutex
-	err := cc.ForEachShard(ctx, func(_ context.Context, c *redis.Client) error {
-		if c.Options().Addr == addr {
-			mu.Lock()
-			found = c
-			mu.Unlock()
-		}
-		return nil
-	})
-	if err == nil && found == nil {
-		err = fmt.Errorf("no server at %s in the Cluster's map", addr)
-	}
-	return found, err
-}
-
-// serverOf returns the client of the server that owns key: on a Cluster its
-// primary, on any other node the node's own client.
-func (n *Node) serverOf(ctx context.Context, key string) (*redis.Client, error) {
-	switch r := n.rdb.(type) {
-	case *redis.Client:
-		return r, nil
-	case *redis.ClusterClient:
-		return r.MasterForKey(ctx, key)
-	}
-	return nil, fmt.Errorf("WAIT through a %T is not supported", n.rdb)
 }
 
 // extendWaited is extendAll followed by WAIT, on the server that owns the
@@ -320,7 +283,7 @@ func (w *WaitNode) extendWaited(ctx context.Context, calls [][]ExtendItem) ([][]
 		var v []int64
 		cerr := err
 		if replies != nil {
-			if v, cerr = replies[i].Int64Slice(); cerr == nil {
+			if v, cerr = int64sOf(replies[i].Reply, replies[i].Err); cerr == nil {
 				cerr = acks.err
 			}
 			if cerr == nil {
@@ -336,11 +299,15 @@ func (w *WaitNode) extendWaited(ctx context.Context, calls [][]ExtendItem) ([][]
 // primary of the node with fewer connected, its address and how many it has.
 func (w *WaitNode) ReplicaShortfall(ctx context.Context) (int, map[string]int, error) {
 	short := map[string]int{}
-	var mu sync.Mutex
-	count := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "replication").Result()
+	addrs, err := w.c.Primaries(ctx)
+	if err != nil {
+		return w.wait.N, short, errs.Op(nil, err, "list the primaries")
+	}
+	for _, addr := range addrs {
+		v, err := w.c.DoAt(ctx, addr, "info", "replication")
+		info, _ := v.(string)
 		if err != nil {
-			return errs.Op(nil, err, "INFO replication of %s", c.Options().Addr)
+			return w.wait.N, short, errs.Op(nil, err, "INFO replication of %s", addr)
 		}
 		have := 0
 		for line := range strings.SplitSeq(info, "\n") {
@@ -349,17 +316,8 @@ func (w *WaitNode) ReplicaShortfall(ctx context.Context) (int, map[string]int, e
 			}
 		}
 		if have < w.wait.N {
-			mu.Lock()
-			short[c.Options().Addr] = have
-			mu.Unlock()
+			short[addr] = have
 		}
-		return nil
-	}
-	switch r := w.rdb.(type) {
-	case *redis.Client:
-		return w.wait.N, short, count(ctx, r)
-	case *redis.ClusterClient:
-		return w.wait.N, short, r.ForEachMaster(ctx, count)
 	}
 	return w.wait.N, short, nil
 }

@@ -150,7 +150,7 @@ func (q *quorum) Places(ctx context.Context, channel string) (protocol.Placement
 			continue // the member is down: the others are enough, or not
 		}
 		for _, at := range mp.At {
-			p.At = append(p.At, protocol.Place{Addr: strconv.Itoa(i) + "/" + at.Addr, RDB: at.RDB})
+			p.At = append(p.At, protocol.Place{Addr: strconv.Itoa(i) + "/" + at.Addr, Client: at.Client})
 		}
 	}
 	if len(p.At) < q.need {
