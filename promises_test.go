@@ -1,0 +1,33 @@
+package dlock_test
+
+import (
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/clienthook"
+	"github.com/dlock-go/dlock/internal/promises"
+	"github.com/dlock-go/dlock/internal/rclient/goredis"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestPromises runs the promise-level suite on go-redis, with Clients built
+// as a client module builds them (clienthook, on rclient).
+func TestPromises(t *testing.T) {
+	promises.Run(t, func(t *testing.T, addr, password string, opts ...dlock.Option) *dlock.Client {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, Password: password})
+		t.Cleanup(func() { _ = rdb.Close() })
+		rc, err := goredis.New(rdb, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		anys := make([]any, len(opts))
+		for i, o := range opts {
+			anys[i] = o
+		}
+		c, err := clienthook.New(rc, anys...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*dlock.Client)
+	})
+}
