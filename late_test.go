@@ -562,7 +562,13 @@ func TestRedLockLateMemberAcquire(t *testing.T) {
 	acquire := faultproxy.ScriptSHA(dlock.ScriptHash("red_acquire"))
 
 	t.Run("after a failed TryLock", func(t *testing.T) {
-		held := []*faultproxy.Injection{holdFirst(proxies[0], acquire), holdFirst(proxies[1], acquire)}
+		// Every copy is held, the member's own resends too: on a loaded
+		// machine the per-node timeout may fire after a resend's answer.
+		tried := faultproxy.And(acquire, faultproxy.HasArg("dlock:{tried}"))
+		held := []*faultproxy.Injection{
+			proxies[0].Inject(faultproxy.Rule{Match: tried, Fault: faultproxy.HoldRequest}),
+			proxies[1].Inject(faultproxy.Rule{Match: tried, Fault: faultproxy.HoldRequest}),
+		}
 		if _, err := c.Mutex("tried").TryLock(ctx); err == nil {
 			t.Fatal("TryLock with two of three members held back succeeded")
 		}
