@@ -50,7 +50,22 @@ func (s *suite) client(t *testing.T, p *faultproxy.Proxy, opts ...dlock.Option) 
 		addr = p.Addr()
 	}
 	c := s.dial(t, addr, s.srv.Password, opts...)
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() {
+		// Close stops what the Client runs, its wake-up connection's
+		// receive loop included: it does not wait out that connection's
+		// health check (30s), nor anything else of the Client's own.
+		done := make(chan struct{})
+		go func() {
+			_ = c.Close()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("Close has not returned after 10s")
+			<-done
+		}
+	})
 	return c
 }
 

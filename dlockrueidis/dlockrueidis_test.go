@@ -1,0 +1,39 @@
+package dlockrueidis_test
+
+import (
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockrueidis"
+	"github.com/dlock-go/dlock/internal/promises"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m, 0) }
+
+// TestPromises runs the promise-level suite on rueidis.
+func TestPromises(t *testing.T) {
+	promises.Run(t, func(t *testing.T, addr, password string, opts ...dlock.Option) *dlock.Client {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Password: password, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		c, err := dlockrueidis.New(rc, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
+}
+
+// TestNilClient: a nil client is an error, not a panic.
+func TestNilClient(t *testing.T) {
+	if _, err := dlockrueidis.New(nil); err == nil {
+		t.Fatal("New(nil): nil error")
+	}
+	if _, err := dlockrueidis.NewRedLock([]rueidis.Client{nil, nil, nil}); err == nil {
+		t.Fatal("NewRedLock of nil nodes: nil error")
+	}
+}
