@@ -31,3 +31,16 @@ func TestPromises(t *testing.T) {
 		return c.(*dlock.Client)
 	})
 }
+
+// TestPromisesCluster runs the Cluster's promises on go-redis.
+func TestPromisesCluster(t *testing.T) {
+	promises.RunCluster(t, func(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Client {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c, err := dlock.New(rdb, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
+}

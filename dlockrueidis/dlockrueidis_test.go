@@ -8,9 +8,14 @@ import (
 	"github.com/dlock-go/dlock/internal/promises"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m, 0) }
+// A Cluster client of rueidis leaves a goroutine behind its Close for up to
+// five seconds: the pause after a refresh of its slot map.
+func TestMain(m *testing.M) {
+	redistest.Main(m, 0, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
+}
 
 // TestPromises runs the promise-level suite on rueidis.
 func TestPromises(t *testing.T) {
@@ -36,4 +41,20 @@ func TestNilClient(t *testing.T) {
 	if _, err := dlockrueidis.NewRedLock([]rueidis.Client{nil, nil, nil}); err == nil {
 		t.Fatal("NewRedLock of nil nodes: nil error")
 	}
+}
+
+// TestPromisesCluster runs the Cluster's promises on rueidis.
+func TestPromisesCluster(t *testing.T) {
+	promises.RunCluster(t, func(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Client {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		c, err := dlockrueidis.New(rc, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
 }

@@ -10,9 +10,14 @@ import (
 	"github.com/dlock-go/dlock/internal/promises"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/valkey-io/valkey-go"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m, 0) }
+// A Cluster client of valkey-go leaves a goroutine behind its Close for up to
+// five seconds: the pause after a refresh of its slot map.
+func TestMain(m *testing.M) {
+	redistest.Main(m, 0, goleak.IgnoreAnyFunction("github.com/valkey-io/valkey-go.(*clusterClient)._refresh.func2"))
+}
 
 // TestPromises runs the promise-level suite on valkey.
 func TestPromises(t *testing.T) {
@@ -38,4 +43,20 @@ func TestNilClient(t *testing.T) {
 	if _, err := dlockvalkey.NewRedLock([]valkey.Client{nil, nil, nil}); err == nil {
 		t.Fatal("NewRedLock of nil nodes: nil error")
 	}
+}
+
+// TestPromisesCluster runs the Cluster's promises on valkey.
+func TestPromisesCluster(t *testing.T) {
+	promises.RunCluster(t, func(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Client {
+		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		c, err := dlockvalkey.New(rc, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
 }

@@ -17,7 +17,9 @@ import (
 // returns the error once, and the next Receive takes another connection and
 // subscribes again to the channels, as go-redis's PubSub does.
 type subscriber struct {
-	c      valkey.Client
+	// node returns the server's own client: a Cluster client's dedicated
+	// connections serve one slot each, a server's serve any.
+	node   func() (valkey.Client, error)
 	events chan event
 	done   chan struct{} // closed by Close, which ends a Receive
 
@@ -36,9 +38,10 @@ type event struct {
 	err error
 }
 
-// Subscribe returns a connection subscribed to channels.
-func (c *conn) Subscribe(ctx context.Context, channels ...string) rclient.Subscriber {
-	s := &subscriber{c: c.c, events: make(chan event, 1024), done: make(chan struct{}), channels: make(map[string]bool)}
+// Subscribe returns a connection to the server at addr subscribed to
+// channels.
+func (c *conn) Subscribe(ctx context.Context, addr string, channels ...string) rclient.Subscriber {
+	s := &subscriber{node: func() (valkey.Client, error) { return c.node(addr) }, events: make(chan event, 1024), done: make(chan struct{}), channels: make(map[string]bool)}
 	for _, ch := range channels {
 		s.channels[ch] = true
 	}
@@ -54,7 +57,11 @@ func (c *conn) Subscribe(ctx context.Context, channels ...string) rclient.Subscr
 // connect takes a dedicated connection, sets its hooks and subscribes it to
 // s's channels. s.mu must be held.
 func (s *subscriber) connect(ctx context.Context) error {
-	d, cancel := s.c.Dedicate()
+	node, err := s.node()
+	if err != nil {
+		return err
+	}
+	d, cancel := node.Dedicate()
 	errs := d.SetPubSubHooks(valkey.PubSubHooks{
 		OnMessage: func(m valkey.PubSubMessage) {
 			s.push(event{m: rclient.Message{Kind: "smessage", Channel: m.Channel, Payload: m.Message}})

@@ -68,6 +68,18 @@ type shard struct {
 	// pending counts, per channel, the SSUBSCRIBEs sent and not yet
 	// confirmed; a gate is ready when its channel's last one is confirmed.
 	pending map[string]int
+	// apart: a RedLock member's, whose addr names the member, not a
+	// server of a deployment.
+	apart bool
+}
+
+// server is the address of sh's server, as its Redis client names it: ""
+// for a RedLock member's, which is one server.
+func (sh *shard) server() string {
+	if sh.apart {
+		return ""
+	}
+	return sh.addr
 }
 
 // Gate is where this process's waiters for one lock wait.
@@ -267,13 +279,13 @@ func (n *Notifier) place(g *Gate, ps protocol.Placement) ([]send, error) {
 		sh := n.shards[p.Addr]
 		fresh := sh == nil
 		if fresh {
-			sh = &shard{addr: p.Addr, rc: p.Client, pending: make(map[string]int)}
+			sh = &shard{addr: p.Addr, rc: p.Client, pending: make(map[string]int), apart: ps.Apart}
 			n.shards[p.Addr] = sh
 			if ps.Apart {
 				// A RedLock member's connection is made now, with no channel
 				// (which sends nothing), so that the subscriptions go out
 				// without waiting for it.
-				sh.ps = p.Client.Subscribe(context.Background())
+				sh.ps = p.Client.Subscribe(context.Background(), "") // a member is one server
 				n.wg.Add(1)
 				go n.receive(sh)
 				fresh = false
@@ -317,7 +329,7 @@ func (n *Notifier) subscribeShared(ctx context.Context, g *Gate, sends []send) e
 		if s.fresh {
 			// A Cluster's pub/sub connection goes to the node of its first
 			// channel.
-			s.sh.ps = s.sh.rc.Subscribe(sctx, g.channel)
+			s.sh.ps = s.sh.rc.Subscribe(sctx, s.sh.server(), g.channel)
 			n.wg.Add(1)
 			go n.receive(s.sh)
 			continue
@@ -780,7 +792,7 @@ func (n *Notifier) reconnect(sh *shard) rclient.Subscriber {
 	defer cancel()
 	// A failure here surfaces on the next receive, which connects and
 	// subscribes again: the Subscriber keeps the channels.
-	sh.ps = sh.rc.Subscribe(ctx, channels...)
+	sh.ps = sh.rc.Subscribe(ctx, sh.server(), channels...)
 	ps := sh.ps
 	n.mu.Unlock()
 	_ = old.Close()

@@ -58,11 +58,12 @@ type Client interface {
 	// primary, until each returns false (SCAN, never KEYS).
 	Scan(ctx context.Context, match string, each func(key string) bool) error
 
-	// Subscribe returns a new pub/sub connection, subscribed to the shard
-	// channels (SSUBSCRIBE), on the server that serves the first of them;
-	// with none, on any server (the one of a Single deployment). The
-	// subscriptions' confirmations arrive as Messages.
-	Subscribe(ctx context.Context, channels ...string) Subscriber
+	// Subscribe returns a new pub/sub connection to the server at addr
+	// (ServerOf; "" on a Single deployment), subscribed to the shard
+	// channels (SSUBSCRIBE), which that server serves: one connection
+	// carries channels of every slot of its server. The subscriptions'
+	// confirmations arrive as Messages.
+	Subscribe(ctx context.Context, addr string, channels ...string) Subscriber
 
 	// Settings are what dlock must know of how the client sends.
 	Settings() Settings

@@ -314,8 +314,9 @@ type marked struct{ err, mark error }
 func (m *marked) Error() string   { return m.err.Error() }
 func (m *marked) Unwrap() []error { return []error{m.err, m.mark} }
 
-// Subscribe returns a pub/sub connection subscribed to channels.
-func (c *Client) Subscribe(ctx context.Context, channels ...string) rclient.Subscriber {
+// Subscribe returns a pub/sub connection subscribed to channels: go-redis
+// finds their server by the first of them.
+func (c *Client) Subscribe(ctx context.Context, _ string, channels ...string) rclient.Subscriber {
 	return &subscriber{ps: c.rdb.SSubscribe(ctx, channels...)}
 }
 
