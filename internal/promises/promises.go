@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,30 +130,39 @@ func (s *suite) order(t *testing.T) {
 				t.Fatal(err)
 			}
 			const n = 4
-			got := make(chan int, n)
+			var (
+				mu     sync.Mutex
+				served []int // in the order the waiters held the lock
+				wg     sync.WaitGroup
+			)
 			for i := range n {
 				w := s.client(t, nil)
-				go func() {
+				wg.Go(func() {
 					l, err := lock(w)
 					if err != nil {
 						t.Error(err)
-						got <- -1
 						return
 					}
-					got <- i
+					mu.Lock()
+					served = append(served, i)
+					mu.Unlock()
 					if err := l.Unlock(ctx); err != nil {
 						t.Error(err)
 					}
-				}()
+				})
 				waitQueued(t, ctx, c, kind, "line", i+1)
 			}
 			if err := first.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
-			for want := range n {
-				if i := <-got; i != want {
-					t.Fatalf("served waiter %d, want %d: the order of registration", i, want)
+			wg.Wait()
+			for want, i := range served {
+				if i != want {
+					t.Fatalf("served the waiters in the order %v, want the order of registration", served)
 				}
+			}
+			if len(served) != n {
+				t.Fatalf("served %d of %d waiters", len(served), n)
 			}
 		})
 	}
