@@ -128,7 +128,7 @@ func TestWaitReplicas(t *testing.T) {
 		t.Parallel()
 		primary, rs := replicated(t, 1)
 		rdb := primary.Client(t)
-		c := clientOn(t, rdb, dlock.WithWaitReplicas(1, 100*time.Millisecond))
+		c := clientOn(t, rdb, dlock.WithWaitReplicas(1, time.Second))
 		plain := clientOn(t, rdb)
 		pause(t, rs[0])
 		tries := []struct {
@@ -204,7 +204,7 @@ func TestWaitReplicas(t *testing.T) {
 		t.Parallel()
 		primary, rs := replicated(t, 1)
 		rdb := primary.Client(t)
-		c := clientOn(t, rdb, dlock.WithWaitReplicas(1, 100*time.Millisecond))
+		c := clientOn(t, rdb, dlock.WithWaitReplicas(1, time.Second))
 		m := c.Mutex("e", dlock.WithTTL(5*time.Second))
 		l, err := m.Lock(ctx)
 		if err != nil {
@@ -267,7 +267,7 @@ func TestWaitReplicas(t *testing.T) {
 		p := faultproxy.Start(t, primary.Addr)
 		rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 		t.Cleanup(func() { _ = rdb.Close() })
-		c := clientOn(t, rdb, dlock.WithWaitReplicas(1, 100*time.Millisecond))
+		c := clientOn(t, rdb, dlock.WithWaitReplicas(1, time.Second))
 		loadScripts(t, rdb)
 		caughtUp(t, primary)
 		pause(t, rs[0])
@@ -296,7 +296,7 @@ func TestWaitReplicas(t *testing.T) {
 	t.Run("Check counts the replicas", func(t *testing.T) {
 		t.Parallel()
 		primary, _ := replicated(t, 1)
-		c := clientOn(t, primary.Client(t), dlock.WithWaitReplicas(2, 100*time.Millisecond))
+		c := clientOn(t, primary.Client(t), dlock.WithWaitReplicas(2, time.Second))
 		if err := c.Check(ctx); err == nil || !strings.Contains(err.Error(), "has 1 connected") {
 			t.Errorf("Check with 1 of 2 replicas: %v", err)
 		}
