@@ -7,6 +7,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Transient reports whether err says Redis could not be reached or is
+// changing hands.
+var Transient = protocol.Transient
+
 // RequestTTL is how long an acquire may take to reach Redis; a record of
 // its owner, once it ended, lasts that long at most.
 const RequestTTL = protocol.RequestTTL
