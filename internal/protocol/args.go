@@ -103,7 +103,7 @@ const (
 	// An acquire script's integer reply, beyond a fence (> 0): the owner's
 	// hold count went up (reenterMode), or the owner holds nothing to
 	// re-enter (for a Semaphore: more permits asked than its total). A wait
-	// of w ms (-1: unknown) is -w - heldOffset (held_reply in lua/lib.lua).
+	// of w ms (-1: unknown) is -w - heldOffset (held_reply in lua/lib_hash.lua).
 	replyReentered = 0
 	replyGone      = -1
 	heldOffset     = 3

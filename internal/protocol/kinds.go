@@ -45,8 +45,8 @@ const (
 	// read hold).
 	handoffNone handoff = iota
 	// HandoffGrant: the release grants the lock to the next waiter and tells
-	// it the fence (grant in lua/lib.lua), so that its Lock may return on
-	// that message.
+	// it the fence (st_grant in lua/lib_state.lua, grant in lua/lib_hash.lua),
+	// so that its Lock may return on that message.
 	HandoffGrant
 	// handoffTell: the release keeps the lock for the next waiter a while
 	// and tells it to take it (a RedLock's Mutex, whose members keep
@@ -59,7 +59,7 @@ const (
 type leaseCarrier string
 
 const (
-	leaseInState leaseCarrier = "s" // the lock's state, a string (lua/lib.lua)
+	leaseInState leaseCarrier = "s" // the lock's state, a string (lua/lib_state.lua)
 	leaseInHash  leaseCarrier = "h" // the lock hash (owner id -> hold count)
 	leaseInZSet  leaseCarrier = "z" // a sorted set of holders (owner id -> lapse time)
 )

@@ -9,11 +9,12 @@ import (
 //go:generate go run ../lualink
 
 // The Lua scripts. Each is written in lua/NAME.lua, whose header names its
-// KEYS, ARGV and return codes; Redis runs lua/gen/NAME.lua, that file with
-// the functions of lua/lib.lua it calls put in front, which go generate
-// writes (internal/lualink). They run with Script.Run: EVALSHA, falling back
-// to EVAL when the server does not know the script (after a restart, a
-// failover or SCRIPT FLUSH).
+// KEYS, ARGV and return codes, and the libraries it links (lua/lib_*.lua,
+// each opening with what it serves); Redis runs lua/gen/NAME.lua, that file
+// with the functions of those libraries it calls put in front, which go
+// generate writes (internal/lualink). They run with Script.Run: EVALSHA,
+// falling back to EVAL when the server does not know the script (after a
+// restart, a failover or SCRIPT FLUSH).
 var (
 	//go:embed lua/gen/acquire.lua
 	AcquireLua string

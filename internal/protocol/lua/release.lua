@@ -4,15 +4,15 @@
 -- the lock for a short grant lease, with a new fence, and only its Client is
 -- told; an Election's leader record says it leads from then on.
 --
--- KEYS[1]  lock: the lock's state, a string (lib.lua)
+-- KEYS[1]  lock: the lock's state, a string (lib_state.lua)
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse>|<grant>", as acquire.lua
 --          writes it; an Election's candidate's entry carries its value
 --          (acquire.lua)
 -- KEYS[4]  leader: (an Election's only) its leader record (st_hold in
---          lib.lua): written for the candidate a freed lease is granted to,
---          deleted when nobody is (and the change published on the channel
---          of its name)
+--          lib_state.lua): written for the candidate a freed lease is granted
+--          to, deleted when nobody is (and the change published on the
+--          channel of its name)
 -- ARGV[1]  owner: the owner id (mode "2": a waiter's)
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'), as tell writes it
@@ -30,7 +30,7 @@
 --          its entry names none
 -- ARGV[5]  fence: ARGV[1]'s fence (0 if unknown), by which a retry finds
 --          whether an earlier run of it freed the lock (st_give_back in
---          lib.lua)
+--          lib_state.lua)
 -- ARGV[6]  order: "0" (a Mutex) takes a grantee out of the queue: if its
 --          grant lapses (it was paused past it), the next live waiter is
 --          served, and it goes to the back when it returns; "1" (a
@@ -66,6 +66,8 @@
 -- the lease's next holder), so the lock is not granted twice and no key is
 -- written for the call; mode "0" sets the same count; mode "2" finds nothing
 -- more to do. A record, if asked for, is written once per owner.
+--
+-- libraries: lib_common.lua lib_queue.lua lib_state.lua
 local mode = ARGV[3]
 local v
 if mode == '1' and ARGV[5] ~= '0' and not ARGV[8] then
