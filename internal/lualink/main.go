@@ -195,11 +195,12 @@ func callees(text string) map[string]bool {
 // may be cut into sections by lines that read libMark: each function goes
 // in front of the first section that needs it, so that a common case
 // answered in an early section defines only what it calls. Functions keep
-// the order of uses and of their library. It is an error for a function to
-// call one of any library that is not above it (in its own library, or in
-// one named before), for the script to call a function of a library it does
-// not name, and for it to define a function of the same name as one of
-// those it names: each would run another function than meant, or none.
+// the order of uses and of their library. It is an error for a function
+// linked to call one of any library that is not above it (in its own
+// library, or in one named before), for the script to call a function of a
+// library it does not name, and for it to define a function of the same
+// name as one of those it names: each would run another function than
+// meant, or none.
 func link(uses []string, libs map[string]string, src string) (string, error) {
 	var ps []part
 	for _, u := range uses {
@@ -220,21 +221,16 @@ func link(uses []string, libs map[string]string, src string) (string, error) {
 	for _, m := range libFunc.FindAllStringSubmatch(src, -1) {
 		own[m[1]] = true
 	}
-	linked := map[string]bool{}
-	for _, p := range ps {
+	at := map[string]int{} // index in ps, by name
+	for i, p := range ps {
 		if own[p.name] {
 			return "", fmt.Errorf("defines %s, a function of %s, which it links", p.name, p.lib)
 		}
-		for _, name := range slices.Sorted(maps.Keys(p.calls)) {
-			if lib := all[name]; lib != "" && name != p.name && !linked[name] {
-				return "", fmt.Errorf("%s's %s calls %s, which no library linked before it defines (%s does)", p.lib, p.name, name, lib)
-			}
-		}
-		linked[p.name] = true
+		at[p.name] = i
 	}
 	for _, name := range slices.Sorted(maps.Keys(callees(src))) {
-		if lib := all[name]; lib != "" && !linked[name] && !own[name] {
-			return "", fmt.Errorf("calls %s of %s, which its %q line does not name", name, lib, "-- libraries:")
+		if _, ok := at[name]; !ok && all[name] != "" && !own[name] {
+			return "", fmt.Errorf("calls %s of %s, which its %q line does not name", name, all[name], "-- libraries:")
 		}
 	}
 	var b strings.Builder
@@ -252,6 +248,13 @@ func link(uses []string, libs map[string]string, src string) (string, error) {
 		}
 		for i, p := range ps {
 			if need[i] && !defined[i] {
+				// What it calls must be linked above it: the walk up
+				// would not have found it otherwise.
+				for _, name := range slices.Sorted(maps.Keys(p.calls)) {
+					if j, ok := at[name]; all[name] != "" && name != p.name && (!ok || j > i) {
+						return "", fmt.Errorf("%s's %s calls %s, which no library linked before it defines (%s does)", p.lib, p.name, name, all[name])
+					}
+				}
 				defined[i] = true
 				b.WriteString(p.text)
 				b.WriteString("\n\n")

@@ -75,6 +75,8 @@ func TestLink(t *testing.T) {
 		{name: "no line", src: "return one()", err: "calls one of lib_a.lua"},
 		{name: "libraries out of order", src: "-- libraries: lib_b.lua lib_a.lua\nreturn three()", err: "lib_b.lua's three calls two"},
 		{name: "a library missing its own", src: "-- libraries: lib_c.lua\nreturn early()", err: "lib_c.lua's early calls three"},
+		{name: "what is not linked may call what is not", src: "-- libraries: lib_a.lua lib_c.lua\nreturn one()",
+			want: "local function one()\n  return 1\nend\n\n-- libraries: lib_a.lua lib_c.lua\nreturn one()\n"},
 		{name: "no such library", src: "-- libraries: lib_a.lua lib_x.lua\nreturn one()", err: "no library lib_x.lua"},
 		{name: "defined twice", src: "-- libraries: lib_a.lua\nreturn one()", err: "both define two",
 			libs: map[string]string{"lib_a.lua": libs["lib_a.lua"], "lib_d.lua": "local function two()\nend\n"}},
