@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -204,6 +205,29 @@ func TestScriptHeaders(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// And a waiter's giving up after its acquire's reply was lost: its
+	// Client's Close waits for the unregistration.
+	l, err := pc.Mutex("void").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := dlock.New(prdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := dropOnce(t, p, "acquire")
+	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	if _, err := waiter.Mutex("void").Lock(wctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a waiter that gave up: %v", err)
+	}
+	cancel()
+	checkHit(t, in)
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	rec.mu.Lock()

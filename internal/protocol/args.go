@@ -41,8 +41,11 @@ const (
 	// instead of trying the common case's write first, which it would only
 	// have to put back. Scripts without that case take it as ReleaseLast.
 	ReleaseLastQueued ReleaseMode = "4"
-	ReleaseLeave      ReleaseMode = "2" // a waiter gives up: unregister it, pass the lock on if it was granted to it
-	releaseEvict      ReleaseMode = "3" // as ReleaseLast, for ForceRelease: the owner's own release will say so
+	// ReleaseLeave: a waiter gives up: unregister it, pass the lock on if
+	// it was granted to it. The kinds of release.lua run leave.lua for it,
+	// which takes no mode.
+	ReleaseLeave ReleaseMode = "2"
+	releaseEvict ReleaseMode = "3" // as ReleaseLast, for ForceRelease: the owner's own release will say so
 
 	SemSetTotal    SemMode = "3"
 	SemAvailable   SemMode = "4"

@@ -20,6 +20,8 @@ var (
 	AcquireLua string
 	//go:embed lua/gen/release.lua
 	ReleaseLua string
+	//go:embed lua/gen/leave.lua
+	LeaveLua string
 	//go:embed lua/gen/extend.lua
 	ExtendLua string
 	//go:embed lua/gen/ttl.lua
@@ -53,6 +55,7 @@ var (
 	DefaultScripts = ScriptSet{
 		ScriptAcquire: redis.NewScript(AcquireLua),
 		scriptRelease: redis.NewScript(ReleaseLua),
+		scriptLeave:   redis.NewScript(LeaveLua),
 		ScriptExtend:  redis.NewScript(ExtendLua),
 		scriptTTL:     redis.NewScript(TtlLua),
 
@@ -82,6 +85,7 @@ type script uint8
 const (
 	ScriptAcquire script = iota
 	scriptRelease
+	scriptLeave
 	ScriptExtend
 	scriptTTL
 	ScriptRedAcquire

@@ -395,3 +395,79 @@ local function st_give_back(key, s, owner, mode, count, myfence, held, now)
   end
   return nil
 end
+
+-- st_void gives the state s (nil: none; a free state with no fence is made
+-- for it) a record of owner until void (ms, a string; nil for none), unless
+-- that has passed by now: owner's acquire that reaches Redis by then (its
+-- reply was lost) takes nothing. It returns the state and how long (ms) the
+-- key must live for the records, 0 if none was written.
+local function st_void(s, owner, void, now)
+  if not void or tonumber(void) <= now then
+    return s, 0
+  end
+  if not s then
+    s = {f = 0, fs = '0', c = 0, m = '0', u = 0, o = '', l = '', r = ''}
+  end
+  return s, st_note(s, owner, void, false, now)
+end
+
+-- st_pass_on passes on the lock of the state key (s: its state) whose
+-- holder owner's hold has gone: to the first live waiter of the queue q
+-- (alive: the waiters' entries), if the state's mark says anyone may wait,
+-- granted as st_grant does, with the link given, for the grant lease its
+-- entry names or else grant, and told on the channel stem; if nobody waits,
+-- the state is written free, its fence, link and records kept. order is
+-- release.lua's ARGV[6]: "1" (a FairMutex, an Election) keeps a grantee at
+-- the head of the queue, so owner's place there goes with its hold; "0" (a
+-- Mutex) takes a grantee out. leader, an Election's leader record (nil for
+-- the other kinds), is written for the waiter the lock goes to, or deleted
+-- if none (the change published on the channel of its name). t is the
+-- server time (from TIME), now the same in ms.
+local function st_pass_on(key, q, alive, leader, s, owner, link, grant, stem, order, t, now)
+  if s.m == '1' then
+    if order == '1' then
+      -- A FairMutex grantee kept its place: it goes with its hold. (A
+      -- Mutex's left the queue when it was granted the lock or took it.)
+      redis.call('ZREM', q, owner)
+      redis.call('HDEL', alive, owner)
+    end
+    local pattern = '%d+' -- of what follows the lapse in a queue entry
+    if leader then
+      pattern = '%d+|.*'
+    end
+    local head, _, g, after = live_waiters(q, alive, now, pattern, nil, 2)()
+    if head then
+      local value
+      if leader then
+        g, value = string.match(g, '^(%d+)|(.*)$')
+      end
+      -- A FairMutex's grantee stays at the head of the queue; a Mutex's
+      -- leaves it, and whether anyone waits behind it is what the queue
+      -- keeps.
+      local waits = '1'
+      if order ~= '1' then
+        redis.call('ZREM', q, head)
+        redis.call('HDEL', alive, head)
+        if after == false or (after == nil and redis.call('EXISTS', q) == 0) then
+          waits = '0'
+        end
+      end
+      -- The state keeps its expiry if that is later than the grant lease's:
+      -- the releaser's retry reads the fence until its lease's end.
+      st_grant(key, s, head, g or grant, t, stem, waits, link, leader, value)
+      return
+    end
+  end
+  -- Nobody waits: the walk emptied the queue, or the mark said it was empty.
+  -- The free state keeps the fence and what it lists.
+  if s.r == '' then
+    st_free(key, s)
+  else
+    s.c, s.m, s.u, s.o = 0, '0', 0, ''
+    st_keep(key, s, st_prune(s, now), now)
+  end
+  if leader then
+    redis.call('DEL', leader)
+    redis.call('SPUBLISH', leader, '*')
+  end
+end
