@@ -134,7 +134,7 @@ func UseMutant(name string) bool {
 }
 
 // ScriptHash returns the SHA1 of the script that does op ("acquire",
-// "release", "leave", "extend", "ttl", "red_acquire", "red_release",
+// "release", "leave", "evict", "extend", "ttl", "red_acquire", "red_release",
 // "sem_acquire", "sem_release", "rw_acquire", "rw_release", "latch",
 // "raise_fence", "inspect"), as sent to Redis, for tests that inject faults
 // into its requests.
@@ -146,7 +146,7 @@ func ScriptHash(op string) string {
 // names it.
 func ScriptSource(op string) string {
 	src, ok := map[string]string{
-		"acquire": protocol.AcquireLua, "release": protocol.ReleaseLua, "leave": protocol.LeaveLua,
+		"acquire": protocol.AcquireLua, "release": protocol.ReleaseLua, "leave": protocol.LeaveLua, "evict": protocol.EvictLua,
 		"extend": protocol.ExtendLua, "ttl": protocol.TtlLua,
 		"red_acquire": protocol.RedAcquireLua, "red_release": protocol.RedReleaseLua,
 		"sem_acquire": protocol.SemAcquireLua, "sem_release": protocol.SemReleaseLua,

@@ -62,8 +62,8 @@ func loadScripts(t *testing.T, rdb *redis.Client) {
 	if err := c.CountDownLatch("s").CountDown(ctx); err != nil {
 		t.Fatalf("load the scripts: %v", err)
 	}
-	// What no lock above ran: a waiter's giving up.
-	for _, op := range []string{"leave"} {
+	// What no lock above ran: a waiter's giving up, ForceRelease.
+	for _, op := range []string{"leave", "evict"} {
 		if err := rdb.ScriptLoad(ctx, dlock.ScriptSource(op)).Err(); err != nil {
 			t.Fatalf("load the scripts: %v", err)
 		}

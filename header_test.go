@@ -163,14 +163,23 @@ func TestScriptHeaders(t *testing.T) {
 	}
 	rl := redLockOn(t, nodes, dlock.WithNodeTimeout(time.Second)) // headers, not timeouts, are what this checks
 	ctx := context.Background()
-	// inspect, for every kind, and ForceRelease's scripts.
+	// inspect, for every kind, and ForceRelease's scripts, of a Mutex and
+	// of an Election (whose leader record is a key more).
 	for _, kind := range dlock.Kinds {
 		if _, err := c.Inspect(ctx, kind, "m"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.ForceRelease(ctx, dlock.KindMutex, "m"); err != nil {
+	if _, err := other.Mutex("m").Lock(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := other.Election("e").Campaign(ctx, "o"); err != nil {
+		t.Fatal(err)
+	}
+	for kind, name := range map[dlock.Kind]string{dlock.KindMutex: "m", dlock.KindElection: "e"} {
+		if ev, err := c.ForceRelease(ctx, kind, name); err != nil || len(ev.Evicted) != 1 {
+			t.Fatalf("ForceRelease %s %q: %+v, %v", kind, name, ev, err)
+		}
 	}
 	for range 3 {
 		if err := rl.Mutex("headers").Do(ctx, func(context.Context) error { return nil }); err != nil {

@@ -45,7 +45,9 @@ const (
 	// it was granted to it. The kinds of release.lua run leave.lua for it,
 	// which takes no mode.
 	ReleaseLeave ReleaseMode = "2"
-	releaseEvict ReleaseMode = "3" // as ReleaseLast, for ForceRelease: the owner's own release will say so
+	// releaseEvict is ReleaseLast for ForceRelease: the owner's own release
+	// will say so. The kinds of release.lua run evict.lua for it.
+	releaseEvict ReleaseMode = "3"
 
 	SemSetTotal    SemMode = "3"
 	SemAvailable   SemMode = "4"

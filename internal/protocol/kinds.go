@@ -25,13 +25,14 @@ type Layout struct {
 	extendsHash bool
 	Handoff     handoff // what a release that frees the lock does for the next waiter
 	Reentrant   bool    // a Lease in the context makes an acquisition of the same lock re-enter its hold
-	// order is what release.lua and leave.lua do with a grantee's place in
-	// the queue (release.lua's ARGV[6]); nil for the kinds that run other
-	// scripts.
+	// order is what release.lua, leave.lua and evict.lua do with a
+	// grantee's place in the queue (release.lua's ARGV[6]); nil for the
+	// kinds that run other scripts.
 	order any
 }
 
-// The orders of release.lua's ARGV[6] (and leave.lua's ARGV[4]), boxed once.
+// The orders of release.lua's ARGV[6] (leave.lua's ARGV[4], evict.lua's
+// ARGV[5]), boxed once.
 var (
 	orderPass any = "0" // a grant takes the grantee out of the queue: if it lapses, the next live waiter is served
 	orderKeep any = "1" // the grantee keeps the head of the queue until it releases or its registration lapses

@@ -22,6 +22,8 @@ var (
 	ReleaseLua string
 	//go:embed lua/gen/leave.lua
 	LeaveLua string
+	//go:embed lua/gen/evict.lua
+	EvictLua string
 	//go:embed lua/gen/extend.lua
 	ExtendLua string
 	//go:embed lua/gen/ttl.lua
@@ -56,6 +58,7 @@ var (
 		ScriptAcquire: redis.NewScript(AcquireLua),
 		scriptRelease: redis.NewScript(ReleaseLua),
 		scriptLeave:   redis.NewScript(LeaveLua),
+		scriptEvict:   redis.NewScript(EvictLua),
 		ScriptExtend:  redis.NewScript(ExtendLua),
 		scriptTTL:     redis.NewScript(TtlLua),
 
@@ -86,6 +89,7 @@ const (
 	ScriptAcquire script = iota
 	scriptRelease
 	scriptLeave
+	scriptEvict
 	ScriptExtend
 	scriptTTL
 	ScriptRedAcquire

@@ -355,43 +355,45 @@ local function st_free(key, s)
   st_write(key, s)
 end
 
+-- st_not_held returns what a request about owner's hold answers when owner
+-- holds nothing on the state s (nil if none): 4 when a record says that
+-- ForceRelease took its hold away; 3 when the state shows that the release
+-- of owner's hold, whose fence is myfence, freed the lock (an earlier run of
+-- this request: st_follows); 0 when another owner holds the lock and the
+-- state shows neither; -1 when nobody does (nor does it show either). A
+-- request about one of several holds (last false) looks for neither: only
+-- the last hold's going leaves them. now is the server time in ms.
+local function st_not_held(s, owner, last, myfence, now)
+  if s and last then
+    local _, ev = st_record(s, owner, now)
+    if ev then
+      return 4
+    end
+    if st_follows(s, myfence) then
+      return 3
+    end
+  end
+  if not st_live(s, now) then
+    return -1
+  end
+  return 0
+end
+
 -- st_give_back gives back holds of owner on the state key (s: its state,
 -- nil if none; held: whether owner's lease runs): mode "0" sets its hold
--- count to count (it keeps the lock), mode "1" gives back its last hold,
--- mode "3" takes it away (ForceRelease: a record, marked, says so until its
--- lease would have ended). It returns the code to return at once: 2 when
--- owner keeps the lock; 4 when owner holds nothing and a record says its
--- hold was taken away; 3 when owner holds nothing, its last hold was to go,
--- and the state shows that the release of owner's hold, whose fence is
--- myfence, freed the lock (an earlier run of this release: st_follows); 0
--- when another
--- owner holds the lock and the state shows no such release; -1 when nobody
--- does (nor does it show one); or nil when owner's last hold goes and the
--- caller is to free the lock. now is the server time in ms.
+-- count to count (it keeps the lock), mode "1" gives back its last hold. It
+-- returns the code to return at once: 2 when owner keeps the lock;
+-- st_not_held's when owner holds nothing (myfence: its fence); or nil when
+-- owner's last hold goes and the caller is to pass the lock on. now is the
+-- server time in ms.
 local function st_give_back(key, s, owner, mode, count, myfence, held, now)
   if not held then
-    if s and mode ~= '0' then
-      local _, ev = st_record(s, owner, now)
-      if ev then
-        return 4
-      end
-      if st_follows(s, myfence) then
-        return 3
-      end
-    end
-    if not st_live(s, now) then
-      return -1
-    end
-    return 0
+    return st_not_held(s, owner, mode ~= '0', myfence, now)
   end
   if mode == '0' then
     s.c = tonumber(count)
     st_write(key, s)
     return 2
-  end
-  if mode == '3' then
-    local left = st_left(key, s, now)
-    st_keep(key, s, st_note(s, owner, string.format('%.0f', now + math.max(left, 1)), true, now), now)
   end
   return nil
 end

@@ -3,7 +3,7 @@
 -- queued is granted at once to the first live waiter (st_grant): it holds
 -- the lock for a short grant lease, with a new fence, and only its Client is
 -- told; an Election's leader record says it leads from then on. (A waiter
--- that gives up runs leave.lua.)
+-- that gives up runs leave.lua; ForceRelease, evict.lua.)
 --
 -- KEYS[1]  lock: the lock's state, a string (lib_state.lua)
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
@@ -20,8 +20,6 @@
 -- ARGV[3]  mode: "1", the owner's last hold goes: free the lock
 --          "0": one of several holds goes: set the owner's hold count to
 --          ARGV[7] (the client keeps the authoritative count)
---          "3": as "1", for ForceRelease: the hold is taken away, and a
---          record in the state says so (4) until its lease would have ended
 --          "4": as "1", for a hold that was granted: others likely wait, so
 --          the state is read first rather than written first (the common
 --          case below), which would only have to be put back
@@ -56,7 +54,7 @@
 --       with ARGV[1]'s fence, or lists it (its link: the lock went on from
 --       that release, by a take or a grant, a few holders at most since)
 --    4  modes 1 and 4: nothing done: ARGV[1]'s hold was taken away by
---       ForceRelease
+--       ForceRelease (evict.lua)
 --
 -- Run twice: a release that freed the lock finds the state free with the
 -- fence it left, or listing that fence, and answers 3; it
@@ -122,12 +120,8 @@ if code then
   end
   return code
 end
--- What a grant below follows: this release (owner's) and those the state
--- lists; for ForceRelease, those alone.
-local link = s.l
-if mode == '1' then
-  s.o = ''
-  link = st_links(s)
-end
-st_pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], s, ARGV[1], link, ARGV[4], ARGV[2], ARGV[6], t, now)
+-- The owner's last hold has gone. A grant follows this release (owner's)
+-- and those the state lists.
+s.o = ''
+st_pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], s, ARGV[1], st_links(s), ARGV[4], ARGV[2], ARGV[6], t, now)
 return 1

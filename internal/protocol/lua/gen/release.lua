@@ -4,7 +4,7 @@
 -- queued is granted at once to the first live waiter (st_grant): it holds
 -- the lock for a short grant lease, with a new fence, and only its Client is
 -- told; an Election's leader record says it leads from then on. (A waiter
--- that gives up runs leave.lua.)
+-- that gives up runs leave.lua; ForceRelease, evict.lua.)
 --
 -- KEYS[1]  lock: the lock's state, a string (lib_state.lua)
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
@@ -21,8 +21,6 @@
 -- ARGV[3]  mode: "1", the owner's last hold goes: free the lock
 --          "0": one of several holds goes: set the owner's hold count to
 --          ARGV[7] (the client keeps the authoritative count)
---          "3": as "1", for ForceRelease: the hold is taken away, and a
---          record in the state says so (4) until its lease would have ended
 --          "4": as "1", for a hold that was granted: others likely wait, so
 --          the state is read first rather than written first (the common
 --          case below), which would only have to be put back
@@ -57,7 +55,7 @@
 --       with ARGV[1]'s fence, or lists it (its link: the lock went on from
 --       that release, by a take or a grant, a few holders at most since)
 --    4  modes 1 and 4: nothing done: ARGV[1]'s hold was taken away by
---       ForceRelease
+--       ForceRelease (evict.lua)
 --
 -- Run twice: a release that freed the lock finds the state free with the
 -- fence it left, or listing that fence, and answers 3; it
@@ -323,15 +321,6 @@ local function st_live(s, now)
   return s.u == 0 or s.u > (now or now_ms())
 end
 
--- st_left returns what is left (ms) of the lease of the live state s at key;
--- now as for st_live.
-local function st_left(key, s, now)
-  if s.u == 0 then
-    return redis.call('PTTL', key)
-  end
-  return s.u - (now or now_ms())
-end
-
 -- st_chain is how many release fences a state lists at most (its link).
 local function st_chain()
   return 4
@@ -512,43 +501,45 @@ local function st_free(key, s)
   st_write(key, s)
 end
 
+-- st_not_held returns what a request about owner's hold answers when owner
+-- holds nothing on the state s (nil if none): 4 when a record says that
+-- ForceRelease took its hold away; 3 when the state shows that the release
+-- of owner's hold, whose fence is myfence, freed the lock (an earlier run of
+-- this request: st_follows); 0 when another owner holds the lock and the
+-- state shows neither; -1 when nobody does (nor does it show either). A
+-- request about one of several holds (last false) looks for neither: only
+-- the last hold's going leaves them. now is the server time in ms.
+local function st_not_held(s, owner, last, myfence, now)
+  if s and last then
+    local _, ev = st_record(s, owner, now)
+    if ev then
+      return 4
+    end
+    if st_follows(s, myfence) then
+      return 3
+    end
+  end
+  if not st_live(s, now) then
+    return -1
+  end
+  return 0
+end
+
 -- st_give_back gives back holds of owner on the state key (s: its state,
 -- nil if none; held: whether owner's lease runs): mode "0" sets its hold
--- count to count (it keeps the lock), mode "1" gives back its last hold,
--- mode "3" takes it away (ForceRelease: a record, marked, says so until its
--- lease would have ended). It returns the code to return at once: 2 when
--- owner keeps the lock; 4 when owner holds nothing and a record says its
--- hold was taken away; 3 when owner holds nothing, its last hold was to go,
--- and the state shows that the release of owner's hold, whose fence is
--- myfence, freed the lock (an earlier run of this release: st_follows); 0
--- when another
--- owner holds the lock and the state shows no such release; -1 when nobody
--- does (nor does it show one); or nil when owner's last hold goes and the
--- caller is to free the lock. now is the server time in ms.
+-- count to count (it keeps the lock), mode "1" gives back its last hold. It
+-- returns the code to return at once: 2 when owner keeps the lock;
+-- st_not_held's when owner holds nothing (myfence: its fence); or nil when
+-- owner's last hold goes and the caller is to pass the lock on. now is the
+-- server time in ms.
 local function st_give_back(key, s, owner, mode, count, myfence, held, now)
   if not held then
-    if s and mode ~= '0' then
-      local _, ev = st_record(s, owner, now)
-      if ev then
-        return 4
-      end
-      if st_follows(s, myfence) then
-        return 3
-      end
-    end
-    if not st_live(s, now) then
-      return -1
-    end
-    return 0
+    return st_not_held(s, owner, mode ~= '0', myfence, now)
   end
   if mode == '0' then
     s.c = tonumber(count)
     st_write(key, s)
     return 2
-  end
-  if mode == '3' then
-    local left = st_left(key, s, now)
-    st_keep(key, s, st_note(s, owner, string.format('%.0f', now + math.max(left, 1)), true, now), now)
   end
   return nil
 end
@@ -646,13 +637,9 @@ if code then
   end
   return code
 end
--- What a grant below follows: this release (owner's) and those the state
--- lists; for ForceRelease, those alone.
-local link = s.l
-if mode == '1' then
-  s.o = ''
-  link = st_links(s)
-end
-st_pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], s, ARGV[1], link, ARGV[4], ARGV[2], ARGV[6], t, now)
+-- The owner's last hold has gone. A grant follows this release (owner's)
+-- and those the state lists.
+s.o = ''
+st_pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], s, ARGV[1], st_links(s), ARGV[4], ARGV[2], ARGV[6], t, now)
 return 1
 
