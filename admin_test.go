@@ -523,7 +523,7 @@ func TestForceReleaseRetried(t *testing.T) {
 	}
 	got := inLine(t, direct, waiter.Mutex("r").Lock, "dlock:{r}:waiters", 1)
 	var ins []*faultproxy.Injection
-	for _, op := range []string{"inspect", "release", "raise_fence"} {
+	for _, op := range []string{"inspect", "evict", "raise_fence"} {
 		ins = append(ins, p.Inject(faultproxy.Rule{Match: script(op), Fault: faultproxy.DropReply, Times: 1}))
 	}
 	ev, err := c.ForceRelease(ctx, dlock.KindMutex, "r")

@@ -150,6 +150,17 @@ func chaosScripts(kind dlock.Kind) []string {
 	return []string{"acquire", "release", "extend"} // Mutex, FairMutex, Election
 }
 
+// chaosMatch matches the requests of op, one of chaosScripts: "release" of
+// a Mutex, a FairMutex or an Election also matches its waiters' giving up
+// (leave.lua), which the other kinds' release scripts do.
+func chaosMatch(op string) faultproxy.Match {
+	if op != "release" {
+		return script(op)
+	}
+	release, leave := script("release"), script("leave")
+	return func(c faultproxy.Command) bool { return release(c) || leave(c) }
+}
+
 // chaos runs the worker processes through the faults, restarts percent of
 // them a restart of Redis, and checks what does not depend on the scripts:
 // that the workers make progress, that the lock is free after the faults,
@@ -198,16 +209,16 @@ func chaos(t *testing.T, run chaosRun) chaosOutcome {
 		}
 		switch f := rand.IntN(100); {
 		case f < 20:
-			proxy.Inject(faultproxy.Rule{Match: script(op), Fault: faultproxy.DropReply, Times: 1})
+			proxy.Inject(faultproxy.Rule{Match: chaosMatch(op), Fault: faultproxy.DropReply, Times: 1})
 			faults["lost reply"]++
 		case f < 35:
-			proxy.Inject(faultproxy.Rule{Match: script(op), Fault: faultproxy.DropRequest, Times: 1})
+			proxy.Inject(faultproxy.Rule{Match: chaosMatch(op), Fault: faultproxy.DropRequest, Times: 1})
 			faults["lost request"]++
 		case f < 50:
-			proxy.Inject(faultproxy.Rule{Match: script(op), Fault: faultproxy.DelayReply, Delay: delay, Times: 1})
+			proxy.Inject(faultproxy.Rule{Match: chaosMatch(op), Fault: faultproxy.DelayReply, Delay: delay, Times: 1})
 			faults["late reply"]++
 		case f < 62:
-			proxy.Inject(faultproxy.Rule{Match: script(op), Fault: faultproxy.DelayRequest, Delay: delay, Times: 1})
+			proxy.Inject(faultproxy.Rule{Match: chaosMatch(op), Fault: faultproxy.DelayRequest, Delay: delay, Times: 1})
 			faults["late request"]++
 		case f < 72:
 			proxy.Cut()

@@ -138,13 +138,20 @@ func UseMutant(name string) bool {
 }
 
 // ScriptHash returns the SHA1 of the script that does op ("acquire",
-// "release", "extend", "ttl", "red_acquire", "red_release", "sem_acquire",
-// "sem_release", "rw_acquire", "rw_release", "latch", "raise_fence",
-// "inspect"), as sent to Redis, for tests that inject faults into its
-// requests.
+// "release", "leave", "evict", "extend", "ttl", "red_acquire", "red_release",
+// "sem_acquire", "sem_release", "rw_acquire", "rw_release", "latch",
+// "raise_fence", "inspect"), as sent to Redis, for tests that inject faults
+// into its requests.
 func ScriptHash(op string) string {
+	return redis.NewScript(ScriptSource(op)).Hash()
+}
+
+// ScriptSource returns the text of the script that does op, as ScriptHash
+// names it.
+func ScriptSource(op string) string {
 	src, ok := map[string]string{
-		"acquire": protocol.AcquireLua, "release": protocol.ReleaseLua, "extend": protocol.ExtendLua, "ttl": protocol.TtlLua,
+		"acquire": protocol.AcquireLua, "release": protocol.ReleaseLua, "leave": protocol.LeaveLua, "evict": protocol.EvictLua,
+		"extend": protocol.ExtendLua, "ttl": protocol.TtlLua,
 		"red_acquire": protocol.RedAcquireLua, "red_release": protocol.RedReleaseLua,
 		"sem_acquire": protocol.SemAcquireLua, "sem_release": protocol.SemReleaseLua,
 		"rw_acquire": protocol.RwAcquireLua, "rw_release": protocol.RwReleaseLua,
@@ -154,9 +161,9 @@ func ScriptHash(op string) string {
 		"leader":      protocol.LeaderLua, "proclaim": protocol.ProclaimLua,
 	}[op]
 	if !ok {
-		panic("ScriptHash: no script " + op)
+		panic("ScriptSource: no script " + op)
 	}
-	return redis.NewScript(src).Hash()
+	return src
 }
 
 // testOption is an Option that only tests can make: it sets what

@@ -33,9 +33,10 @@ func proxied(t *testing.T, opts ...dlock.Option) (*dlock.Client, *faultproxy.Pro
 	return clientOn(t, rdb, opts...), p, direct
 }
 
-// loadScripts runs every dlock script once on rdb's server, under a prefix of
-// its own, so that they are loaded: a fault injected into a script's first
-// run would otherwise hit the NOSCRIPT reply that makes go-redis send its body.
+// loadScripts runs dlock's scripts once on rdb's server, under a prefix of
+// its own, and loads those a lock's life does not run, so that every one is
+// loaded: a fault injected into a script's first run would otherwise hit
+// the NOSCRIPT reply that makes go-redis send its body.
 func loadScripts(t *testing.T, rdb *redis.Client) {
 	t.Helper()
 	ctx := context.Background()
@@ -60,6 +61,12 @@ func loadScripts(t *testing.T, rdb *redis.Client) {
 	}
 	if err := c.CountDownLatch("s").CountDown(ctx); err != nil {
 		t.Fatalf("load the scripts: %v", err)
+	}
+	// What no lock above ran: a waiter's giving up, ForceRelease.
+	for _, op := range []string{"leave", "evict"} {
+		if err := rdb.ScriptLoad(ctx, dlock.ScriptSource(op)).Err(); err != nil {
+			t.Fatalf("load the scripts: %v", err)
+		}
 	}
 }
 

@@ -343,7 +343,7 @@ func TestGrantToLeavingWaiter(t *testing.T) {
 		t.Fatal("second waiter not registered")
 	}
 	// The first waiter's unregistration reaches Redis only after the release.
-	in := p.Inject(faultproxy.Rule{Match: script("release"), Fault: faultproxy.DelayRequest, Delay: 300 * time.Millisecond, Times: 1})
+	in := p.Inject(faultproxy.Rule{Match: script("leave"), Fault: faultproxy.DelayRequest, Delay: 300 * time.Millisecond, Times: 1})
 	cancel()
 	<-gone
 	released := time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,7 +33,7 @@ type header struct {
 var headerLine = regexp.MustCompile(`^-- (KEYS|ARGV)\[(\d+)\]\s+(\w+):( \((?:[^)]* only|optional[^)]*)\))?`)
 
 // readHeaders reads the header of every script under internal/protocol/lua/
-// but lib.lua.
+// but the libraries (lib_*.lua).
 func readHeaders(t *testing.T) map[string]header {
 	t.Helper()
 	files, err := filepath.Glob("internal/protocol/lua/*.lua")
@@ -42,7 +43,7 @@ func readHeaders(t *testing.T) map[string]header {
 	hs := map[string]header{}
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".lua")
-		if name == "lib" {
+		if strings.HasPrefix(name, "lib_") {
 			continue
 		}
 		src, err := os.ReadFile(f)
@@ -162,14 +163,23 @@ func TestScriptHeaders(t *testing.T) {
 	}
 	rl := redLockOn(t, nodes, dlock.WithNodeTimeout(time.Second)) // headers, not timeouts, are what this checks
 	ctx := context.Background()
-	// inspect, for every kind, and ForceRelease's scripts.
+	// inspect, for every kind, and ForceRelease's scripts, of a Mutex and
+	// of an Election (whose leader record is a key more).
 	for _, kind := range dlock.Kinds {
 		if _, err := c.Inspect(ctx, kind, "m"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.ForceRelease(ctx, dlock.KindMutex, "m"); err != nil {
+	if _, err := other.Mutex("m").Lock(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := other.Election("e").Campaign(ctx, "o"); err != nil {
+		t.Fatal(err)
+	}
+	for kind, name := range map[dlock.Kind]string{dlock.KindMutex: "m", dlock.KindElection: "e"} {
+		if ev, err := c.ForceRelease(ctx, kind, name); err != nil || len(ev.Evicted) != 1 {
+			t.Fatalf("ForceRelease %s %q: %+v, %v", kind, name, ev, err)
+		}
 	}
 	for range 3 {
 		if err := rl.Mutex("headers").Do(ctx, func(context.Context) error { return nil }); err != nil {
@@ -204,6 +214,29 @@ func TestScriptHeaders(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// And a waiter's giving up after its acquire's reply was lost: its
+	// Client's Close waits for the unregistration.
+	l, err := pc.Mutex("void").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := dlock.New(prdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := dropOnce(t, p, "acquire")
+	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	if _, err := waiter.Mutex("void").Lock(wctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("a waiter that gave up: %v", err)
+	}
+	cancel()
+	checkHit(t, in)
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	rec.mu.Lock()

@@ -16,7 +16,7 @@ import (
 // it: one string key, "<fence>|<holds>|<waits>|<until>|<owner>" (the owner
 // followed by "/<gen>" once its lease was extended), then
 // "|<link>" and "|<records>" when they are not empty, or "<fence>" alone for
-// a free lock nobody waits for (internal/protocol/lua/lib.lua).
+// a free lock nobody waits for (internal/protocol/lua/lib_state.lua).
 type lockState struct {
 	Exists  bool   // the key is there (held, or free with its last fence)
 	Fence   int64  // the last fence handed out

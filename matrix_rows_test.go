@@ -52,12 +52,16 @@ func mxMoreRequests() []mxRequest {
 		mxRequest{name: "SetPermits", kind: kind("Semaphore"), match: one(faultproxy.And(script("sem_release"), faultproxy.HasArg("3"))), nexts: []mxNext{mxSetPermits}, run: mxSetPermitsRow},
 	)
 	for _, k := range []string{"Mutex", "RWMutex", "Semaphore", "Election"} {
-		evict := "3"
-		if k == "Semaphore" {
-			evict = "6"
+		// A lock of the string state has a script for it; the others'
+		// release scripts a mode.
+		evict := one(script("evict"))
+		switch k {
+		case "RWMutex":
+			evict = func(k mxKind) faultproxy.Match { return faultproxy.And(script(k.release), faultproxy.HasArg("3")) }
+		case "Semaphore":
+			evict = func(k mxKind) faultproxy.Match { return faultproxy.And(script(k.release), faultproxy.HasArg("6")) }
 		}
-		rows = append(rows, mxRequest{name: "ForceRelease", kind: kind(k),
-			match: func(k mxKind) faultproxy.Match { return faultproxy.And(script(k.release), faultproxy.HasArg(evict)) },
+		rows = append(rows, mxRequest{name: "ForceRelease", kind: kind(k), match: evict,
 			nexts: []mxNext{mxOtherTakes}, run: mxForceReleaseRow})
 	}
 	redlock := mxKind{name: "RedLock"}

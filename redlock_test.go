@@ -736,7 +736,7 @@ func TestRedLockRetakeAfterUnlock(t *testing.T) {
 	// after it, took nothing: its delay is long over a second after the hit.
 	if !within(5*time.Second, func() bool {
 		v := direct[0].Get(ctx, "dlock:{u}:fence").Val()
-		f, _ := strconv.ParseInt(strings.SplitN(v, "|", 2)[0], 10, 64) // records may follow (lua/lib.lua)
+		f, _ := strconv.ParseInt(strings.SplitN(v, "|", 2)[0], 10, 64) // records may follow (lua/lib_common.lua)
 		if f > l.Fence() {
 			return true
 		}

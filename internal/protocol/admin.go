@@ -150,15 +150,17 @@ func (n *Node) Scan(ctx context.Context, match string, each func(key string) boo
 }
 
 // Evict releases owner's hold on k, whose fence is fence (0 if unknown), as
-// its own last release would, a freed lock going to the next waiter.
+// its own last release would, a freed lock going to the next waiter: for the
+// kinds of release.lua a request of its own, evict.lua; for the others, a
+// mode of their release script.
 func (n *Node) Evict(ctx context.Context, k Keys, owner string, fence int64, ttl time.Duration) (int64, error) {
 	switch {
 	case k.Kind == SemKind:
 		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 			owner, k.channelArg, string(semEvict), grantArg(ttl), 0, remnantTTLArg).Int64()
 	case k.Kind.order != nil:
-		return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
-			owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), fence, k.Kind.order).Int64()
+		return n.eval(ctx, n.scripts[scriptEvict], k.releaseKeys, "",
+			owner, k.channelArg, grantArg(ttl), fence, k.Kind.order).Int64()
 	}
 	return n.eval(ctx, n.scripts[k.Kind.release], k.releaseKeys, "",
 		owner, k.channelArg, releaseEvict.arg(), grantArg(ttl), 0, fence).Int64()

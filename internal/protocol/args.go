@@ -41,8 +41,13 @@ const (
 	// instead of trying the common case's write first, which it would only
 	// have to put back. Scripts without that case take it as ReleaseLast.
 	ReleaseLastQueued ReleaseMode = "4"
-	ReleaseLeave      ReleaseMode = "2" // a waiter gives up: unregister it, pass the lock on if it was granted to it
-	releaseEvict      ReleaseMode = "3" // as ReleaseLast, for ForceRelease: the owner's own release will say so
+	// ReleaseLeave: a waiter gives up: unregister it, pass the lock on if
+	// it was granted to it. The kinds of release.lua run leave.lua for it,
+	// which takes no mode.
+	ReleaseLeave ReleaseMode = "2"
+	// releaseEvict is ReleaseLast for ForceRelease: the owner's own release
+	// will say so. The kinds of release.lua run evict.lua for it.
+	releaseEvict ReleaseMode = "3"
 
 	SemSetTotal    SemMode = "3"
 	SemAvailable   SemMode = "4"
@@ -103,7 +108,7 @@ const (
 	// An acquire script's integer reply, beyond a fence (> 0): the owner's
 	// hold count went up (reenterMode), or the owner holds nothing to
 	// re-enter (for a Semaphore: more permits asked than its total). A wait
-	// of w ms (-1: unknown) is -w - heldOffset (held_reply in lua/lib.lua).
+	// of w ms (-1: unknown) is -w - heldOffset (held_reply in lua/lib_hash.lua).
 	replyReentered = 0
 	replyGone      = -1
 	heldOffset     = 3

@@ -2,7 +2,7 @@ package protocol
 
 // An Election: a lease taken and granted in a FairMutex's order, by the
 // Mutex's scripts, with one more key, the leader record, that those scripts
-// write when they grant the lease (take in lua/lib.lua), and two scripts of
+// write when they grant the lease (st_hold in lua/lib_state.lua), and two scripts of
 // its own that read it (leader.lua) and change its value (proclaim.lua).
 
 import (

@@ -34,7 +34,7 @@ func refused(err error) error {
 	}
 	if strings.Contains(msg, "unauthenticated") ||
 		strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") {
-		return errs.Op(nil, err, "Redis refuses the client: no password or a wrong one (go-redis's Options.Username and Password)")
+		return errs.Op(nil, err, "Redis refuses the client: no password or a wrong one (the Redis client's username and password: go-redis's Options.Username and Password)")
 	}
 	return err
 }

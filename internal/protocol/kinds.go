@@ -25,8 +25,9 @@ type Layout struct {
 	extendsHash bool
 	Handoff     handoff // what a release that frees the lock does for the next waiter
 	Reentrant   bool    // a Lease in the context makes an acquisition of the same lock re-enter its hold
-	// order is what release.lua does with a grantee's place in the
-	// queue (its ARGV[6]); nil for the kinds that run other scripts.
+	// order is what release.lua, leave.lua and evict.lua do with a
+	// grantee's place in the queue (release.lua's ARGV[6]); nil for the
+	// kinds that run other scripts.
 	order any
 	// own is which of KindArgs the acquire script takes, after the
 	// arguments every kind's take.
@@ -44,7 +45,8 @@ const (
 	ownValue           // KindArgs.Value (acquire.lua, an Election's)
 )
 
-// The orders of release.lua's ARGV[6], boxed once.
+// The orders of release.lua's ARGV[6] (leave.lua's ARGV[4], evict.lua's
+// ARGV[5]), boxed once.
 var (
 	orderPass any = "0" // a grant takes the grantee out of the queue: if it lapses, the next live waiter is served
 	orderKeep any = "1" // the grantee keeps the head of the queue until it releases or its registration lapses
@@ -59,8 +61,8 @@ const (
 	// read hold).
 	handoffNone handoff = iota
 	// HandoffGrant: the release grants the lock to the next waiter and tells
-	// it the fence (grant in lua/lib.lua), so that its Lock may return on
-	// that message.
+	// it the fence (st_grant in lua/lib_state.lua, grant in lua/lib_hash.lua),
+	// so that its Lock may return on that message.
 	HandoffGrant
 	// handoffTell: the release keeps the lock for the next waiter a while
 	// and tells it to take it (a RedLock's Mutex, whose members keep
@@ -73,7 +75,7 @@ const (
 type leaseCarrier string
 
 const (
-	leaseInState leaseCarrier = "s" // the lock's state, a string (lua/lib.lua)
+	leaseInState leaseCarrier = "s" // the lock's state, a string (lua/lib_state.lua)
 	leaseInHash  leaseCarrier = "h" // the lock hash (owner id -> hold count)
 	leaseInZSet  leaseCarrier = "z" // a sorted set of holders (owner id -> lapse time)
 )

@@ -34,9 +34,10 @@ type Released struct {
 	Retried bool
 }
 
-// Release runs k's release script: one round trip, unless a copy's reply is
-// lost (it is sent again, as the Redis client would). It returns the result
-// code.
+// Release runs k's release script, or for a waiter of a kind of
+// release.lua that gives up (ReleaseLeave) leave.lua: one round trip, unless
+// a copy's reply is lost (it is sent again, as the Redis client would). It
+// returns the result code.
 func (n *Node) Release(ctx context.Context, k Keys, a ReleaseArgs) (Released, error) {
 	mode := a.Mode
 	if mode == ReleaseLastQueued && k.Kind.order == nil {
@@ -48,6 +49,14 @@ func (n *Node) Release(ctx context.Context, k Keys, a ReleaseArgs) (Released, er
 	}
 	var rep evalReply
 	switch {
+	case k.Kind.order != nil && mode == ReleaseLeave:
+		// A waiter that gives up: a request of its own, leave.lua, for the
+		// kinds of release.lua; the others' release scripts have a mode.
+		if a.Void != 0 {
+			rep = n.eval(ctx, n.scripts[scriptLeave], k.releaseKeys, "", a.Owner, k.channelArg, grant, k.Kind.order, a.Void)
+		} else {
+			rep = n.eval(ctx, n.scripts[scriptLeave], k.releaseKeys, "", a.Owner, k.channelArg, grant, k.Kind.order)
+		}
 	case a.Void != 0:
 		// Rare: an owner whose acquire is still out. Built the plain way.
 		var args []any

@@ -9,16 +9,21 @@ import (
 //go:generate go run ../lualink
 
 // The Lua scripts. Each is written in lua/NAME.lua, whose header names its
-// KEYS, ARGV and return codes; Redis runs lua/gen/NAME.lua, that file with
-// the functions of lua/lib.lua it calls put in front, which go generate
-// writes (internal/lualink). They run with Script.Run: EVALSHA, falling back
-// to EVAL when the server does not know the script (after a restart, a
-// failover or SCRIPT FLUSH).
+// KEYS, ARGV and return codes, and the libraries it links (lua/lib_*.lua,
+// each opening with what it serves); Redis runs lua/gen/NAME.lua, that file
+// with the functions of those libraries it calls put in front, which go
+// generate writes (internal/lualink). They run with Script.Run: EVALSHA,
+// falling back to EVAL when the server does not know the script (after a
+// restart, a failover or SCRIPT FLUSH).
 var (
 	//go:embed lua/gen/acquire.lua
 	AcquireLua string
 	//go:embed lua/gen/release.lua
 	ReleaseLua string
+	//go:embed lua/gen/leave.lua
+	LeaveLua string
+	//go:embed lua/gen/evict.lua
+	EvictLua string
 	//go:embed lua/gen/extend.lua
 	ExtendLua string
 	//go:embed lua/gen/ttl.lua
@@ -52,6 +57,8 @@ var (
 	DefaultScripts = ScriptSet{
 		ScriptAcquire: NewScript(AcquireLua),
 		scriptRelease: NewScript(ReleaseLua),
+		scriptLeave:   NewScript(LeaveLua),
+		scriptEvict:   NewScript(EvictLua),
 		ScriptExtend:  NewScript(ExtendLua),
 		scriptTTL:     NewScript(TtlLua),
 
@@ -81,6 +88,8 @@ type script uint8
 const (
 	ScriptAcquire script = iota
 	scriptRelease
+	scriptLeave
+	scriptEvict
 	ScriptExtend
 	scriptTTL
 	ScriptRedAcquire

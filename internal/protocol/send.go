@@ -10,7 +10,7 @@ package protocol
 // carries a deadline in the server's time, after which Redis ignores it: a
 // copy that arrives later takes nothing, and the release that ends an owner
 // whose acquire is still out leaves a record, until that deadline, that
-// refuses it (lua/lib.lua: records).
+// refuses it (lua/lib_common.lua: records).
 
 import (
 	"context"

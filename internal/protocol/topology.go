@@ -63,8 +63,9 @@ func (n *Node) Group(key string) int {
 }
 
 // Wake is a wake-up message, parsed: the owner id of the waiter it is for,
-// and for a grant (grant in lua/lib.lua) its fence, grant lease and the
-// server time it was made at, in µs; fence is 0 for any other message.
+// and for a grant (st_grant in lua/lib_state.lua, grant in lua/lib_hash.lua)
+// its fence, grant lease and the server time it was made at, in µs; fence
+// is 0 for any other message.
 type Wake struct {
 	Owner string
 	Fence int64

@@ -4,9 +4,9 @@
 -- included. Otherwise queue the caller, keeping its place, or re-enter a hold
 -- it has.
 --
--- KEYS[1]  lock: the lock's state, a string (lib.lua): its fence, holder,
---          hold count, whether anyone may wait, when the lease ends, the
---          release it follows and the records of owners that ended; it
+-- KEYS[1]  lock: the lock's state, a string (lib_state.lua): its fence,
+--          holder, hold count, whether anyone may wait, when the lease ends,
+--          the release it follows and the records of owners that ended; it
 --          expires with the lease, or later (a free state stays until the
 --          lease that freed it would have ended)
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by
@@ -19,8 +19,8 @@
 --          (ARGV[9]), so that the release that grants it the lock (release.lua)
 --          writes its value in the leader record.
 -- KEYS[4]  leader: (an Election's only) its leader record, a hash that
---          taking the lock makes the caller's (st_hold in lib.lua) and that
---          lapses with it
+--          taking the lock makes the caller's (st_hold in lib_state.lua)
+--          and that lapses with it
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
 -- ARGV[3]  deadline: the server time (ms) after which this request changes
@@ -70,6 +70,8 @@
 -- is not renewed). Run late: after its deadline, or once its owner ended
 -- with this request's reply lost (its release recorded the owner until this
 -- deadline), it changes nothing.
+--
+-- libraries: lib_common.lua lib_queue.lua lib_state.lua
 local me = ARGV[1]
 -- Every WRONGTYPE, and a lock key that holds no state, raises before a write:
 -- the state's (GET) first; the queue's and alive's (ZADD, HSET; or the walk's
@@ -79,9 +81,9 @@ local v = redis.call('GET', KEYS[1])
 -- The common case first: a free Mutex or FairMutex nobody waits for is taken
 -- with the least the script defines and calls, for every Lua call and every
 -- number turned into a string costs Redis time: one pattern, TIME and one
--- SET. Such a state is its fence alone, digits (lib.lua); with no state, the
--- queue must be empty. The hold's link is that fence: the release that freed
--- the lock.
+-- SET. Such a state is its fence alone, digits (lib_state.lua); with no
+-- state, the queue must be empty. The hold's link is that fence: the release
+-- that freed the lock.
 if ARGV[4] ~= '1' and not KEYS[4] and (not v or string.find(v, '^%d+$')) then
   if v or redis.call('EXISTS', KEYS[2]) == 0 then
     local t = redis.call('TIME')

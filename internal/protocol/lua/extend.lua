@@ -6,8 +6,8 @@
 -- the lock's extends hash.
 --
 -- KEYS        lease: group i, ARGV[6i] keys, the first of which carries lease i: a
---             lock's state (a string, lib.lua), a lock hash (owner id -> hold
---             count, with a PX expiry), or a sorted set of holders (owner id -> server time in ms at which
+--             lock's state (a string, lib_state.lua), a lock hash (owner id ->
+--             hold count, with a PX expiry), or a sorted set of holders (owner id -> server time in ms at which
 --             that holder's lease lapses); then the keys that must live at
 --             least as long. The generation of a holder's latest
 --             Lease.Extend is kept where every key named exists while the
@@ -35,7 +35,7 @@
 --    1  extended: the owner holds it, and it now lapses TTL from now (or
 --       later, for "gt"); every key of its group expires no sooner (an
 --       extends hash: if it holds the owner's entry); a grant not yet taken
---       up (lib.lua) is taken up
+--       up (lib_state.lua, lib_hash.lua) is taken up
 --    0  not extended: another owner holds it (or a key of another type is there)
 --   -1  not extended: nobody holds it (for "z": the owner's lease lapsed)
 --    2  not extended: the owner holds it, but an Extend of a later
@@ -55,6 +55,9 @@
 -- shortens a lease, and a request of an earlier generation than the lease's
 -- latest Extend changes nothing (code 2): a renewal or Extend sent before an
 -- Extend that shortened the lease cannot lengthen it again, whenever it runs.
+--
+-- libraries: lib_common.lua lib_state.lua
+
 -- evicted tells whether ForceRelease took owner's hold away, for the group
 -- of a lease of kind whose keys are KEYS[k] to KEYS[last], an extends hash
 -- left out: a record in its third key, a hash (an RWMutex's fences, a

@@ -27,6 +27,8 @@
 --   total    a Semaphore's total permits (-1 unknown); a CountDownLatch's
 --            count (0: open)
 --   used     a Semaphore's permits held by live holders
+--
+-- libraries: lib_common.lua lib_state.lua
 local kind, limit = ARGV[1], tonumber(ARGV[2])
 local t, now = server_time()
 local holders, waiters = {}, {}

@@ -1,7 +1,7 @@
 -- proclaim.lua: set the value of an Election's leader, if the caller leads
 -- in the given term, unless a later Proclaim of that term ran first.
 --
--- KEYS[1]  lock: the Election's lock state (a string, lib.lua)
+-- KEYS[1]  lock: the Election's lock state (a string, lib_state.lua)
 -- KEYS[2]  leader: its leader record (leader.lua)
 -- ARGV[1]  owner: the leader's owner id
 -- ARGV[2]  term: its term (its lease's fence)
@@ -20,6 +20,8 @@
 -- Run twice, or late: a Proclaim whose seq is not above the record's changes
 -- nothing and answers 1, so a retry writes nothing twice and an earlier
 -- Proclaim that runs after a later one does not undo it.
+--
+-- libraries: lib_common.lua lib_state.lua
 local s = st_read(KEYS[1])
 local now = s and s.u ~= 0 and now_ms() or nil
 if not (s and s.o == ARGV[1] and st_live(s, now)) then

@@ -5,8 +5,8 @@
 -- after a minority of nodes lost their data; so every later fence is above
 -- it. After ForceRelease (no owner): a fence above every evicted hold's.
 --
--- KEYS[1]  lock: a lock's state (a string, lib.lua: ARGV[4] "s"), or a lock
---          hash of owner id -> hold count, beside
+-- KEYS[1]  lock: a lock's state (a string, lib_state.lua: ARGV[4] "s"), or a
+--          lock hash of owner id -> hold count, beside
 -- KEYS[2]  fence: (a lock hash's only) the last fence handed out on this node
 -- ARGV[1]  owner: the owner id, "" for none
 -- ARGV[2]  fence: the fence to raise the lock's to
@@ -18,6 +18,8 @@
 -- is at least ARGV[2] now.
 --
 -- Run twice: the second run finds the fence raised already.
+--
+-- libraries: lib_common.lua lib_state.lua lib_hash.lua
 local want, ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 if ARGV[4] == 's' then
   local s = st_read(KEYS[1])

@@ -5,8 +5,8 @@
 --
 -- KEYS[1]  lock: hash of owner id -> hold count, with a PX expiry
 -- KEYS[2]  fence: the last fence handed out, expiring no sooner than the lock,
---          followed by "|" and records (lib.lua) while an owner that ended
---          may still have an acquire on its way
+--          followed by "|" and records (lib_common.lua) while an owner that
+--          ended may still have an acquire on its way
 -- KEYS[3]  waiters: sorted set of waiting owner ids, each scored by the server
 --          time (ms) at which the entry lapses unless renewed; the key expires
 --          when the last entry would
@@ -40,6 +40,8 @@
 --
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
+--
+-- libraries: lib_common.lua lib_hash.lua
 local me = ARGV[1]
 -- The common case first: a free lock is taken with the least the script
 -- defines and calls. PTTL tells a free lock (no key) from a held one, whose

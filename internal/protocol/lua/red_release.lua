@@ -19,7 +19,7 @@
 --          the next waiter is always told to try
 -- ARGV[5]  count: for mode "0", the hold count that remains
 -- ARGV[6]  fence: ARGV[1]'s fence (0 if unknown), which a retry compares with
---          KEYS[2] (after, in lib.lua)
+--          KEYS[2] (after, in lib_hash.lua)
 -- ARGV[7]  void: (optional) the server time (ms) until which an acquire of
 --          ARGV[1] may still reach this member (its reply was lost): the
 --          fence key records ARGV[1] until then, and such an acquire changes
@@ -41,6 +41,8 @@
 -- and the fence it left (or a later one) and answers 3; it writes nothing, so
 -- the lock is not granted twice and no key is written for the call; mode
 -- "0" sets the same count; mode "2" finds nothing more to do.
+--
+-- libraries: lib_common.lua lib_hash.lua
 local mode = ARGV[3]
 -- Every WRONGTYPE comes before the first write: the lock, then the queue.
 local held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1

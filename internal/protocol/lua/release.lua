@@ -2,27 +2,24 @@
 -- or the lock itself, or an Election's lease. A lock freed while others are
 -- queued is granted at once to the first live waiter (st_grant): it holds
 -- the lock for a short grant lease, with a new fence, and only its Client is
--- told; an Election's leader record says it leads from then on.
+-- told; an Election's leader record says it leads from then on. (A waiter
+-- that gives up runs leave.lua; ForceRelease, evict.lua.)
 --
--- KEYS[1]  lock: the lock's state, a string (lib.lua)
+-- KEYS[1]  lock: the lock's state, a string (lib_state.lua)
 -- KEYS[2]  waiters: the queue, a sorted set of waiting owner ids, scored by arrival
 -- KEYS[3]  alive: hash of waiting owner id -> "<lapse>|<grant>", as acquire.lua
 --          writes it; an Election's candidate's entry carries its value
 --          (acquire.lua)
 -- KEYS[4]  leader: (an Election's only) its leader record (st_hold in
---          lib.lua): written for the candidate a freed lease is granted to,
---          deleted when nobody is (and the change published on the channel
---          of its name)
--- ARGV[1]  owner: the owner id (mode "2": a waiter's)
+--          lib_state.lua): written for the candidate a freed lease is granted
+--          to, deleted when nobody is (and the change published on the
+--          channel of its name)
+-- ARGV[1]  owner: the owner id
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'), as tell writes it
 -- ARGV[3]  mode: "1", the owner's last hold goes: free the lock
 --          "0": one of several holds goes: set the owner's hold count to
 --          ARGV[7] (the client keeps the authoritative count)
---          "2": the waiter ARGV[1] gives up: unregister it, and if the lock
---          was granted to it, grant it to the next waiter instead, or free it
---          "3": as "1", for ForceRelease: the hold is taken away, and a
---          record in the state says so (4) until its lease would have ended
 --          "4": as "1", for a hold that was granted: others likely wait, so
 --          the state is read first rather than written first (the common
 --          case below), which would only have to be put back
@@ -30,7 +27,7 @@
 --          its entry names none
 -- ARGV[5]  fence: ARGV[1]'s fence (0 if unknown), by which a retry finds
 --          whether an earlier run of it freed the lock (st_give_back in
---          lib.lua)
+--          lib_state.lua)
 -- ARGV[6]  order: "0" (a Mutex) takes a grantee out of the queue: if its
 --          grant lapses (it was paused past it), the next live waiter is
 --          served, and it goes to the back when it returns; "1" (a
@@ -39,17 +36,16 @@
 -- ARGV[7]  count: (optional: mode "0"'s, or "0" before ARGV[8]) the hold
 --          count that remains (Redis turns every argument into a Lua string
 --          before the script runs, so the other modes do not send it)
--- ARGV[8]  void: (optional; modes "1", "2" and "4") the server time (ms)
+-- ARGV[8]  void: (optional; modes "1" and "4") the server time (ms)
 --          until which an acquire of ARGV[1] may still reach Redis (its
 --          reply was lost): the state records ARGV[1] until then, and such
 --          an acquire changes nothing (acquire.lua)
 --
 -- Returns:
---    1  released (mode 2: passed on or freed)
+--    1  released
 --    2  still held: one hold was given back
---    0  nothing done: another owner holds the lock (mode 2: the lock was not
---       granted to ARGV[1]; only its registration went), and the state shows
---       no release of ARGV[1]'s hold
+--    0  nothing done: another owner holds the lock, and the state shows no
+--       release of ARGV[1]'s hold
 --   -1  nothing done: nobody holds the lock (it expired, or was never taken,
 --       or Redis lost its keys), and the state shows no release of ARGV[1]'s
 --       hold
@@ -58,14 +54,16 @@
 --       with ARGV[1]'s fence, or lists it (its link: the lock went on from
 --       that release, by a take or a grant, a few holders at most since)
 --    4  modes 1 and 4: nothing done: ARGV[1]'s hold was taken away by
---       ForceRelease
+--       ForceRelease (evict.lua)
 --
 -- Run twice: a release that freed the lock finds the state free with the
 -- fence it left, or listing that fence, and answers 3; it
 -- leaves every key as it found it (an Election's leader record is left to
 -- the lease's next holder), so the lock is not granted twice and no key is
--- written for the call; mode "0" sets the same count; mode "2" finds nothing
--- more to do. A record, if asked for, is written once per owner.
+-- written for the call; mode "0" sets the same count. A record, if asked
+-- for, is written once per owner.
+--
+-- libraries: lib_common.lua lib_queue.lua lib_state.lua
 local mode = ARGV[3]
 local v
 if mode == '1' and ARGV[5] ~= '0' and not ARGV[8] then
@@ -106,9 +104,6 @@ else
 end
 -- (shared functions the rest calls)
 local s = st_read(KEYS[1], v)
--- Whether anyone may wait: the state's mark says (every registration sets
--- it; only a script that saw the queue empty clears it).
-local queued = s ~= nil and s.m == '1'
 local t, now = server_time()
 local held = s ~= nil and s.o == ARGV[1] and st_live(s, now)
 if mode ~= '1' or ARGV[6] == '1' then
@@ -116,85 +111,17 @@ if mode ~= '1' or ARGV[6] == '1' then
   -- reads alive first in the walk, or not at all.
   redis.call('HLEN', KEYS[3])
 end
--- record records ARGV[1] until ARGV[8], if it has not passed: a free state
--- is made for it where there is none.
-local function record()
-  if not ARGV[8] or tonumber(ARGV[8]) <= now then
-    return 0
-  end
-  if not s then
-    s = {f = 0, fs = '0', c = 0, m = '0', u = 0, o = '', l = '', r = ''}
-  end
-  return st_note(s, ARGV[1], ARGV[8], false, now)
-end
-local code
-if mode == '2' then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  if not held then
-    code = 0
-  end
-else
-  code = st_give_back(KEYS[1], s, ARGV[1], mode, ARGV[7], ARGV[5], held, now)
-end
+local code = st_give_back(KEYS[1], s, ARGV[1], mode, ARGV[7], ARGV[5], held, now)
+local need
+s, need = st_void(s, ARGV[1], ARGV[8], now)
 if code then
-  local need = record()
   if need > 0 then
     st_keep(KEYS[1], s, need, now)
   end
   return code
 end
-record()
--- What a grant below follows: this release (owner's) and those the state
--- lists; for a grantee that gives up, or ForceRelease, those alone.
-local link = s.l
-if mode == '1' then
-  s.o = ''
-  link = st_links(s)
-end
-if queued then
-  if ARGV[6] == '1' then
-    -- A FairMutex grantee kept its place: it goes with its hold. (A Mutex's
-    -- left the queue when it was granted the lock or took it.)
-    redis.call('ZREM', KEYS[2], ARGV[1])
-    redis.call('HDEL', KEYS[3], ARGV[1])
-  end
-  local pattern = '%d+' -- of what follows the lapse in a queue entry
-  if KEYS[4] then
-    pattern = '%d+|.*'
-  end
-  local head, _, g, after = live_waiters(KEYS[2], KEYS[3], now, pattern, nil, 2)()
-  if head then
-    local value
-    if KEYS[4] then
-      g, value = string.match(g, '^(%d+)|(.*)$')
-    end
-    -- A FairMutex's grantee stays at the head of the queue; a Mutex's leaves
-    -- it, and whether anyone waits behind it is what the queue keeps.
-    local waits = '1'
-    if ARGV[6] ~= '1' then
-      redis.call('ZREM', KEYS[2], head)
-      redis.call('HDEL', KEYS[3], head)
-      if after == false or (after == nil and redis.call('EXISTS', KEYS[2]) == 0) then
-        waits = '0'
-      end
-    end
-    -- The state keeps its expiry if that is later than the grant lease's:
-    -- the releaser's retry reads the fence until its lease's end.
-    st_grant(KEYS[1], s, head, g or ARGV[4], t, ARGV[2], waits, link, KEYS[4], value)
-    return 1
-  end
-end
--- Nobody waits: the walk emptied the queue, or the mark said it was empty.
--- The free state keeps the fence and what it lists.
-if s.r == '' then
-  st_free(KEYS[1], s)
-else
-  s.c, s.m, s.u, s.o = 0, '0', 0, ''
-  st_keep(KEYS[1], s, st_prune(s, now), now)
-end
-if KEYS[4] then
-  redis.call('DEL', KEYS[4])
-  redis.call('SPUBLISH', KEYS[4], '*')
-end
+-- The owner's last hold has gone. A grant follows this release (owner's)
+-- and those the state lists.
+s.o = ''
+st_pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], s, ARGV[1], st_links(s), ARGV[4], ARGV[2], ARGV[6], t, now)
 return 1

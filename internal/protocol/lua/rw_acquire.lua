@@ -71,6 +71,8 @@
 --
 -- Lua does not roll back, so every check (and every WRONGTYPE it can raise)
 -- comes before the first write.
+--
+-- libraries: lib_common.lua lib_queue.lua lib_hash.lua
 local me = ARGV[1]
 local t, now = server_time() -- also the arrival time of a caller queued below
 local reading = ARGV[6] == 'r'

@@ -17,8 +17,8 @@
 --          write is found in Redis
 -- ARGV[2]  channel: the channel stem; a waiter is told on ARGV[2] .. ":" .. its Client id
 --          (the part of its owner id before the first ':'); the message is
---          its owner id, and for a writer granted the lock, as grant (lib.lua)
---          writes it
+--          its owner id, and for a writer granted the lock, as grant
+--          (lib_hash.lua) writes it
 -- ARGV[3]  mode: "1", the owner's last hold goes
 --          "0": one of several holds goes: a write hold's count is set to
 --          ARGV[5]; a read hold has no count in Redis (the client keeps the
@@ -65,6 +65,8 @@
 -- Run twice: a release that gave back the last hold finds nothing of its
 -- owner and the fence it left (or a later one), and answers 3, writing
 -- nothing; mode "0" sets the same count; mode "2" finds nothing more to do.
+--
+-- libraries: lib_common.lua lib_queue.lua lib_hash.lua
 local me, mode = ARGV[1], ARGV[3]
 redis.call('HLEN', KEYS[1]) -- type checks, before any write
 redis.call('ZCARD', KEYS[2])

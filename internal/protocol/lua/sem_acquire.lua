@@ -51,6 +51,8 @@
 -- Run twice: an acquisition that succeeded finds its holder live and answers
 -- the same fence and what is left of its lease (as {f, l}), counting nothing twice and writing only the holders' key's
 -- expiry again as it is (touch, for WAIT); a queued caller keeps its place.
+--
+-- libraries: lib_common.lua lib_queue.lua lib_hash.lua
 local me, want, ttl, register = ARGV[1], tonumber(ARGV[6]), ARGV[2], tonumber(ARGV[5])
 local total = tonumber(redis.call('GET', KEYS[6])) -- type checks, before any write
 local set = total ~= nil

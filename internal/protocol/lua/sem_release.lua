@@ -32,7 +32,7 @@
 --          semaphore hash keeps the call's id
 -- ARGV[7]  fence: (optional: modes "1" and "2"; "0" if unknown) ARGV[1]'s
 --          fence, by which a retry finds whether an earlier run freed its
---          permits (after, in lib.lua)
+--          permits (after, in lib_hash.lua)
 -- ARGV[8]  void: (optional; modes "1" and "2") the server time (ms) until
 --          which an acquire of ARGV[1] may still reach Redis (its reply was
 --          lost): the hash records ARGV[1] until then, and such an acquire
@@ -68,6 +68,8 @@
 -- nothing (a total set since stays), until another Delete removes a total or
 -- ARGV[6] ms have passed. Giving up a wait and reading give the same outcome
 -- whenever they run again.
+--
+-- libraries: lib_common.lua lib_queue.lua lib_hash.lua
 
 -- recent returns the ids of the list ids (separated by spaces, oldest first;
 -- nil for none) with id added last, the last 16 of them.

@@ -1,8 +1,8 @@
 -- ttl.lua: the time left on a lease, if the given owner holds it.
 --
 -- KEYS[1]  lease: the key that carries the lease, a lock's state (a string,
---          lib.lua), a lock hash (owner id -> hold count), or a sorted set of
---          holders (owner id -> lapse time in ms)
+--          lib_state.lua), a lock hash (owner id -> hold count), or a sorted
+--          set of holders (owner id -> lapse time in ms)
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  type: "s" for a lock's state, "h" for a lock hash, "z" for a
 --          sorted set of holders
@@ -10,6 +10,8 @@
 -- Returns the time left in ms (-1 if the key has no expiry) when ARGV[1]
 -- holds the lease; -3 when another owner holds the lock; -2 when nobody does
 -- (for "z": the owner's lease lapsed or was given back).
+--
+-- libraries: lib_common.lua lib_state.lua
 if ARGV[2] == 'z' then
   local lapse = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
   local now = now_ms()
