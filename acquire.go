@@ -33,7 +33,9 @@ func (a *acquirer) check(ctx context.Context, op string) error {
 	case a.e.closed():
 		return errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
 	}
-	a.e.firstUse()
+	if err := a.e.firstUse(ctx); err != nil {
+		return errs.Op(nil, err, "%s %q", op, a.k.Name)
+	}
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,12 @@ type engine struct {
 	own string
 	seq atomic.Uint64 // makes each acquisition's owner id unique
 
-	checked sync.Once   // the eviction policy has been looked at
-	reached atomic.Bool // a request has had its answer from Redis
+	// usable: Redis runs what every wait needs (firstUse); unfit, if not
+	// nil, says what it lacks. usableMu serializes the first uses.
+	usable   atomic.Bool
+	usableMu sync.Mutex
+	unfit    error
+	reached  atomic.Bool // a request has had its answer from Redis
 
 	totals semTotals // of the Semaphores it acquired, as Redis holds them
 
@@ -105,9 +110,38 @@ func (e *engine) recorded(rec *protocol.Record) {
 	}
 }
 
-// check looks at Redis's eviction policy (Client.Check).
+// check looks at what Redis runs (commands), its eviction policy and, with
+// WithWaitReplicas, its replicas (Client.Check).
 func (e *engine) check(ctx context.Context) error {
-	// (And reads the data epoch a release sent again may need: releasedLoss.)
+	if err := e.commands(ctx, true); err != nil {
+		return err
+	}
+	return e.checkData(ctx)
+}
+
+// commands returns an error naming the commands every wait needs that
+// Redis does not run (found by trying them: SPUBLISH and, if subscribe is
+// set, SSUBSCRIBE); it logs, and returns nil, if an ACL hides the answer.
+func (e *engine) commands(ctx context.Context, subscribe bool) error {
+	p, ok := e.backend.(protocol.Probed)
+	if !ok {
+		return nil
+	}
+	missing, hidden, err := p.Missing(ctx, e.prefix+"probe", subscribe)
+	switch {
+	case err != nil:
+		return errs.Op(nil, err, "check")
+	case len(missing) > 0:
+		return errs.Op(errors.ErrUnsupported, nil, "check: Redis does not run %s, which dlock needs: Redis 7.0 or later, or Valkey 7.2 or later, with neither renamed", strings.Join(missing, " or "))
+	case hidden:
+		e.log.Info("dlock: the ACL user may not send SPUBLISH or SSUBSCRIBE on the probe channel, so Redis cannot tell whether it runs them; dlock needs both", "channel", e.prefix+"probe")
+	}
+	return nil
+}
+
+// checkData looks at Redis's eviction policy and replicas, and reads the
+// data epoch a release sent again may need (releasedLoss).
+func (e *engine) checkData(ctx context.Context) error {
 	protocol.WatchData(ctx, e.backend)
 	policy, known, err := e.backend.EvictionPolicy(ctx)
 	switch {
@@ -132,21 +166,43 @@ func (e *engine) check(ctx context.Context) error {
 	return nil
 }
 
-// firstUse runs check in the background the first time it is called, and
-// logs what it finds.
-func (e *engine) firstUse() {
-	e.checked.Do(func() {
-		// The id starts every owner id of this Client, as dlock ls shows
-		// them: logged, it tells the people on call which process holds.
-		e.log.Info("dlock: client in use", "id", e.id, "name", e.name)
-		e.bg.goDo(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := e.check(ctx); err != nil {
-				e.log.Warn("dlock: Redis may not keep the locks' promises", "err", err)
-			}
-		})
+// firstUse, the first time a call that waits or acquires is made, tries
+// whether Redis runs what every wait needs (commands, without the extra
+// connection SSUBSCRIBE takes): a Redis that does not fails that call, and
+// every later one, with an error that says what it lacks. Then it looks at
+// the rest of check in the background, and logs what it finds. A probe that
+// fails on the way (Redis unreachable) is tried again by the next call.
+func (e *engine) firstUse(ctx context.Context) error {
+	if e.usable.Load() {
+		return nil
+	}
+	e.usableMu.Lock()
+	defer e.usableMu.Unlock()
+	switch {
+	case e.usable.Load():
+		return nil
+	case e.unfit != nil:
+		return e.unfit
+	}
+	if err := e.commands(ctx, false); err != nil {
+		if errors.Is(err, errors.ErrUnsupported) {
+			e.unfit = err
+			return err
+		}
+		return nil // the call's own request meets what failed, or rides it out
+	}
+	e.usable.Store(true)
+	// The id starts every owner id of this Client, as dlock ls shows them:
+	// logged, it tells the people on call which process holds.
+	e.log.Info("dlock: client in use", "id", e.id, "name", e.name)
+	e.bg.goDo(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := e.checkData(ctx); err != nil {
+			e.log.Warn("dlock: Redis may not keep the locks' promises", "err", err)
+		}
 	})
+	return nil
 }
 
 // unsupported is the error of a call the backend cannot make: op on the

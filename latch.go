@@ -206,6 +206,8 @@ func (l *CountDownLatch) check(ctx context.Context, op string) error {
 	case l.e.closed():
 		return errs.Op(ErrClosed, nil, "%s %q", op, l.k.Name)
 	}
-	l.e.firstUse()
+	if err := l.e.firstUse(ctx); err != nil {
+		return errs.Op(nil, err, "%s %q", op, l.k.Name)
+	}
 	return nil
 }

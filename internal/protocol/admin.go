@@ -217,3 +217,46 @@ func configValue(v any, name string) (string, bool) {
 	}
 	return "", false
 }
+
+// Missing tries SPUBLISH (on channel, which has no subscriber) and, if
+// subscribe is set, SSUBSCRIBE (on a connection of its own), which every
+// wait needs: it returns those the server does not run (Redis before 7.0,
+// or renamed away), and hidden if the ACL user may not send one, so that
+// the server does not tell.
+func (n *Node) Missing(ctx context.Context, channel string, subscribe bool) (missing []string, hidden bool, err error) {
+	_, err = n.c.Do(ctx, "spublish", channel, "")
+	switch {
+	case err == nil:
+	case noPerm(err):
+		hidden = true
+	case unknownCommand(err):
+		missing = append(missing, "SPUBLISH")
+	default:
+		return nil, false, errs.Op(nil, err, "SPUBLISH %s", channel)
+	}
+	if !subscribe {
+		return missing, hidden, nil
+	}
+	addr := ""
+	if n.Cluster {
+		if addr, err = n.ShardOf(ctx, channel); err != nil {
+			return nil, false, errs.Op(nil, err, "find the server of %s", channel)
+		}
+	}
+	s := n.c.Subscribe(ctx, addr, channel)
+	defer s.Close()
+	for {
+		m, err := s.Receive(ctx, 5*time.Second)
+		switch {
+		case err == nil && m.Kind == "ssubscribe":
+			return missing, hidden, nil
+		case err == nil:
+			continue
+		case noPerm(err):
+			return missing, true, nil
+		case unknownCommand(err):
+			return append(missing, "SSUBSCRIBE"), hidden, nil
+		}
+		return nil, false, errs.Op(nil, err, "SSUBSCRIBE %s", channel)
+	}
+}

@@ -149,6 +149,16 @@ type Sharded interface {
 	Reload()
 }
 
+// Probed is a Backend that can tell whether its servers run the commands
+// the layers above need beyond scripts: SPUBLISH, by which a release wakes
+// a waiter, and SSUBSCRIBE, by which a waiter listens.
+type Probed interface {
+	// Missing returns those commands the servers do not run, found by
+	// trying them (SPUBLISH on channel; SSUBSCRIBE too if subscribe is set);
+	// hidden, if an ACL keeps a server from telling.
+	Missing(ctx context.Context, channel string, subscribe bool) (missing []string, hidden bool, err error)
+}
+
 // Replicated is a Backend whose writes wait for replicas (WithWait).
 type Replicated interface {
 	// ReplicaShortfall returns how many replicas each write waits for, and

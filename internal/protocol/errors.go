@@ -107,3 +107,10 @@ func noPerm(err error) bool {
 	msg, ok := rclient.Reply(err)
 	return ok && strings.HasPrefix(msg, "NOPERM")
 }
+
+// unknownCommand reports whether err is Redis's answer to a command it does
+// not run: an older server, or one renamed away.
+func unknownCommand(err error) bool {
+	msg, ok := rclient.Reply(err)
+	return ok && strings.HasPrefix(msg, "ERR unknown command")
+}

@@ -55,5 +55,6 @@ var (
 	_ Elections  = (*Node)(nil)
 	_ Admin      = (*Node)(nil)
 	_ Sharded    = (*Node)(nil)
+	_ Probed     = (*Node)(nil)
 	_ Replicated = (*WaitNode)(nil)
 )

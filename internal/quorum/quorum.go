@@ -1069,3 +1069,39 @@ func (q *quorum) awaitRetakes(ctx context.Context, owner string) {
 		}
 	}
 }
+
+var _ protocol.Probed = (*quorum)(nil)
+
+// Missing asks every member, each within the per-node timeout: a command
+// one member lacks is missing (each member serves every lock). A member
+// that cannot be reached says nothing, unless none can.
+func (q *quorum) Missing(ctx context.Context, channel string, subscribe bool) ([]string, bool, error) {
+	var (
+		missing []string
+		hidden  bool
+		failed  []error
+	)
+	for _, m := range q.members {
+		p, ok := m.(protocol.Probed)
+		if !ok {
+			continue
+		}
+		mctx, cancel := context.WithTimeout(ctx, max(q.timeout, time.Second))
+		ms, h, err := p.Missing(mctx, channel, subscribe)
+		cancel()
+		if err != nil {
+			failed = append(failed, err)
+			continue
+		}
+		hidden = hidden || h
+		for _, c := range ms {
+			if !slices.Contains(missing, c) {
+				missing = append(missing, c)
+			}
+		}
+	}
+	if len(failed) == len(q.members) {
+		return nil, false, errors.Join(failed...)
+	}
+	return missing, hidden, nil
+}
