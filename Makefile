@@ -1,5 +1,5 @@
 # Shortcuts for the commands in README.md.
-.PHONY: fast test faults chaos failover bench bench-quick microbench demo vet readme
+.PHONY: fast test servers faults chaos failover bench bench-quick microbench demo vet readme
 
 # The fast tier: what one plain redis-server proves in about two minutes.
 fast:
@@ -7,6 +7,15 @@ fast:
 
 test:
 	go test -race -count=1 -p 1 -parallel 4 -timeout 20m ./... ./dlocktest/miniredis/... ./otel/... ./examples/flashsale/... ./gocronlock/... ./dlockrueidis/... ./dlockvalkey/...
+
+# The fast tier and the promise-level suite on the newer servers, Redis 8.0,
+# Valkey 8.1 and Valkey 9.1, fetched from Debian's trixie and sid into
+# ~/.cache/dlock-servers by .ci/servers (about 20 s the first time). About two
+# minutes a server.
+servers:
+	.ci/servers | while read -r name path; do echo "== $$name"; \
+	  DLOCK_REDIS_SERVER=$$path go test -short -race -count=1 -parallel 8 ./... && \
+	  DLOCK_REDIS_SERVER=$$path go test -race -count=1 -run '^TestPromises' . || exit 1; done
 
 # The fault matrix: every request kind dlock sends, crossed with a lost
 # reply, a first copy delivered late (after its owner's next request, or
