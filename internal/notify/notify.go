@@ -71,6 +71,19 @@ type shard struct {
 	// apart: a RedLock member's, whose addr names the member, not a
 	// server of a deployment.
 	apart bool
+	// leaving counts, per channel, the SUNSUBSCRIBEs this notifier sent on
+	// ps whose confirmations have not been read: those are its own doing,
+	// not the server dropping a channel whose slot moved.
+	leaving map[string]int
+}
+
+// leave counts a SUNSUBSCRIBE of channel about to be sent on sh's
+// connection. The notifier's mu must be held.
+func (sh *shard) leave(channel string) {
+	if sh.leaving == nil {
+		sh.leaving = make(map[string]int)
+	}
+	sh.leaving[channel]++
 }
 
 // server is the address of sh's server, as its Redis client names it: ""
@@ -430,6 +443,7 @@ func (n *Notifier) unsubscribe(gates []*Gate) {
 		if n.gates[g.channel] == nil {
 			for _, sh := range g.shs {
 				byShard[sh] = append(byShard[sh], g.channel)
+				sh.leave(g.channel)
 			}
 		}
 	}
@@ -556,6 +570,9 @@ func (r *receiver) silent() bool {
 // less often (on a RedLock, a member can stay down while the others serve).
 func (r *receiver) broken(err error) {
 	r.pinged = false
+	r.n.mu.Lock()
+	clear(r.sh.leaving) // the connection they went on is gone
+	r.n.mu.Unlock()
 	r.n.sharded.Failed(err)
 	if r.down == 0 {
 		r.n.log.Warn("dlock: wake-up messages interrupted", "node", r.sh.addr, "err", err)
@@ -667,6 +684,15 @@ func (n *Notifier) confirmed(sh *shard, channel string) {
 // up where the slot lives now, and its waiters woken meanwhile.
 func (n *Notifier) dropped(sh *shard, channel string) {
 	n.mu.Lock()
+	if sh.leaving[channel] > 0 {
+		// The confirmation of a SUNSUBSCRIBE of ours: a Join since then
+		// sent its SSUBSCRIBE after it, which stands.
+		if sh.leaving[channel]--; sh.leaving[channel] == 0 {
+			delete(sh.leaving, channel)
+		}
+		n.mu.Unlock()
+		return
+	}
 	g := n.gates[channel]
 	// Once: the server's SUNSUBSCRIBE and a waiter's Check may both see it.
 	moved := g != nil && slices.Contains(g.shs, sh) && g.again == nil
@@ -686,6 +712,9 @@ func (n *Notifier) dropped(sh *shard, channel string) {
 		// so that a reconnection does not ask the wrong node for it. (The
 		// server answers MOVED, which the receive loop passes over.)
 		n.subMu.Lock()
+		n.mu.Lock()
+		sh.leave(channel)
+		n.mu.Unlock()
 		_ = sh.ps.Unsubscribe(context.Background(), channel)
 		n.subMu.Unlock()
 		for attempt := 1; ; attempt++ {
@@ -781,6 +810,7 @@ func (n *Notifier) reconnect(sh *shard) rclient.Subscriber {
 	}
 	var channels []string
 	clear(sh.pending)
+	clear(sh.leaving) // their confirmations were the old connection's
 	for ch, g := range n.gates {
 		if slices.Contains(g.shs, sh) {
 			channels = append(channels, ch)
@@ -788,12 +818,17 @@ func (n *Notifier) reconnect(sh *shard) rclient.Subscriber {
 		}
 	}
 	old := sh.ps
+	n.mu.Unlock()
+	// The dial and the SSUBSCRIBE go without mu, which every wait takes
+	// (JoinSubscribed) and which a server that does not answer would hold
+	// up to the timeout; subMu, held, keeps other subscriptions and Close
+	// off sh.ps meanwhile. A failure surfaces on the next receive, which
+	// connects and subscribes again: the Subscriber keeps the channels.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	// A failure here surfaces on the next receive, which connects and
-	// subscribes again: the Subscriber keeps the channels.
-	sh.ps = sh.rc.Subscribe(ctx, sh.server(), channels...)
-	ps := sh.ps
+	ps := sh.rc.Subscribe(ctx, sh.server(), channels...)
+	n.mu.Lock()
+	sh.ps = ps
 	n.mu.Unlock()
 	_ = old.Close()
 	return ps
