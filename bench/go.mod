@@ -5,9 +5,12 @@ go 1.26.0
 require (
 	github.com/bsm/redislock v0.10.0
 	github.com/dlock-go/dlock v0.0.0
+	github.com/dlock-go/dlock/dlockrueidis v0.0.0
+	github.com/dlock-go/dlock/dlockvalkey v0.0.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
+	github.com/valkey-io/valkey-go v1.0.79
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/zap v1.17.0
 	google.golang.org/grpc v1.83.2
@@ -33,3 +36,7 @@ require (
 )
 
 replace github.com/dlock-go/dlock => ../
+
+replace github.com/dlock-go/dlock/dlockrueidis => ../dlockrueidis
+
+replace github.com/dlock-go/dlock/dlockvalkey => ../dlockvalkey

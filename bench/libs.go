@@ -11,11 +11,14 @@ import (
 
 	"github.com/bsm/redislock"
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockrueidis"
+	"github.com/dlock-go/dlock/dlockvalkey"
 	"github.com/go-redsync/redsync/v4"
 	goredispool "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
+	"github.com/valkey-io/valkey-go"
 )
 
 // locker is one library instance with its own Redis client (one "process").
@@ -50,6 +53,8 @@ func allVariants() []variant {
 			open: openRedsync(redsync.WithRetryDelay(time.Millisecond), redsync.WithTries(math.MaxInt32))},
 		{lib: "redislock", name: "default", open: openRedislock(100 * time.Millisecond)},
 		{lib: "redislock", name: "aggressive", retryOnly: true, open: openRedislock(time.Millisecond)},
+		{lib: "dlock-rueidis", name: "default", open: openDlockRueidis},
+		{lib: "dlock-valkey", name: "default", open: openDlockValkey},
 		{lib: "rueidislock", name: "default", open: openRueidis(rueidislock.LockerOption{})},
 		{lib: "rueidislock", name: "aggressive", open: openRueidis(rueidislock.LockerOption{KeyMajority: 1, NoLoopTracking: true})},
 	}
@@ -88,6 +93,71 @@ func (d *dlockLocker) lock(ctx context.Context, key string) (func(context.Contex
 }
 
 func (d *dlockLocker) close() { _ = d.c.Close(); _ = d.rdb.Close() }
+
+// ---- dlock on rueidis and on valkey-go (their client modules) ----
+
+type dlockOnLocker struct {
+	c    *dlock.Client
+	stop func() // closes the Redis client
+}
+
+func (d *dlockOnLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	l, err := d.c.Mutex(key).Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.Unlock, nil
+}
+
+func (d *dlockOnLocker) close() { _ = d.c.Close(); d.stop() }
+
+// extendHooks counts renewals, as openDlock does.
+func extendHooks(rc *reqCounter) []dlock.Option {
+	if rc == nil {
+		return nil
+	}
+	return []dlock.Option{dlock.WithHooks(dlock.Hooks{Extended: func(context.Context, dlock.LockInfo, int64) { rc.extends.Add(1) }})}
+}
+
+func openDlockRueidis(addr string, rc *reqCounter) (locker, error) {
+	o := rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true}
+	var (
+		rdb rueidis.Client
+		err error
+	)
+	if rc != nil {
+		rdb, err = rueidisBuilder(rc)(o)
+	} else {
+		rdb, err = rueidis.NewClient(o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c, err := dlockrueidis.New(rdb, extendHooks(rc)...)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return &dlockOnLocker{c: c, stop: rdb.Close}, nil
+}
+
+// openDlockValkey: valkey-go's requests are not counted in the client (no
+// counting wrapper of its own here); the server's counts still are.
+func openDlockValkey(addr string, rc *reqCounter) (locker, error) {
+	rdb, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		return nil, err
+	}
+	if rc != nil {
+		rc.unknown.Store(true)
+	}
+	c, err := dlockvalkey.New(rdb, extendHooks(rc)...)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	return &dlockOnLocker{c: c, stop: rdb.Close}, nil
+}
 
 // ---- raw: SET NX PX + EVALSHA compare-and-delete, polling every 1 ms ----
 

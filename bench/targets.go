@@ -70,7 +70,7 @@ func targets(o output, _ []scaleResult) string {
 	pd := findVariant(o.Results, "parallel", "dlock", "default")
 	var bestPeer *result
 	for i, r := range o.Results {
-		if r.Scenario == "parallel" && r.Library != "dlock" && r.Library != "raw" && r.OpsVsRaw != nil &&
+		if r.Scenario == "parallel" && isPeer(r.Library) && r.OpsVsRaw != nil &&
 			(bestPeer == nil || *r.OpsVsRaw > *bestPeer.OpsVsRaw) {
 			bestPeer = &o.Results[i]
 		}
@@ -83,6 +83,29 @@ func targets(o output, _ []scaleResult) string {
 	default:
 		line(parTarget, fmt.Sprintf("%.2f× raw (%s)", *pd.OpsVsRaw, rateSpread(pd.OpsPerS, pd.OpsPerSMin, pd.OpsPerSMax)),
 			fmt.Sprintf("best: %s/%s %.2f× raw", bestPeer.Library, bestPeer.Variant, *bestPeer.OpsVsRaw), verdict(*pd.OpsVsRaw > *bestPeer.OpsVsRaw))
+	}
+
+	// dlock on rueidis: at 64 goroutines at least rueidislock's best variant
+	// and dlock on go-redis (ratios to raw); uncontended and contended
+	// within 5% of dlock on go-redis.
+	if dr := findVariant(o.Results, "parallel", "dlock-rueidis", "default"); dr != nil && dr.OpsVsRaw != nil && pd != nil && pd.OpsVsRaw != nil {
+		best := 0.0
+		for _, r := range o.Results {
+			if r.Scenario == "parallel" && r.Library == "rueidislock" && r.OpsVsRaw != nil {
+				best = max(best, *r.OpsVsRaw)
+			}
+		}
+		line("64 goroutines: dlock on rueidis ≥ rueidislock's best variant and ≥ dlock on go-redis (ratios to raw)",
+			fmt.Sprintf("%.2f× raw", *dr.OpsVsRaw), fmt.Sprintf("rueidislock best %.2f×, dlock %.2f×", best, *pd.OpsVsRaw),
+			verdict(*dr.OpsVsRaw >= best && *dr.OpsVsRaw >= *pd.OpsVsRaw))
+	}
+	if dr, d := findVariant(o.Results, "uncontended", "dlock-rueidis", "default"), findVariant(o.Results, "uncontended", "dlock", "default"); dr != nil && d != nil && dr.OpsPerS != nil && d.OpsPerS != nil {
+		x := *dr.OpsPerS / *d.OpsPerS
+		line("uncontended: dlock on rueidis ops/s ≥ 0.95× dlock on go-redis", fmt.Sprintf("%.2f×", x), fmt.Sprintf("dlock %.0f/s", *d.OpsPerS), verdict(x >= 0.95))
+	}
+	if dr, d := findVariant(o.Results, "contended", "dlock-rueidis", "default"), findVariant(o.Results, "contended", "dlock", "default"); dr != nil && d != nil && dr.OpsPerS != nil && d.OpsPerS != nil {
+		x := *dr.OpsPerS / *d.OpsPerS
+		line("contended: dlock on rueidis CS/s ≥ 0.95× dlock on go-redis", fmt.Sprintf("%.2f×", x), fmt.Sprintf("dlock %.0f/s", *d.OpsPerS), verdict(x >= 0.95))
 	}
 
 	// Contended, and with think time: against the peer variants that starve
@@ -171,12 +194,16 @@ func findVariant(rs []result, scen, lib, variant string) *result {
 	return nil
 }
 
+// isPeer reports whether lib is a peer library: not dlock on any client
+// (dlock, dlock-rueidis, dlock-valkey), not the raw baseline.
+func isPeer(lib string) bool { return !strings.HasPrefix(lib, "dlock") && lib != "raw" }
+
 // peerRows are scen's peer variants (not dlock, not the raw baseline) whose
 // mutual exclusion held.
 func peerRows(rs []result, scen string) []result {
 	var out []result
 	for _, r := range rs {
-		if r.Scenario == scen && r.Library != "dlock" && r.Library != "raw" && r.MutexOK != nil && *r.MutexOK {
+		if r.Scenario == scen && isPeer(r.Library) && r.MutexOK != nil && *r.MutexOK {
 			out = append(out, r)
 		}
 	}
