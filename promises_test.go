@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"crypto/tls"
 	"testing"
 
 	"github.com/dlock-go/dlock"
@@ -36,6 +37,19 @@ func TestPromises(t *testing.T) {
 func TestPromisesCluster(t *testing.T) {
 	promises.RunCluster(t, func(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Client {
 		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c, err := dlock.New(rdb, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
+}
+
+// TestPromisesTLS runs the TLS promises on go-redis.
+func TestPromisesTLS(t *testing.T) {
+	promises.RunTLS(t, func(t *testing.T, addr string, cfg *tls.Config, opts ...dlock.Option) *dlock.Client {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: cfg})
 		t.Cleanup(func() { _ = rdb.Close() })
 		c, err := dlock.New(rdb, opts...)
 		if err != nil {

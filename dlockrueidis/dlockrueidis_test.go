@@ -1,6 +1,7 @@
 package dlockrueidis_test
 
 import (
+	"crypto/tls"
 	"testing"
 
 	"github.com/dlock-go/dlock"
@@ -47,6 +48,22 @@ func TestNilClient(t *testing.T) {
 func TestPromisesCluster(t *testing.T) {
 	promises.RunCluster(t, func(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Client {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		c, err := dlockrueidis.New(rc, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
+}
+
+// TestPromisesTLS runs the TLS promises on rueidis.
+func TestPromisesTLS(t *testing.T) {
+	promises.RunTLS(t, func(t *testing.T, addr string, cfg *tls.Config, opts ...dlock.Option) *dlock.Client {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, TLSConfig: cfg, DisableCache: true})
 		if err != nil {
 			t.Fatal(err)
 		}

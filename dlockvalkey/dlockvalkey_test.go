@@ -3,6 +3,7 @@
 package dlockvalkey_test
 
 import (
+	"crypto/tls"
 	"testing"
 
 	"github.com/dlock-go/dlock"
@@ -49,6 +50,22 @@ func TestNilClient(t *testing.T) {
 func TestPromisesCluster(t *testing.T) {
 	promises.RunCluster(t, func(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Client {
 		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		c, err := dlockvalkey.New(rc, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
+}
+
+// TestPromisesTLS runs the TLS promises on valkey.
+func TestPromisesTLS(t *testing.T) {
+	promises.RunTLS(t, func(t *testing.T, addr string, cfg *tls.Config, opts ...dlock.Option) *dlock.Client {
+		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, TLSConfig: cfg, DisableCache: true})
 		if err != nil {
 			t.Fatal(err)
 		}
