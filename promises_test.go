@@ -58,3 +58,16 @@ func TestPromisesTLS(t *testing.T) {
 		return c
 	})
 }
+
+// TestPromisesSentinel runs the Sentinel promises on go-redis.
+func TestPromisesSentinel(t *testing.T) {
+	promises.RunSentinel(t, func(t *testing.T, addrs []string, master string, opts ...dlock.Option) *dlock.Client {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: addrs})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c, err := dlock.New(rdb, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
+}

@@ -110,6 +110,15 @@ func (c *conn) DoAt(ctx context.Context, addr string, args ...any) (any, error) 
 	return result(node.Do(ctx, c.build(args)))
 }
 
+// primary returns the address of the one server of a deployment that is
+// not a Cluster: a Sentinel's current primary.
+func (c *conn) primary() string {
+	for addr := range c.c.Nodes() {
+		return addr
+	}
+	return c.settings.Addr
+}
+
 // node returns the client of the server at addr ("": the one server).
 func (c *conn) node(addr string) (rueidis.Client, error) {
 	nodes := c.c.Nodes()
@@ -126,7 +135,7 @@ func (c *conn) node(addr string) (rueidis.Client, error) {
 
 func (c *conn) ServerOf(ctx context.Context, key string) (string, error) {
 	if c.settings.Topology != rclient.Cluster {
-		return c.settings.Addr, nil
+		return c.primary(), nil
 	}
 	m, err := c.slotMap(ctx)
 	if err != nil {
@@ -140,7 +149,7 @@ func (c *conn) ServerOf(ctx context.Context, key string) (string, error) {
 
 func (c *conn) Primaries(ctx context.Context) ([]string, error) {
 	if c.settings.Topology != rclient.Cluster {
-		return []string{c.settings.Addr}, nil
+		return []string{c.primary()}, nil
 	}
 	m, err := c.slotMap(ctx)
 	if err != nil {

@@ -75,3 +75,19 @@ func TestPromisesTLS(t *testing.T) {
 		return c
 	})
 }
+
+// TestPromisesSentinel runs the Sentinel promises on rueidis.
+func TestPromisesSentinel(t *testing.T) {
+	promises.RunSentinel(t, func(t *testing.T, addrs []string, master string, opts ...dlock.Option) *dlock.Client {
+		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, Sentinel: rueidis.SentinelOption{MasterSet: master}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		c, err := dlockrueidis.New(rc, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
+}

@@ -77,3 +77,19 @@ func TestPromisesTLS(t *testing.T) {
 		return c
 	})
 }
+
+// TestPromisesSentinel runs the Sentinel promises on valkey.
+func TestPromisesSentinel(t *testing.T) {
+	promises.RunSentinel(t, func(t *testing.T, addrs []string, master string, opts ...dlock.Option) *dlock.Client {
+		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, Sentinel: valkey.SentinelOption{MasterSet: master}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rc.Close)
+		c, err := dlockvalkey.New(rc, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	})
+}
