@@ -10,6 +10,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,6 +111,10 @@ type contractKind struct {
 	// lose takes the hold away as an expiry would (dlocktest.Lose); nil
 	// where dlocktest cannot.
 	lose func(t *testing.T, h handle)
+	// freed checks that the lock called name is left free in Redis, its
+	// state expiring within lease; nil where the kind's own tests check its
+	// keys (TestRWMutex, TestSemaphore).
+	freed func(e *contractEnv, name string, lease time.Duration) error
 	// zeros are nil and zero handles of the kind's type.
 	zeros []handle
 	// reenters: an acquire with the handle's Context re-enters its hold.
@@ -148,6 +153,7 @@ var contractKinds = []contractKind{
 			return asLease(c.Mutex(n, opts...).Lock(ctx))
 		},
 		rival: mutexRival,
+		freed: freedAt("dlock:{%s}"),
 		zeros: []handle{leaseHandle{nil}, leaseHandle{&dlock.Lease{}}}},
 	{name: "FairMutex", members: 1, reenters: true, extends: true, fixed: true, lose: loseLease,
 		lock: func(ctx context.Context, c *dlock.Client, n string, opts ...dlock.Option) (handle, error) {
@@ -158,7 +164,8 @@ var contractKinds = []contractKind{
 				return asLease(c.FairMutex(n).TryLock(ctx))
 			}
 			return asLease(c.FairMutex(n).Lock(ctx))
-		}},
+		},
+		freed: freedAt("dlock:fair:{%s}")},
 	{name: "RWMutex read", members: 1, reenters: true, extends: true, fixed: true, lose: loseLease,
 		lock: func(ctx context.Context, c *dlock.Client, n string, opts ...dlock.Option) (handle, error) {
 			return asLease(c.RWMutex(n, opts...).RLock(ctx))
@@ -192,6 +199,7 @@ var contractKinds = []contractKind{
 			return asLeadership(c.Election(n).Campaign(ctx, "rival"))
 		},
 		lose:  func(t *testing.T, h handle) { dlocktest.Lose(t, h.(leadershipHandle).Leadership) },
+		freed: freedAt("dlock:election:{%s}"),
 		zeros: []handle{leadershipHandle{nil}, leadershipHandle{&dlock.Leadership{}}}},
 	{name: "MultiLock", members: 1, reenters: true, extends: true, fixed: true,
 		lock: func(ctx context.Context, c *dlock.Client, n string, opts ...dlock.Option) (handle, error) {
@@ -200,6 +208,7 @@ var contractKinds = []contractKind{
 		names: func(n string) []string { return []string{n, n + "-b"} },
 		// Another owner takes one of the names.
 		rival: mutexRival,
+		freed: freedAt("dlock:{%s}"),
 		lose:  func(t *testing.T, h handle) { dlocktest.Lose(t, h.(multiHandle).Leases()[1]) },
 		zeros: []handle{multiHandle{nil}, multiHandle{&dlock.MultiLease{}}}},
 	// A RedLock's Mutex, on three members. dlocktest.Lose does not take
@@ -208,7 +217,40 @@ var contractKinds = []contractKind{
 		lock: func(ctx context.Context, c *dlock.Client, n string, opts ...dlock.Option) (handle, error) {
 			return asLease(c.Mutex(n, opts...).Lock(ctx))
 		},
-		rival: mutexRival},
+		rival: mutexRival,
+		// Unlock returns once a majority has released; a member that
+		// answers late releases in the background.
+		freed: func(e *contractEnv, n string, _ time.Duration) error {
+			if !within(2*time.Second, func() bool { return holders(e.t, e.rdbs, n) == 0 }) {
+				return fmt.Errorf("%q held on %d members", n, holders(e.t, e.rdbs, n))
+			}
+			return nil
+		}},
+}
+
+// freedAt is the freed check of a kind whose lock state is one key, of the
+// layout given with %s for the name (lockState).
+func freedAt(layout string) func(e *contractEnv, name string, lease time.Duration) error {
+	return func(e *contractEnv, name string, lease time.Duration) error {
+		return freedErr(e.rdbs[0], fmt.Sprintf(layout, name), lease)
+	}
+}
+
+// checkFreed checks, where the kind can, that each of name's locks but
+// except is left free in Redis, expiring within lease.
+func (e *contractEnv) checkFreed(t *testing.T, name, except string, lease time.Duration) {
+	t.Helper()
+	if e.k.freed == nil {
+		return
+	}
+	for _, n := range e.k.lockNames(name) {
+		if n == except {
+			continue
+		}
+		if err := e.k.freed(e, n, lease); err != nil {
+			t.Errorf("not freed: %v", err)
+		}
+	}
 }
 
 func mutexRival(ctx context.Context, c *dlock.Client, n string, try bool) (handle, error) {
@@ -393,8 +435,8 @@ func TestLeaseContract(t *testing.T) {
 }
 
 // promiseUnlock: a hold refuses another owner; Unlock returns nil once,
-// ends the hold (Done closed, Err matching ErrNotHeld) and frees what it
-// held; a second Unlock changes nothing and returns an error matching
+// frees what it held in Redis (its state expiring within the lease) and
+// ends the hold (Done closed, Err matching ErrNotHeld); a second Unlock changes nothing and returns an error matching
 // ErrNotHeld (a second Resign reports the first one's outcome).
 func promiseUnlock(t *testing.T, e *contractEnv, name string) {
 	ctx := context.Background()
@@ -407,6 +449,7 @@ func promiseUnlock(t *testing.T, e *contractEnv, name string) {
 	}
 	e.rivalRefused(t, e.k.lost(name))
 	mustUnlock(t, h)
+	e.checkFreed(t, name, "", dlock.DefaultTTL)
 	if !closedWithin(h.Done(), time.Second) || !errors.Is(h.Err(), dlock.ErrNotHeld) {
 		t.Errorf("after Unlock: Err %v, want Done closed and ErrNotHeld", h.Err())
 	}
@@ -420,7 +463,8 @@ func promiseUnlock(t *testing.T, e *contractEnv, name string) {
 	mustUnlock(t, e.rivalTakes(t, e.k.lost(name)))
 }
 
-// promiseUnlockCancelled: Unlock works with a cancelled context.
+// promiseUnlockCancelled: Unlock works with a cancelled context, as
+// cleanup in a defer after the caller's context ended: the lock is freed.
 func promiseUnlockCancelled(t *testing.T, e *contractEnv, name string) {
 	h := e.lock(t, e.c, name)
 	cctx, cancel := context.WithCancel(context.Background())
@@ -428,6 +472,7 @@ func promiseUnlockCancelled(t *testing.T, e *contractEnv, name string) {
 	if err := h.Unlock(cctx); err != nil {
 		t.Fatalf("Unlock with a cancelled context: %v", err)
 	}
+	e.checkFreed(t, name, "", dlock.DefaultTTL)
 	mustUnlock(t, e.rivalTakes(t, e.k.lost(name)))
 }
 
@@ -574,7 +619,8 @@ func checkLost(t *testing.T, e *contractEnv, name string, h handle, lctx context
 	if !errors.Is(h.Err(), dlock.ErrLockLost) {
 		t.Errorf("Err after Unlock = %v, want still ErrLockLost", h.Err())
 	}
-	e.rivalRefused(t, lost) // the loser's Unlock left the new owner's hold alone
+	e.checkFreed(t, name, lost, dlock.DefaultTTL) // a MultiLease's other names
+	e.rivalRefused(t, lost)                       // the loser's Unlock left the new owner's hold alone
 	// Hooks run off the renewer's goroutine: the Lost hook may run a moment
 	// after Done closes.
 	if !within(time.Second, func() bool { return e.losses.get(lost) == 1 }) || e.losses.get(lost) != 1 {
@@ -646,6 +692,8 @@ func promiseExtend(t *testing.T, e *contractEnv, name string) {
 		t.Errorf("TTL after a renewal that followed Extend(10s) = %v, %v", left, err)
 	}
 	mustUnlock(t, h)
+	// The lease was last set to 10s: the freed lock lives no longer.
+	e.checkFreed(t, name, "", 10*time.Second)
 	if err := x.Extend(ctx, time.Second); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Extend after Unlock: %v, want ErrNotHeld", err)
 	}
@@ -710,9 +758,9 @@ func promiseFixed(t *testing.T, e *contractEnv, name string) {
 }
 
 // promiseClose: a Client's Close ends its holds (Err matching ErrClosed)
-// and frees them in Redis; a waiting acquire returns ErrClosed, and so does
-// one after Close; Unlock after Close says ErrNotHeld; a second Close is
-// nil.
+// and frees them in Redis; a waiting acquire returns ErrClosed, and so do
+// an acquire and a try after Close; Unlock after Close says ErrNotHeld; a
+// second Close is nil.
 func promiseClose(t *testing.T, e *contractEnv, name string) {
 	ctx := context.Background()
 	c := e.newClient(t)
@@ -738,9 +786,13 @@ func promiseClose(t *testing.T, e *contractEnv, name string) {
 	if !closedWithin(h.Done(), time.Second) || !errors.Is(h.Err(), dlock.ErrClosed) {
 		t.Errorf("hold after Close: Err %v, want ErrClosed", h.Err())
 	}
+	e.checkFreed(t, name, "", dlock.DefaultTTL)
 	mustUnlock(t, e.rivalTakes(t, e.k.lost(name)))
 	if _, err := e.k.lock(ctx, c, name); !errors.Is(err, dlock.ErrClosed) {
 		t.Errorf("acquire after Close: %v, want ErrClosed", err)
+	}
+	if _, err := e.k.rival(ctx, c, name, true); !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("a try after Close: %v, want ErrClosed", err)
 	}
 	if err := h.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Errorf("Unlock after Close: %v, want ErrNotHeld", err)

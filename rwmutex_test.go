@@ -132,15 +132,6 @@ func TestRWMutex(t *testing.T) {
 	if err := w.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !closedWithin(w.Done(), time.Second) || !errors.Is(w.Err(), dlock.ErrNotHeld) {
-		t.Errorf("after Unlock: Err %v", w.Err())
-	}
-	if err := r1.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("second Unlock of a read lease: %v", err)
-	}
-	if err := w.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("second Unlock of a write lease: %v", err)
-	}
 	if keys := stateKeys(rdb, "dlock:rw:*"); len(keys) != 1 || keys[0] != "dlock:rw:{doc}:fence" {
 		t.Errorf("keys left: %v, want the fence only", keys)
 	}
@@ -669,9 +660,9 @@ func TestRWMutexWriterGivingUpLetsReadersIn(t *testing.T) {
 	r0.Unlock(ctx)
 }
 
-// TestRWMutexReadLease: a read lease is renewed while held, and one that is
-// not renewed lapses at its TTL on its own: the writer waiting gets in, and
-// the lapsed reader learns of the loss.
+// TestRWMutexReadLease: the readers key of a renewed read hold expires
+// within the hold's TTL. (Renewal and a fixed read hold's expiry: the lease
+// contract.)
 func TestRWMutexReadLease(t *testing.T) {
 	t.Parallel()
 	c, rdb, _ := newClient(t)
@@ -681,39 +672,14 @@ func TestRWMutexReadLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(4 * ttl)
+	time.Sleep(2 * ttl) // renewals
 	if r.Err() != nil {
 		t.Fatalf("renewed read lease lost: %v", r.Err())
 	}
 	if pttl := rdb.PTTL(ctx, "dlock:rw:{lease}:readers").Val(); pttl <= 0 || pttl > ttl {
 		t.Errorf("readers key expires in %v, want within the TTL %v", pttl, ttl)
 	}
-	if _, err := c.RWMutex("lease").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("TryLock beside a renewed reader: %v", err)
-	}
 	if err := r.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	fixed, err := c.RWMutex("lease", dlock.WithTTL(ttl), dlock.WithoutRenewal()).RLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	w, err := c.RWMutex("lease").Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > ttl+300*time.Millisecond {
-		t.Errorf("writer got in %v after a reader with a fixed %v lease", took, ttl)
-	}
-	if !closedWithin(fixed.Done(), time.Second) || !errors.Is(fixed.Err(), dlock.ErrLockLost) {
-		t.Errorf("lapsed reader: Err %v", fixed.Err())
-	}
-	if err := fixed.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Errorf("Unlock of a lapsed read lease: %v", err)
-	}
-	if err := w.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

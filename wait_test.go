@@ -431,25 +431,6 @@ func TestDo(t *testing.T) {
 	}
 }
 
-// TestUnlockWithCancelledContext: cleanup in a defer after the caller's
-// context ended still releases the lock.
-func TestUnlockWithCancelledContext(t *testing.T) {
-	t.Parallel()
-	c, rdb, _ := newClient(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	l, err := c.Mutex("cc").Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock with a cancelled context: %v", err)
-	}
-	if err := freedErr(rdb, "dlock:{cc}", dlock.DefaultTTL); err != nil {
-		t.Errorf("lock left: %v", err)
-	}
-}
-
 // TestHooksAndLog: every hook fires with the lock it is about; the context a
 // Start hook returns reaches its End hook and Contended; the results say
 // what happened.
