@@ -628,16 +628,6 @@ func checkLost(t *testing.T, e *contractEnv, name string, h handle, lctx context
 	}
 }
 
-// isClosed reports whether ch is closed, without waiting.
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // containsName reports whether err's text names the lock called name.
 func containsName(err error, name string) bool {
 	return err != nil && strings.Contains(err.Error(), strconv.Quote(name))

@@ -234,7 +234,7 @@ func TestElectionObserve(t *testing.T) {
 		}
 	}
 	want("", 0)
-	if n := shardSubscribers(t, rdb, "dlock:election:{o}:leader"); n != 1 {
+	if n := subscribers(rdb, "dlock:election:{o}:leader"); n != 1 {
 		t.Errorf("%d subscriptions of the election's channel, want the Client's one", n)
 	}
 	a, err := el.Campaign(ctx, "a")
@@ -273,17 +273,6 @@ func TestElectionObserve(t *testing.T) {
 	for o := range obs {
 		t.Errorf("Observe yielded %+v after its context ended", o)
 	}
-}
-
-// shardSubscribers returns how many connections have subscribed channel.
-func shardSubscribers(t *testing.T, rdb *redis.Client, channel string) int64 {
-	t.Helper()
-	v, err := rdb.Do(context.Background(), "pubsub", "shardnumsub", channel).Slice()
-	if err != nil || len(v) != 2 {
-		t.Fatalf("PUBSUB SHARDNUMSUB: %v %v", v, err)
-	}
-	n, _ := v[1].(int64)
-	return n
 }
 
 // TestElectionObserveLapse: a leader cut off from Redis stops renewing; no

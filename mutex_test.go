@@ -13,42 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// newClient starts a private redis-server and returns a dlock Client on it,
-// closed when the test ends, with the raw go-redis client for inspection.
-func newClient(t *testing.T, opts ...dlock.Option) (*dlock.Client, *redis.Client, *redistest.Server) {
-	t.Helper()
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	return clientOn(t, rdb, opts...), rdb, srv
-}
-
-// stateKeys returns the keys matching pattern, but the Clients' records
-// (clientRecord).
-func stateKeys(rdb *redis.Client, pattern string) []string {
-	var keys []string
-	for _, k := range rdb.Keys(context.Background(), pattern).Val() {
-		if !clientRecord(k) {
-			keys = append(keys, k)
-		}
-	}
-	return keys
-}
-
-// clientOn returns a dlock Client on rdb, closed when the test ends.
-func clientOn(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
-	t.Helper()
-	c, err := dlock.New(rdb, opts...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return c
-}
-
 // TestLockUnlock: a Mutex's Lock writes its state to Redis: held once by
 // the lease's owner, with its fence. (What Unlock promises: the lease
 // contract.)
@@ -65,27 +29,6 @@ func TestLockUnlock(t *testing.T) {
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
-	}
-}
-
-// within waits until cond holds or d passes, and reports whether it held.
-func within(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return cond()
-}
-
-func closedWithin(ch <-chan struct{}, d time.Duration) bool {
-	select {
-	case <-ch:
-		return true
-	case <-time.After(d):
-		return false
 	}
 }
 
@@ -243,8 +186,6 @@ func TestRedisStalled(t *testing.T) {
 	}
 	t.Logf("lost %v after Redis stopped: %v", took, l.Err())
 }
-
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 // TestMinTTLRenewed: a lease of the smallest TTL is kept alive by renewal for
 // many times its TTL.

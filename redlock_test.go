@@ -15,53 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redLockNodes starts n independent redis-servers and returns them with a
-// client of each. The clients give up a request after 500ms, so that one
-// sent to a paused server does not hold a connection for long.
-func redLockNodes(t *testing.T, n int) ([]*redistest.Server, []*redis.Client) {
-	t.Helper()
-	srvs := redistest.StartN(t, n)
-	rdbs := make([]*redis.Client, n)
-	for i, s := range srvs {
-		o := s.Options()
-		o.ReadTimeout, o.WriteTimeout, o.DialTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
-		rdbs[i] = redis.NewClient(o)
-		t.Cleanup(func() { _ = rdbs[i].Close() })
-	}
-	return srvs, rdbs
-}
-
-// redLockOn returns a RedLock Client over rdbs, closed when the test ends.
-func redLockOn(t *testing.T, rdbs []*redis.Client, opts ...dlock.Option) *dlock.Client {
-	t.Helper()
-	nodes := make([]redis.UniversalClient, len(rdbs))
-	for i, r := range rdbs {
-		nodes[i] = r
-	}
-	c, err := dlock.NewRedLock(nodes, opts...)
-	if err != nil {
-		t.Fatalf("NewRedLock: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Logf("Close: %v", err) // a node may be down by design
-		}
-	})
-	return c
-}
-
-// holders counts the nodes whose lock key of name has a holder.
-func holders(t *testing.T, rdbs []*redis.Client, name string) int {
-	t.Helper()
-	n := 0
-	for _, r := range rdbs {
-		if r.HLen(context.Background(), "dlock:{"+name+"}").Val() > 0 {
-			n++
-		}
-	}
-	return n
-}
-
 func TestRedLockBadInput(t *testing.T) {
 	t.Parallel()
 	_, rdbs := redLockNodes(t, 3)

@@ -22,40 +22,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// lockedWithin waits up to d for a Lease from got.
-func lockedWithin(got <-chan *dlock.Lease, d time.Duration) (*dlock.Lease, bool) {
-	select {
-	case l := <-got:
-		return l, l != nil
-	case <-time.After(d):
-		return nil, false
-	}
-}
-
-// acquireInBackground calls lock in a goroutine and sends its Lease, or nil
-// on failure (reported with t.Errorf unless the error matches ErrNotAcquired
-// and ctx ended).
-func acquireInBackground(t *testing.T, ctx context.Context, lock func(context.Context) (*dlock.Lease, error)) <-chan *dlock.Lease {
-	got := make(chan *dlock.Lease, 1)
-	go func() {
-		l, err := lock(ctx)
-		if err != nil && ctx.Err() == nil {
-			t.Errorf("background acquire: %v", err)
-		}
-		got <- l
-	}()
-	return got
-}
-
-// queued waits until the RWMutex name has n waiters queued in Redis.
-func queued(t *testing.T, rdb *redis.Client, name string, n int64) {
-	t.Helper()
-	key := "dlock:rw:{" + name + "}:waiters"
-	if !within(5*time.Second, func() bool { return rdb.ZCard(context.Background(), key).Val() == n }) {
-		t.Fatalf("%d waiters queued, want %d", rdb.ZCard(context.Background(), key).Val(), n)
-	}
-}
-
 func TestRWMutex(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -100,7 +66,7 @@ func TestRWMutex(t *testing.T) {
 	// A writer waits for both readers.
 	wc := clientOn(t, srv.Client(t))
 	got := acquireInBackground(t, ctx, wc.RWMutex("doc").Lock)
-	queued(t, rdb, "doc", 1)
+	inQueue(t, rdb, "dlock:rw:{doc}:waiters", 1)
 	if err := r1.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -315,9 +281,9 @@ func TestRWMutexDowngrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	gotW := acquireInBackground(t, ctx, clientOn(t, srv.Client(t)).RWMutex("down").Lock)
-	queued(t, rdb, "down", 1)
+	inQueue(t, rdb, "dlock:rw:{down}:waiters", 1)
 	gotR := acquireInBackground(t, ctx, clientOn(t, srv.Client(t)).RWMutex("down").RLock)
-	queued(t, rdb, "down", 2)
+	inQueue(t, rdb, "dlock:rw:{down}:waiters", 2)
 
 	wctx, cancel := w.Context(ctx)
 	defer cancel()
@@ -509,13 +475,13 @@ func TestRWMutexWakesOnlyWhoCanProceed(t *testing.T) {
 	mb, rb := waiter()
 	mc, rcC := waiter()
 	got1 := acquireInBackground(t, ctx, ma.RLock)
-	queued(t, rdb, name, 1)
+	inQueue(t, rdb, "dlock:rw:{"+name+"}:waiters", 1)
 	got2 := acquireInBackground(t, ctx, ma.RLock)
-	queued(t, rdb, name, 2)
+	inQueue(t, rdb, "dlock:rw:{"+name+"}:waiters", 2)
 	got3 := acquireInBackground(t, ctx, mb.Lock)
-	queued(t, rdb, name, 3)
+	inQueue(t, rdb, "dlock:rw:{"+name+"}:waiters", 3)
 	got4 := acquireInBackground(t, ctx, mc.RLock)
-	queued(t, rdb, name, 4)
+	inQueue(t, rdb, "dlock:rw:{"+name+"}:waiters", 4)
 	ra.take()
 	rb.take()
 	rcC.take()
@@ -637,9 +603,9 @@ func TestRWMutexWriterGivingUpLetsReadersIn(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	gotW := acquireInBackground(t, wctx, clientOn(t, srv.Client(t)).RWMutex(name).Lock)
-	queued(t, rdb, name, 1)
+	inQueue(t, rdb, "dlock:rw:{"+name+"}:waiters", 1)
 	gotR := acquireInBackground(t, ctx, clientOn(t, srv.Client(t)).RWMutex(name).RLock)
-	queued(t, rdb, name, 2)
+	inQueue(t, rdb, "dlock:rw:{"+name+"}:waiters", 2)
 	if _, ok := lockedWithin(gotR, 200*time.Millisecond); ok {
 		t.Fatal("a reader got in ahead of a waiting writer")
 	}
@@ -833,7 +799,7 @@ func TestRWMutexCrashedReader(t *testing.T) {
 		}
 		_ = cmd.Wait()
 		got := acquireInBackground(t, ctx, clientOn(t, lockSrv.Client(t)).RWMutex(p.Name).Lock)
-		queued(t, lockSrv.Client(t), p.Name, 1)
+		inQueue(t, lockSrv.Client(t), "dlock:rw:{"+p.Name+"}:waiters", 1)
 		if err := other.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
