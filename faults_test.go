@@ -19,80 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// proxied starts a redis-server with a fault proxy in front of it. It returns
-// a dlock Client that talks to Redis through the proxy, the proxy, and a
-// go-redis client straight to the server, for looking at what Redis holds.
-func proxied(t *testing.T, opts ...dlock.Option) (*dlock.Client, *faultproxy.Proxy, *redis.Client) {
-	t.Helper()
-	srv := redistest.Start(t)
-	p := faultproxy.Start(t, srv.Addr)
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	direct := srv.Client(t)
-	loadScripts(t, direct)
-	return clientOn(t, rdb, opts...), p, direct
-}
-
-// loadScripts runs dlock's scripts once on rdb's server, under a prefix of
-// its own, and loads those a lock's life does not run, so that every one is
-// loaded: a fault injected into a script's first run would otherwise hit
-// the NOSCRIPT reply that makes go-redis send its body.
-func loadScripts(t *testing.T, rdb *redis.Client) {
-	t.Helper()
-	ctx := context.Background()
-	c, err := dlock.New(rdb, dlock.WithPrefix("load:"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	for _, lock := range []func() (*dlock.Lease, error){
-		func() (*dlock.Lease, error) { return c.Mutex("s").Lock(ctx) },
-		func() (*dlock.Lease, error) { return c.FairMutex("s").Lock(ctx) },
-		func() (*dlock.Lease, error) { return c.RWMutex("s").Lock(ctx) },
-		func() (*dlock.Lease, error) { return c.Semaphore("s", 1).Acquire(ctx, 1) },
-	} {
-		l, err := lock()
-		if err == nil {
-			err = errorsJoin(l.Extend(ctx, time.Second), l.Unlock(ctx))
-		}
-		if err != nil {
-			t.Fatalf("load the scripts: %v", err)
-		}
-	}
-	if err := c.CountDownLatch("s").CountDown(ctx); err != nil {
-		t.Fatalf("load the scripts: %v", err)
-	}
-	// What no lock above ran: a waiter's giving up, ForceRelease.
-	for _, op := range []string{"leave", "evict"} {
-		if err := rdb.ScriptLoad(ctx, dlock.ScriptSource(op)).Err(); err != nil {
-			t.Fatalf("load the scripts: %v", err)
-		}
-	}
-}
-
 // script matches the requests that run the dlock script op.
 func script(op string) faultproxy.Match { return faultproxy.ScriptSHA(dlock.ScriptHash(op)) }
-
-// dropOnce makes the proxy lose the reply to the next run of op: Redis runs
-// it, the client sees its connection close, and go-redis runs it again.
-func dropOnce(t *testing.T, p *faultproxy.Proxy, op string) *faultproxy.Injection {
-	t.Helper()
-	return p.Inject(faultproxy.Rule{Match: script(op), Fault: faultproxy.DropReply, Times: 1})
-}
-
-// checkHit fails the test if in never applied: a fault test whose fault did
-// not happen proves nothing.
-func checkHit(t *testing.T, in *faultproxy.Injection) {
-	t.Helper()
-	// A call that gave up at its context's end may leave its request to be
-	// sent in the background: on a loaded machine it reaches the proxy a
-	// moment after the call returned.
-	select {
-	case <-in.Hit():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the injected fault never applied")
-	}
-}
 
 // TestRetriedAcquire: an acquire whose reply is lost runs again (go-redis
 // retries it); the retry answers the same hold and fence, so TryLock and Lock

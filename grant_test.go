@@ -33,29 +33,6 @@ var grantKinds = []struct {
 	{"RWMutex", func(c *dlock.Client, name string, opts ...dlock.Option) locker { return c.RWMutex(name, opts...) }, "dlock:rw:", false},
 }
 
-// inLine starts lock on a goroutine of its own, as waitFor does, and
-// returns once the sorted set queue holds n waiters, its own included.
-func inLine(t *testing.T, rdb redis.UniversalClient, lock func(context.Context) (*dlock.Lease, error), queue string, n int64) <-chan lockOutcome {
-	t.Helper()
-	// Longer than any test waits for what it checks meanwhile: a waiter
-	// that gave up would spoil the check.
-	out := waitFor(lock, 60*time.Second)
-	if !within(5*time.Second, func() bool { return rdb.ZCard(context.Background(), queue).Val() == n }) {
-		t.Fatalf("waiter not registered in %s", queue)
-	}
-	return out
-}
-
-// outcomeLease returns the Lease of a Lock that waitFor or inLine started,
-// failing the test if it returned an error.
-func outcomeLease(t *testing.T, o lockOutcome) *dlock.Lease {
-	t.Helper()
-	if o.err != nil {
-		t.Fatalf("waiting Lock: %v", o.err)
-	}
-	return o.l
-}
-
 // TestGrant: the waiter's Lock returns on the release's message, with the
 // fence the release handed out, having sent no request after the release
 // but the lengthening extend, which then makes the lease the full TTL.

@@ -38,12 +38,6 @@ func latchKeys(t *testing.T, rdb *redis.Client) []string {
 	return keys
 }
 
-// subscribers returns how many connections are subscribed to the shard
-// channel channel.
-func subscribers(rdb *redis.Client, channel string) int64 {
-	return rdb.PubSubShardNumSub(context.Background(), channel).Val()[channel]
-}
-
 func TestLatch(t *testing.T) {
 	t.Parallel()
 	c, rdb, _ := newClient(t)

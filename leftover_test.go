@@ -15,7 +15,6 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // abandonWorker holds p.Abandon names of each kind ("km:i" Mutex, "kf:i"
@@ -91,31 +90,6 @@ func forEach(n int, f func(i int) error) error {
 	close(next)
 	wg.Wait()
 	return first
-}
-
-// allKeys returns every key in rdb, with SCAN, but the Clients' records
-// (clientRecord).
-func allKeys(t *testing.T, rdb *redis.Client) []string {
-	t.Helper()
-	var keys []string
-	iter := rdb.Scan(context.Background(), 0, "*", 1000).Iterator()
-	for iter.Next(context.Background()) {
-		if !clientRecord(iter.Val()) {
-			keys = append(keys, iter.Val())
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// clientRecord reports whether key is a Client's record of its name
-// (WithClientName): one per Client, not per lock, living a minute after the
-// Client's last use (TestClientName checks it).
-func clientRecord(key string) bool {
-	return !strings.Contains(key, "{") && strings.Contains(key, "client:")
 }
 
 // TestNothingLeftBehind: 10,000 names used once and abandoned (holders

@@ -255,16 +255,6 @@ func TestBadInput(t *testing.T) {
 // errOf returns the error of a call that returns a value and an error.
 func errOf[T any](_ T, err error) error { return err }
 
-// firstErr returns the first error seq yields, nil if it yields none.
-func firstErr[T any](seq iter.Seq2[T, error]) error {
-	for _, err := range seq {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // callMethod calls m with args on a goroutine of its own and returns its
 // results; nil if it panicked (reported as an error of t). It fails t if the
 // call blocks.

@@ -1,7 +1,7 @@
 package dlock_test
 
-// Order when it matters most: a holder that dies, a waiter or a grantee that
-// is paused. Holders and waiters are worker processes ("hold": Lock, print
+// Waiting order: waiters are served in the order they came, also when it
+// matters most: a holder that dies, a waiter or a grantee that is paused. Holders and waiters are worker processes ("hold": Lock, print
 // the fence, hold until told), killed with SIGKILL and stopped with SIGSTOP.
 
 import (
@@ -11,13 +11,13 @@ import (
 	"io"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // holder is a "hold" worker: its first line, once it has the lock, comes on
@@ -63,14 +63,6 @@ func (h *holder) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	if err := h.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// inQueue waits until the queue key holds n waiters.
-func inQueue(t *testing.T, rdb *redis.Client, key string, n int64) {
-	t.Helper()
-	if !within(10*time.Second, func() bool { return rdb.ZCard(context.Background(), key).Val() >= n }) {
-		t.Fatalf("%s holds %d waiters, want %d", key, rdb.ZCard(context.Background(), key).Val(), n)
 	}
 }
 
@@ -288,5 +280,71 @@ func TestEvictedUnlockRetried(t *testing.T) {
 	checkHit(t, in)
 	if !errors.Is(err, dlock.ErrLockLost) {
 		t.Errorf("Unlock of an evicted hold, its reply lost and retried: %v, want ErrLockLost", err)
+	}
+}
+
+// TestWaitersServedInOrder: waiters that arrive one after another get the
+// lock in that order, even against a newcomer that tries when it is freed.
+func TestWaitersServedInOrder(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	rdb := srv.Client(t)
+	holder := clientOn(t, srv.Client(t))
+	l, err := holder.Mutex("fifo").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		c := clientOn(t, srv.Client(t)) // one process each
+		wg.Go(func() {
+			l, err := c.Mutex("fifo").Lock(ctx)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			order <- i
+			time.Sleep(20 * time.Millisecond)
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("waiter %d: Unlock: %v", i, err)
+			}
+			// Its release granted the lock to the next waiter, if any: a
+			// fence above its own is out the moment the release returns
+			// (had it freed the lock, the next would take it only when its
+			// keep-alive fired, seconds later).
+			if i < n-1 {
+				if st, err := readLockErr(rdb, "dlock:{fifo}"); err != nil || st.Fence <= l.Fence() {
+					t.Errorf("after waiter %d's release, with %d behind it: lock %+v (%v), want a fence above %d: granted to the next", i, n-1-i, st, err, l.Fence())
+				}
+			}
+		})
+		// Arrive one after another: each registered before the next starts.
+		if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{fifo}:waiters").Val() == int64(i+1) }) {
+			t.Fatalf("waiter %d never registered", i)
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A newcomer right after the release finds the lock granted to the first waiter.
+	if nl, err := holder.Mutex("fifo").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Errorf("a newcomer took the lock from the waiters: %v", err)
+		if nl != nil {
+			nl.Unlock(ctx)
+		}
+	}
+	wg.Wait()
+	close(order)
+	var got []int
+	for i := range order {
+		got = append(got, i)
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("waiters served in order %v, want 0..%d", got, n-1)
+		}
 	}
 }

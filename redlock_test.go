@@ -15,53 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redLockNodes starts n independent redis-servers and returns them with a
-// client of each. The clients give up a request after 500ms, so that one
-// sent to a paused server does not hold a connection for long.
-func redLockNodes(t *testing.T, n int) ([]*redistest.Server, []*redis.Client) {
-	t.Helper()
-	srvs := redistest.StartN(t, n)
-	rdbs := make([]*redis.Client, n)
-	for i, s := range srvs {
-		o := s.Options()
-		o.ReadTimeout, o.WriteTimeout, o.DialTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
-		rdbs[i] = redis.NewClient(o)
-		t.Cleanup(func() { _ = rdbs[i].Close() })
-	}
-	return srvs, rdbs
-}
-
-// redLockOn returns a RedLock Client over rdbs, closed when the test ends.
-func redLockOn(t *testing.T, rdbs []*redis.Client, opts ...dlock.Option) *dlock.Client {
-	t.Helper()
-	nodes := make([]redis.UniversalClient, len(rdbs))
-	for i, r := range rdbs {
-		nodes[i] = r
-	}
-	c, err := dlock.NewRedLock(nodes, opts...)
-	if err != nil {
-		t.Fatalf("NewRedLock: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Logf("Close: %v", err) // a node may be down by design
-		}
-	})
-	return c
-}
-
-// holders counts the nodes whose lock key of name has a holder.
-func holders(t *testing.T, rdbs []*redis.Client, name string) int {
-	t.Helper()
-	n := 0
-	for _, r := range rdbs {
-		if r.HLen(context.Background(), "dlock:{"+name+"}").Val() > 0 {
-			n++
-		}
-	}
-	return n
-}
-
 func TestRedLockBadInput(t *testing.T) {
 	t.Parallel()
 	_, rdbs := redLockNodes(t, 3)
@@ -132,15 +85,15 @@ func TestRedLockBadInput(t *testing.T) {
 	}
 }
 
-// TestRedLockMutex: the Mutex contract on five nodes: Lock holds a majority
-// (here all five), TryLock of a held lock fails, re-entry, Extend, TTL, the
-// fence on a majority of fence keys and rising, Do, and nothing left after
-// Unlock.
+// TestRedLockMutex: a RedLock's Lock holds a majority of its five nodes
+// (here all five), with the fence on a majority of fence keys; a
+// re-entry's Unlock leaves the majority held; Unlock returns once a
+// majority has released; Do runs. (What its Lease promises: the lease
+// contract.)
 func TestRedLockMutex(t *testing.T) {
 	t.Parallel()
 	_, rdbs := redLockNodes(t, 5)
 	c := redLockOn(t, rdbs, dlock.WithTTL(2*time.Second))
-	other := redLockOn(t, rdbs)
 	ctx := context.Background()
 	m := c.Mutex("job")
 
@@ -160,16 +113,10 @@ func TestRedLockMutex(t *testing.T) {
 	if atFence < 3 {
 		t.Errorf("%d nodes have a fence key at least the lease's fence %d, want a majority", atFence, l.Fence())
 	}
-	if _, err := other.Mutex("job").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("TryLock of a held lock: %v, want ErrNotAcquired", err)
-	}
 	lctx, cancel := l.Context(ctx)
 	l2, err := m.Lock(lctx)
 	if err != nil {
 		t.Fatalf("re-enter: %v", err)
-	}
-	if l2.Fence() != l.Fence() {
-		t.Errorf("re-entered fence %d, want %d", l2.Fence(), l.Fence())
 	}
 	if err := l2.Unlock(ctx); err != nil {
 		t.Fatalf("unlock the re-entry: %v", err)
@@ -177,13 +124,6 @@ func TestRedLockMutex(t *testing.T) {
 	cancel()
 	if n := holders(t, rdbs, "job"); n < 3 {
 		t.Errorf("held on %d nodes after the re-entry's Unlock, want a majority", n)
-	}
-	if err := l.Extend(ctx, 5*time.Second); err != nil {
-		t.Fatalf("Extend: %v", err)
-	}
-	left, err := l.TTL(ctx)
-	if err != nil || left <= 2*time.Second || left > 5*time.Second {
-		t.Errorf("TTL after Extend(5s) = %v, %v", left, err)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
@@ -193,27 +133,8 @@ func TestRedLockMutex(t *testing.T) {
 	if n := holders(t, rdbs, "job"); n >= 3 {
 		t.Errorf("held on %d nodes after Unlock, want a minority at most", n)
 	}
-	if !within(2*time.Second, func() bool { return holders(t, rdbs, "job") == 0 }) {
-		t.Errorf("held on %d nodes a TTL after Unlock", holders(t, rdbs, "job"))
-	}
-	var fences []int64
-	for range 5 {
-		if err := other.Mutex("job").Do(ctx, func(ctx context.Context) error { return nil }); err != nil {
-			t.Fatal(err)
-		}
-		l, err := m.Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fences = append(fences, l.Fence())
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := 1; i < len(fences); i++ {
-		if fences[i] <= fences[i-1] {
-			t.Errorf("fences %v do not rise", fences)
-		}
+	if err := redLockOn(t, rdbs).Mutex("job").Do(ctx, func(ctx context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
 	}
 }
 

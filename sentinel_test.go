@@ -19,25 +19,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// waitFor starts lock, with a context that ends after d, and returns where
-// its outcome arrives.
-func waitFor(lock func(context.Context) (*dlock.Lease, error), d time.Duration) <-chan lockOutcome {
-	out := make(chan lockOutcome, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		l, err := lock(ctx)
-		out <- lockOutcome{l, err}
-	}()
-	return out
-}
-
-// lockOutcome is what a Lock started by waitFor returned.
-type lockOutcome struct {
-	l   *dlock.Lease
-	err error
-}
-
 // exclusive returns the acquire of an exclusive lock named name of every
 // kind, on c.
 func exclusive(c *dlock.Client, name string) map[string]func(context.Context) (*dlock.Lease, error) {

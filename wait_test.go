@@ -18,13 +18,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// countRequests counts the requests rdb sends from now on.
-func countRequests(rdb *redis.Client) *requestCounter {
-	rc := new(requestCounter)
-	rdb.AddHook(rc)
-	return rc
-}
-
 // TestWaitWokenByRelease: a waiting Lock is woken by the release, long before
 // the holder's 30s lease would have run out, and waiting sends no commands.
 func TestWaitWokenByRelease(t *testing.T) {
@@ -438,25 +431,6 @@ func TestDo(t *testing.T) {
 	}
 }
 
-// TestUnlockWithCancelledContext: cleanup in a defer after the caller's
-// context ended still releases the lock.
-func TestUnlockWithCancelledContext(t *testing.T) {
-	t.Parallel()
-	c, rdb, _ := newClient(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	l, err := c.Mutex("cc").Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock with a cancelled context: %v", err)
-	}
-	if err := freedErr(rdb, "dlock:{cc}", dlock.DefaultTTL); err != nil {
-		t.Errorf("lock left: %v", err)
-	}
-}
-
 // TestHooksAndLog: every hook fires with the lock it is about; the context a
 // Start hook returns reaches its End hook and Contended; the results say
 // what happened.
@@ -579,93 +553,6 @@ func TestHooksAndLog(t *testing.T) {
 	}
 	if n := strings.Count(logged.String(), `client in use" id=`+c.ID()); n != 1 {
 		t.Errorf("the Client's id logged %d times, want once: %s", n, logged.String())
-	}
-}
-
-// lockInBackground locks m in a goroutine, unlocks it at once, and then sends
-// the time it got the lock (or closes the channel on failure).
-func lockInBackground(t *testing.T, m locker) <-chan time.Time {
-	got := make(chan time.Time, 1)
-	go func() {
-		ctx := context.Background()
-		l, err := m.Lock(ctx)
-		if err != nil {
-			t.Errorf("background Lock: %v", err)
-			close(got)
-			return
-		}
-		at := time.Now()
-		if err := l.Unlock(ctx); err != nil {
-			t.Errorf("background Unlock: %v", err)
-		}
-		got <- at // after the Unlock, so the test does not end before it
-	}()
-	return got
-}
-
-// TestWaitersServedInOrder: waiters that arrive one after another get the
-// lock in that order, even against a newcomer that tries when it is freed.
-func TestWaitersServedInOrder(t *testing.T) {
-	t.Parallel()
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	rdb := srv.Client(t)
-	holder := clientOn(t, srv.Client(t))
-	l, err := holder.Mutex("fifo").Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 5
-	order := make(chan int, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		c := clientOn(t, srv.Client(t)) // one process each
-		wg.Go(func() {
-			l, err := c.Mutex("fifo").Lock(ctx)
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			order <- i
-			time.Sleep(20 * time.Millisecond)
-			if err := l.Unlock(ctx); err != nil {
-				t.Errorf("waiter %d: Unlock: %v", i, err)
-			}
-			// Its release granted the lock to the next waiter, if any: a
-			// fence above its own is out the moment the release returns
-			// (had it freed the lock, the next would take it only when its
-			// keep-alive fired, seconds later).
-			if i < n-1 {
-				if st, err := readLockErr(rdb, "dlock:{fifo}"); err != nil || st.Fence <= l.Fence() {
-					t.Errorf("after waiter %d's release, with %d behind it: lock %+v (%v), want a fence above %d: granted to the next", i, n-1-i, st, err, l.Fence())
-				}
-			}
-		})
-		// Arrive one after another: each registered before the next starts.
-		if !within(5*time.Second, func() bool { return rdb.ZCard(ctx, "dlock:{fifo}:waiters").Val() == int64(i+1) }) {
-			t.Fatalf("waiter %d never registered", i)
-		}
-	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A newcomer right after the release finds the lock granted to the first waiter.
-	if nl, err := holder.Mutex("fifo").TryLock(ctx); !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("a newcomer took the lock from the waiters: %v", err)
-		if nl != nil {
-			nl.Unlock(ctx)
-		}
-	}
-	wg.Wait()
-	close(order)
-	var got []int
-	for i := range order {
-		got = append(got, i)
-	}
-	for i, v := range got {
-		if v != i {
-			t.Fatalf("waiters served in order %v, want 0..%d", got, n-1)
-		}
 	}
 }
 
