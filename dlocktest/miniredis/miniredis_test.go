@@ -15,20 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// What the scripts' errors say on miniredis (v2.40.0), and why.
-const (
-	// No SPUBLISH: dlock's scripts tell waiters and observers over shard
-	// channels (Redis 7.0).
-	noSPublish = "Unknown Redis command called from script"
-	// TIME in a read-only script (EVALSHA_RO): miniredis counts TIME as a
-	// write.
-	roTime = "Write commands are not allowed in read-only scripts"
-	// No SSUBSCRIBE: a waiting Lock cannot subscribe to be woken, and keeps
-	// trying until its context ends.
-	noWake = "gave up waiting: context deadline exceeded"
-	// No SSUBSCRIBE: Observe subscribes before it reads, and yields nothing.
-	noObserve = "yielded nothing"
-)
+// What dlock says on miniredis (v2.40.0): it has neither SPUBLISH nor
+// SSUBSCRIBE, by which releases wake waiters (Redis 7.0), so a Client's
+// first acquisition or wait there, and its Check, fail with
+// errors.ErrUnsupported naming SPUBLISH, before anything is written.
+const refused = "Redis does not run SPUBLISH"
 
 // scenario is one use of dlock, run on a real server and on miniredis: want
 // is "" where it works, else a part of the error it fails with.
@@ -68,7 +59,7 @@ func unlocked(ctx context.Context, l *dlock.Lease, err error) error {
 }
 
 var scenarios = []scenario{
-	{name: "Mutex TryLock, TTL, Extend, Unlock", run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "Mutex TryLock, TTL, Extend, Unlock", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		l, err := e.client(t).Mutex("m").TryLock(ctx)
 		if err != nil {
 			return err
@@ -81,7 +72,7 @@ var scenarios = []scenario{
 		}
 		return l.Unlock(ctx)
 	}},
-	{name: "TryLock of a held lock", run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "TryLock of a held lock", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		c := e.client(t)
 		l, err := c.Mutex("held").Lock(ctx)
 		if err != nil {
@@ -93,7 +84,7 @@ var scenarios = []scenario{
 		}
 		return nil
 	}},
-	{name: "uncontended FairMutex, RWMutex, Semaphore, MultiLock", run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "uncontended FairMutex, RWMutex, Semaphore, MultiLock", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		c := e.client(t)
 		var errs []error
 		for _, lock := range []func() (*dlock.Lease, error){
@@ -111,7 +102,7 @@ var scenarios = []scenario{
 		}
 		return errors.Join(append(errs, err)...)
 	}},
-	{name: "renewal", run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "renewal", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		l, err := e.client(t, dlock.WithTTL(300*time.Millisecond)).Mutex("renewed").Lock(ctx)
 		if err != nil {
 			return err
@@ -119,7 +110,7 @@ var scenarios = []scenario{
 		time.Sleep(time.Second) // three TTLs: only renewals keep it
 		return unlocked(ctx, l, l.Err())
 	}},
-	{name: "Lock woken by the release", redis: "", miniredis: noWake, run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "Lock woken by the release", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		holder, err := e.client(t).Mutex("woken").Lock(ctx)
 		if err != nil {
 			return err
@@ -144,21 +135,21 @@ var scenarios = []scenario{
 		}
 		return <-got
 	}},
-	{name: "CountDownLatch.CountDown", redis: "", miniredis: noSPublish, run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "CountDownLatch.CountDown", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		l := e.client(t).CountDownLatch("latch")
 		if _, err := l.TrySetCount(ctx, 1); err != nil {
 			return err
 		}
 		return l.CountDown(ctx)
 	}},
-	{name: "Election.Campaign", redis: "", miniredis: noSPublish, run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "Election.Campaign", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		ld, err := e.client(t).Election("e").Campaign(ctx, "node-1")
 		if err != nil {
 			return err
 		}
 		return ld.Resign(ctx)
 	}},
-	{name: "Election.Observe", redis: "", miniredis: noObserve, run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "Election.Observe", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		for l, err := range e.client(t).Election("observed").Observe(ctx) {
@@ -169,7 +160,7 @@ var scenarios = []scenario{
 		}
 		return errors.New("Observe yielded nothing before its context ended")
 	}},
-	{name: "Client.Inspect", redis: "", miniredis: roTime, run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "Client.Inspect", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		c := e.client(t)
 		l, err := c.Mutex("inspected").Lock(ctx)
 		if err != nil {
@@ -179,7 +170,7 @@ var scenarios = []scenario{
 		_, err = c.Inspect(ctx, dlock.KindMutex, "inspected")
 		return err
 	}},
-	{name: "Client.ForceRelease", redis: "", miniredis: roTime, run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "Client.ForceRelease", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		l, err := e.client(t).Mutex("forced").Lock(ctx)
 		if err != nil {
 			return err
@@ -188,7 +179,7 @@ var scenarios = []scenario{
 		_, err = e.client(t).ForceRelease(ctx, dlock.KindMutex, "forced")
 		return err
 	}},
-	{name: "dlocktest.Lose", run: func(ctx context.Context, t *testing.T, e env) error {
+	{name: "dlocktest.Lose", miniredis: refused, run: func(ctx context.Context, t *testing.T, e env) error {
 		l, err := e.client(t).Mutex("lost").Lock(ctx)
 		if err != nil {
 			return err
@@ -232,44 +223,19 @@ func TestMiniredis(t *testing.T) {
 	}
 }
 
-// TestMiniredisWait: miniredis has no replicas and its WAIT answers 0, so
-// with WithWaitReplicas every acquisition fails, as on a real server
-// without replicas.
-func TestMiniredisWait(t *testing.T) {
-	c := env{addr: miniredis.RunT(t).Addr()}.client(t, dlock.WithWaitReplicas(1, 100*time.Millisecond))
-	_, err := c.Mutex("w").Lock(context.Background())
-	if !errors.Is(err, dlock.ErrNotReplicated) || !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Fatalf("Lock: %v, want ErrNotReplicated and ErrNotAcquired", err)
-	}
-	t.Log(err)
-}
-
-// TestMiniredisFastForward: FastForward past a lease's TTL frees the lock in
-// miniredis (another owner takes it), but the holder's lease counts on its
-// own clock and notices nothing: it is still held as far as its holder can
-// tell. dlocktest.Lose ends it at once.
-func TestMiniredisFastForward(t *testing.T) {
+// TestMiniredisRefused: the refusal matches errors.ErrUnsupported, Check
+// says the same, and nothing was written.
+func TestMiniredisRefused(t *testing.T) {
 	m := miniredis.RunT(t)
-	e := env{addr: m.Addr(), mini: m}
+	c := env{addr: m.Addr(), mini: m}.client(t)
 	ctx := context.Background()
-	l, err := e.client(t).Mutex("ff").Lock(ctx)
-	if err != nil {
-		t.Fatal(err)
+	if _, err := c.Mutex("m").Lock(ctx); !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), refused) {
+		t.Fatalf("Lock: %v, want ErrUnsupported saying %q", err, refused)
 	}
-	m.FastForward(time.Minute)
-	other, err := e.client(t).Mutex("ff").TryLock(ctx)
-	if err != nil {
-		t.Fatalf("TryLock after FastForward past the TTL: %v", err)
+	if err := c.Check(ctx); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Check: %v, want ErrUnsupported", err)
 	}
-	if l.Err() != nil {
-		t.Fatalf("the first lease noticed: %v", l.Err())
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Fatalf("keys written: %v", keys)
 	}
-	if other.Fence() <= l.Fence() {
-		t.Fatalf("fence %d after FastForward, not above %d", other.Fence(), l.Fence())
-	}
-	dlocktest.Lose(t, l)
-	if !errors.Is(l.Err(), dlock.ErrLockLost) {
-		t.Fatalf("after Lose: %v", l.Err())
-	}
-	t.Log(l.Err())
 }

@@ -1072,36 +1072,64 @@ func (q *quorum) awaitRetakes(ctx context.Context, owner string) {
 
 var _ protocol.Probed = (*quorum)(nil)
 
-// Missing asks every member, each within the per-node timeout: a command
-// one member lacks is missing (each member serves every lock). A member
-// that cannot be reached says nothing, unless none can.
+// Missing asks every member at once and returns once a majority has
+// answered, waiting at most the per-node timeout (a member paused or down
+// must not hold a first Lock up): a command one member that answered lacks
+// is missing, since each member serves every lock. Fewer than a majority
+// answering is an error: the caller tries again later.
 func (q *quorum) Missing(ctx context.Context, channel string, subscribe bool) ([]string, bool, error) {
+	type answer struct {
+		missing []string
+		hidden  bool
+		err     error
+	}
+	answers := make(chan answer, len(q.members))
+	for _, m := range q.members {
+		p, ok := m.(protocol.Probed)
+		if !ok {
+			answers <- answer{}
+			continue
+		}
+		q.wg.Go(func() {
+			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(q.timeout, time.Second))
+			defer cancel()
+			ms, h, err := p.Missing(mctx, channel, subscribe)
+			answers <- answer{ms, h, err}
+		})
+	}
 	var (
 		missing []string
 		hidden  bool
 		failed  []error
+		got     int
 	)
-	for _, m := range q.members {
-		p, ok := m.(protocol.Probed)
-		if !ok {
-			continue
-		}
-		mctx, cancel := context.WithTimeout(ctx, max(q.timeout, time.Second))
-		ms, h, err := p.Missing(mctx, channel, subscribe)
-		cancel()
-		if err != nil {
-			failed = append(failed, err)
-			continue
-		}
-		hidden = hidden || h
-		for _, c := range ms {
-			if !slices.Contains(missing, c) {
-				missing = append(missing, c)
+	timer := time.NewTimer(max(q.timeout, time.Second))
+	defer timer.Stop()
+	for got < q.need {
+		select {
+		case a := <-answers:
+			if a.err != nil {
+				failed = append(failed, a.err)
+				if len(failed) > len(q.members)-q.need {
+					return nil, false, errors.Join(failed...)
+				}
+				continue
 			}
+			got++
+			hidden = hidden || a.hidden
+			for _, c := range a.missing {
+				if !slices.Contains(missing, c) {
+					missing = append(missing, c)
+				}
+			}
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
 		}
+		break
 	}
-	if len(failed) == len(q.members) {
-		return nil, false, errors.Join(failed...)
+	if got < q.need {
+		return nil, false, fmt.Errorf("%d of %d nodes answered the probe of what they run, a majority is %d", got, len(q.members), q.need)
 	}
 	return missing, hidden, nil
 }
