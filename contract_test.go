@@ -352,6 +352,17 @@ func (e *contractEnv) rivalRefused(t *testing.T, name string) {
 	if !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("another owner's try of %q: %v, want ErrNotAcquired", name, err)
 	}
+	if e.k.name == "Election" {
+		// A campaign that gave up leaves the line in the background: until
+		// it has, a Resign grants it the term, which its leaving passes on.
+		ctx := context.Background()
+		if !within(5*time.Second, func() bool {
+			st, err := e.c.Inspect(ctx, dlock.KindElection, name)
+			return err == nil && st.Queued == 0
+		}) {
+			t.Fatalf("the campaign that gave up on %q is still in line", name)
+		}
+	}
 }
 
 // deleteKeys deletes every key of the lock called name on every member, as
