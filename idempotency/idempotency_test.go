@@ -272,10 +272,16 @@ func TestInProgress(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	var runs atomic.Int64
-	url := server(t, srv.Client(t), orderHandler(&runs, 300*time.Millisecond), idempotency.WithoutWaiting())
+	url := server(t, srv.Client(t), orderHandler(&runs, 2*time.Second), idempotency.WithoutWaiting())
 	first := make(chan reply, 1)
 	go func() { first <- post(t, url, "k", "a") }()
-	time.Sleep(100 * time.Millisecond)
+	// The duplicate is sent once the first request's handler runs (it
+	// holds the key), however loaded the machine.
+	for deadline := time.Now().Add(5 * time.Second); runs.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never ran the handler")
+		}
+	}
 	r := post(t, url, "k", "a")
 	if r.status != http.StatusConflict || r.header.Get("Retry-After") == "" {
 		t.Errorf("duplicate while the first runs: %d, Retry-After %q; want 409 with Retry-After", r.status, r.header.Get("Retry-After"))
