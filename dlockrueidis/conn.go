@@ -31,6 +31,7 @@ type conn struct {
 	settings rclient.Settings
 	slots    atomic.Pointer[slotMap] // a Cluster's, read by CLUSTER SLOTS
 	loading  atomic.Bool             // a reload of slots is under way
+	loadMu   sync.Mutex              // one CLUSTER SLOTS at a time
 }
 
 var _ rclient.Client = (*conn)(nil)
@@ -307,11 +308,9 @@ func (c *conn) slotMap(ctx context.Context) (*slotMap, error) {
 	return c.loadSlots(ctx)
 }
 
-var loadMu sync.Mutex
-
 func (c *conn) loadSlots(ctx context.Context) (*slotMap, error) {
-	loadMu.Lock()
-	defer loadMu.Unlock()
+	c.loadMu.Lock()
+	defer c.loadMu.Unlock()
 	v, err := c.Do(ctx, "cluster", "slots")
 	if err != nil {
 		return nil, err
