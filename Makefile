@@ -15,7 +15,10 @@ test:
 servers:
 	.ci/servers | while read -r name path; do echo "== $$name"; \
 	  DLOCK_REDIS_SERVER=$$path go test -short -race -count=1 -parallel 8 ./... && \
-	  DLOCK_REDIS_SERVER=$$path go test -race -count=1 -run '^TestPromises' . || exit 1; done
+	  DLOCK_REDIS_SERVER=$$path go test -race -count=1 -run '^TestPromises' . && \
+	  { [ "$$name" != valkey-9.1 ] || DLOCK_REDIS_SERVER=$$path DLOCK_PLAIN_REQUIRED=1 \
+	    go test -race -count=1 -run '^(TestPlain|TestWithoutScripts|TestPromisesWithoutScripts)' . ./dlockrueidis/... ./dlockvalkey/... && \
+	    DLOCK_REDIS_SERVER=$$path DLOCK_PLAIN_REQUIRED=1 go test -race -count=1 -run '^TestLeaseContract$$/^Mutex_WithoutScripts$$' .; } || exit 1; done
 
 # The fault matrix: every request kind dlock sends, crossed with a lost
 # reply, a first copy delivered late (after its owner's next request, or

@@ -142,9 +142,11 @@ func handedTo(t *testing.T, what string, ch <-chan result) {
 // exerciseACL runs every primitive through a and b, two Clients logged in as
 // the user under test, with prefix, and admin, which may do anything, to
 // watch the queues: a Mutex handed from a to a waiting b, re-entered,
-// extended and renewed, and one taken away by admin; a FairMutex, an RWMutex, a Semaphore handed on the
-// same way; a CountDownLatch counted down by a while b waits; a MultiLock.
-// handed counts b's hand-offs.
+// extended and renewed, and one taken away by a (ForceRelease); a FairMutex,
+// an RWMutex (its writer also taken away), a Semaphore handed on the same
+// way; a CountDownLatch counted down by a while b waits; a MultiLock; an
+// Election led by a, observed and read by b, proclaimed, and handed to b's
+// candidate when a resigns. handed counts b's hand-offs.
 func exerciseACL(t *testing.T, admin redis.UniversalClient, prefix string, a, b *dlock.Client, handed *atomic.Int64) {
 	t.Helper()
 	ctx := context.Background()
@@ -189,11 +191,12 @@ func exerciseACL(t *testing.T, admin redis.UniversalClient, prefix string, a, b 
 	}
 	must(short.Unlock(ctx))
 
-	// A holder whose lock an administrator took away learns it from TTL,
-	// which finds the lock no longer the owner's.
-	evicted, err := a.Mutex("evicted").Lock(ctx)
+	// A holder whose lock was taken away (ForceRelease, which reads the
+	// lock first with a read-only script) learns it from TTL, which finds
+	// the lock no longer the owner's.
+	evicted, err := b.Mutex("evicted").Lock(ctx)
 	must(err)
-	if _, err := clientOn(t, admin, dlock.WithPrefix(prefix)).ForceRelease(ctx, dlock.KindMutex, "evicted"); err != nil {
+	if _, err := a.ForceRelease(ctx, dlock.KindMutex, "evicted"); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
 	}
 	if _, err := evicted.TTL(ctx); !errors.Is(err, dlock.ErrNotHeld) {
@@ -218,6 +221,13 @@ func exerciseACL(t *testing.T, admin redis.UniversalClient, prefix string, a, b 
 	must(r1.Unlock(ctx))
 	must(r2.Unlock(ctx))
 	handedTo(t, "RWMutex", waiter)
+	// A writer taken away: Inspect reads the lock hash (HGETALL).
+	w, err := b.RWMutex("rw").Lock(ctx)
+	must(err)
+	if ev, err := a.ForceRelease(ctx, dlock.KindRWMutex, "rw"); err != nil || len(ev.Evicted) != 1 {
+		t.Fatalf("ForceRelease of an RWMutex's writer = %+v, %v", ev, err)
+	}
+	_ = w.Unlock(ctx)
 
 	s := a.Semaphore("s", 2)
 	p1, err := s.Acquire(ctx, 1)
@@ -269,6 +279,100 @@ func exerciseACL(t *testing.T, admin redis.UniversalClient, prefix string, a, b 
 		t.Fatalf("TryLock of a held MultiLock: %v, want ErrNotAcquired", err)
 	}
 	must(ml.Unlock(ctx))
+
+	aclElection(t, admin, prefix, a, b)
+}
+
+// aclElection runs an Election through a and b as exerciseACL does:
+// a leads, b reads (Leader) and follows (Observe) who leads while a
+// proclaims, and b's candidate, in line, leads when a resigns.
+func aclElection(t *testing.T, admin redis.UniversalClient, prefix string, a, b *dlock.Client) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := b.Election("e").Leader(ctx); !errors.Is(err, dlock.ErrNoLeader) {
+		t.Fatalf("Leader of an election nobody leads: %v, want ErrNoLeader", err)
+	}
+	ld, err := a.Election("e").Campaign(ctx, "a")
+	if err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	octx, stop := context.WithTimeout(ctx, 5*time.Second)
+	defer stop()
+	seen := make(chan dlock.Leader, 8)
+	observed := make(chan struct{}) // closed when Observe has ended, with obsErr
+	var obsErr error
+	go func() {
+		defer close(observed)
+		for l, err := range b.Election("e").Observe(octx) {
+			if err != nil {
+				obsErr = err
+				return
+			}
+			select {
+			case seen <- l:
+			case <-octx.Done():
+			}
+			if l.Value == "b" {
+				break
+			}
+		}
+	}()
+	next := func(want string) {
+		t.Helper()
+		for {
+			select {
+			case l := <-seen:
+				if l.Value == want {
+					return
+				}
+			case <-observed:
+				// It ends once it yielded "b": what it yielded is in seen.
+				for len(seen) > 0 {
+					if l := <-seen; l.Value == want {
+						return
+					}
+				}
+				t.Fatalf("Observe ended before %q led: %v", want, obsErr)
+			case <-octx.Done():
+				t.Fatalf("Observe did not yield %q within 5s", want)
+			}
+		}
+	}
+	next("a")
+	if err := ld.Proclaim(ctx, "a2"); err != nil {
+		t.Fatalf("Proclaim: %v", err)
+	}
+	next("a2")
+	if l, err := b.Election("e").Leader(ctx); err != nil || l.Value != "a2" || l.Term != ld.Term() {
+		t.Fatalf("Leader = %+v, %v; want %q in term %d", l, err, "a2", ld.Term())
+	}
+	type campaigned struct {
+		ld  *dlock.Leadership
+		err error
+	}
+	candidate := make(chan campaigned, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		ld, err := b.Election("e").Campaign(cctx, "b")
+		candidate <- campaigned{ld, err}
+	}()
+	waitQueued(t, admin, prefix+"election:{e}:waiters")
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	r := <-candidate
+	if r.err != nil {
+		t.Fatalf("the candidate in line: %v", r.err)
+	}
+	next("b")
+	<-observed
+	if obsErr != nil {
+		t.Fatalf("Observe: %v", obsErr)
+	}
+	if err := r.ld.Resign(ctx); err != nil {
+		t.Fatalf("the next leader's Resign: %v", err)
+	}
 }
 
 // refusedOnly checks that the servers refused user nothing but what may be
@@ -397,13 +501,17 @@ func TestACLMissing(t *testing.T) {
 		_, err := c.Mutex("m").Lock(ctx)
 		return err
 	}
-	// lockHeld is a Lock that must wait: peer holds the lock.
+	// lockHeld is a Lock that must wait: peer holds the lock, for 10s, so
+	// that a loaded machine's pauses do not free it first.
 	lockHeld := func(_ *testing.T, ctx context.Context, c, peer *dlock.Client) error {
 		l, err := peer.Mutex("m").Lock(ctx)
 		if err != nil {
 			return err
 		}
 		defer l.Unlock(ctx)
+		if err := l.Extend(ctx, 10*time.Second); err != nil {
+			return err
+		}
 		_, err = c.Mutex("m").Lock(ctx)
 		return err
 	}
@@ -515,9 +623,10 @@ func TestACLWaitReplicas(t *testing.T) {
 	}
 }
 
-// TestACLOnCall lists and inspects locks of every kind as the read-only user
-// of docs/acl.md: nothing is refused, each command granted is used, and
-// taking or taking away a lock is refused.
+// TestACLOnCall lists and inspects locks of every kind, some with waiters,
+// and reads an election's leader, as the read-only user of docs/acl.md:
+// nothing is refused, each command granted is used, and taking or taking
+// away a lock is refused.
 func TestACLOnCall(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -525,7 +634,9 @@ func TestACLOnCall(t *testing.T) {
 	ctx := context.Background()
 	password := rand.Text()
 	setUser(t, admin, aclCommand(t, "dlock", "reset"), "dlock", password)
-	c := clientOn(t, userClient(t, srv, "dlock", password))
+	// Leases and registrations long enough not to be renewed meanwhile, so
+	// that the server's counts of commands are the on-call user's.
+	c := clientOn(t, userClient(t, srv, "dlock", password), dlock.WithTTL(time.Minute))
 	held := map[dlock.LockID]func(context.Context) (*dlock.Lease, error){
 		{Kind: dlock.KindMutex, Name: "m"}:     c.Mutex("m").Lock,
 		{Kind: dlock.KindFairMutex, Name: "f"}: c.FairMutex("f").Lock,
@@ -533,11 +644,32 @@ func TestACLOnCall(t *testing.T) {
 		{Kind: dlock.KindSemaphore, Name: "s"}: func(ctx context.Context) (*dlock.Lease, error) {
 			return c.Semaphore("s", 2).Acquire(ctx, 1)
 		},
+		{Kind: dlock.KindElection, Name: "e"}: func(ctx context.Context) (*dlock.Lease, error) {
+			_, err := c.Election("e").Campaign(ctx, "leader")
+			return nil, err
+		},
 	}
 	for id, lock := range held {
 		if _, err := lock(ctx); err != nil {
 			t.Fatalf("%v: %v", id, err)
 		}
+	}
+	// A waiter of each kind whose queue Inspect reads apart from the
+	// holders' (HEXISTS), and a candidate in line; the Client's Close ends
+	// their waits.
+	waiting := map[dlock.LockID]string{
+		{Kind: dlock.KindRWMutex, Name: "rw"}:  "rw:{rw}:waiters",
+		{Kind: dlock.KindSemaphore, Name: "s"}: "sem:{s}:waiters",
+		{Kind: dlock.KindElection, Name: "e"}:  "election:{e}:waiters",
+	}
+	goLock(c.RWMutex("rw").Lock)
+	goLock(func(ctx context.Context) (*dlock.Lease, error) { return c.Semaphore("s", 2).Acquire(ctx, 2) })
+	goLock(func(ctx context.Context) (*dlock.Lease, error) {
+		_, err := c.Election("e").Campaign(ctx, "candidate")
+		return nil, err
+	})
+	for _, queue := range waiting {
+		waitQueued(t, admin, dlock.DefaultPrefix+queue)
 	}
 	if _, err := c.CountDownLatch("l").TrySetCount(ctx, 3); err != nil {
 		t.Fatal(err)
@@ -566,9 +698,13 @@ func TestACLOnCall(t *testing.T) {
 		case err != nil:
 			t.Fatalf("Inspect %v: %v", id, err)
 		case id.Kind == dlock.KindCountDownLatch && s.Count != 3,
-			id.Kind != dlock.KindCountDownLatch && len(s.Holders) != 1:
-			t.Fatalf("Inspect %v = %+v, want what was taken", id, s)
+			id.Kind != dlock.KindCountDownLatch && len(s.Holders) != 1,
+			waiting[id] != "" && len(s.Waiters) != 1:
+			t.Fatalf("Inspect %v = %+v, want what was taken and the waiter", id, s)
 		}
+	}
+	if l, err := oncall.Election("e").Leader(ctx); err != nil || l.Value != "leader" {
+		t.Fatalf("Leader = %+v, %v; want the leader", l, err)
 	}
 	refusedOnly(t, admin, "dlock-oncall")
 	allUsed(t, cmd, commandsUsed(t, admin))

@@ -6,7 +6,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
@@ -23,8 +22,23 @@ type acquirer struct {
 }
 
 // check rejects a call that cannot proceed: a bad description, a nil
-// context, a closed Client.
+// context, a closed Client, a Redis that does not run what every wait needs
+// (firstUse).
 func (a *acquirer) check(ctx context.Context, op string) error {
+	if err := a.checkRead(ctx, op); err != nil {
+		return err
+	}
+	if err := a.e.firstUse(ctx); err != nil {
+		return errs.Op(nil, err, "%s %q", op, a.k.Name)
+	}
+	return nil
+}
+
+// checkRead is check for a call that only reads and never waits
+// (Election.Leader): it makes no first-use probe, whose SPUBLISH a user
+// allowed only to read may not send (docs/acl.md's user for the people on
+// call).
+func (a *acquirer) checkRead(ctx context.Context, op string) error {
 	switch {
 	case a.err != nil:
 		return a.err
@@ -32,9 +46,6 @@ func (a *acquirer) check(ctx context.Context, op string) error {
 		return errs.Op(nil, nil, "%s %q: nil context", op, a.k.Name)
 	case a.e.closed():
 		return errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
-	}
-	if err := a.e.firstUse(ctx); err != nil {
-		return errs.Op(nil, err, "%s %q", op, a.k.Name)
 	}
 	return nil
 }
@@ -78,7 +89,7 @@ func (a *acquirer) bracket(ctx context.Context, op string, take func(context.Con
 
 func (a *acquirer) acquire1(ctx context.Context, op string, wait bool, x protocol.KindArgs) (*Lease, error) {
 	if ctx.Err() != nil {
-		return nil, a.gaveUp(ctx, op)
+		return nil, a.gaveUp(ctx, op, nil)
 	}
 	if a.k.Kind.Reentrant {
 		if h := heldIn(ctx).find(a.e, a.k); h != nil {
@@ -88,17 +99,17 @@ func (a *acquirer) acquire1(ctx context.Context, op string, wait bool, x protoco
 	return a.take(ctx, op, wait, x)
 }
 
-// interrupted is the error of a call whose pause in an outage was cut short
-// by its context (err is ctx's error) or by Close.
+// interrupted is the error of a call whose pause in the outage o was cut
+// short by its context (err is ctx's error) or by Close.
 func (a *acquirer) interrupted(ctx context.Context, op string, err error, o *outage) error {
 	if errors.Is(err, ErrClosed) {
 		return errs.Op(ErrClosed, nil, "%s %q", op, a.k.Name)
 	}
-	cause := fmt.Errorf("%w; Redis unavailable for %v: %w", ctxErr(ctx), time.Since(o.since).Round(time.Millisecond), o.err)
-	return errs.Op(ErrNotAcquired, cause, "%s %q: gave up waiting", op, a.k.Name)
+	return a.gaveUp(ctx, op, o)
 }
 
-// gaveUp is the error of a wait that ended with its context.
-func (a *acquirer) gaveUp(ctx context.Context, op string) error {
-	return errs.Op(ErrNotAcquired, ctxErr(ctx), "%s %q: gave up waiting", op, a.k.Name)
+// gaveUp is the error of a wait that ended with its context, during the
+// outage o if o says so (nil: none).
+func (a *acquirer) gaveUp(ctx context.Context, op string, o *outage) error {
+	return errs.Op(ErrNotAcquired, o.cause(ctx), "%s %q: gave up waiting", op, a.k.Name)
 }

@@ -142,6 +142,7 @@ func (c *Client) Inspect(ctx context.Context, kind Kind, name string) (*LockStat
 	}
 	keys, code := k.InspectArgs()
 	v, err := c.e.admin.Inspect(ctx, keys, code, InspectLimit)
+	c.e.heard(err)
 	if err != nil {
 		return nil, errs.Op(nil, err, "inspect %s %q", kind, name)
 	}
@@ -281,6 +282,7 @@ func (c *Client) Locks(ctx context.Context, pattern string) iter.Seq2[LockID, er
 			stopped = !yield(id, nil)
 			return !stopped
 		})
+		c.e.heard(err)
 		if err != nil && !stopped {
 			yield(LockID{}, errs.Op(nil, err, "Locks"))
 		}

@@ -358,7 +358,9 @@ func (s *fencedStore) write(fence int64) bool {
 func TestForceRelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const ttl = 600 * time.Millisecond // renewed every 200ms
+	// Renewed every second; the waiter's grant lasts 300ms, which the
+	// renewer lengthens at once: a loaded machine's pause loses no lease.
+	const ttl = 3 * time.Second
 	// state: the lock is one string key, its state, whose fence field
 	// is the last fence (a Mutex, a FairMutex); else a hash beside a
 	// ":fence" key.

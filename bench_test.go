@@ -156,6 +156,29 @@ func BenchmarkUncontended(b *testing.B) {
 		benchTwoRequests(b, &rc, func() error { return dlockLockUnlock(ctx, m) })
 	})
 
+	// Without scripts (Valkey 9.0 or later; skipped elsewhere): a MULTI/EXEC
+	// to take, the renewer's lengthening SET … IFEQ off the path, and a
+	// MULTI/EXEC to release.
+	b.Run("dlock-without-scripts", func(b *testing.B) {
+		var rc requestCounter
+		rdb := benchRedis(b, srv, &rc, 0)
+		if err := rdb.Do(ctx, "delifeq", "probe", "x").Err(); err != nil {
+			b.Skipf("the server does not run DELIFEQ: %v", err)
+		}
+		m := clientOn(b, rdb, dlock.WithoutScripts()).Mutex("bench-uncontended-plain")
+		for range warmUps {
+			if err := dlockLockUnlock(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := dlockLockUnlock(ctx, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+
 	b.Run("raw", func(b *testing.B) {
 		var rc requestCounter
 		rdb := benchRedis(b, srv, &rc, 0)

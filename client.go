@@ -69,6 +69,16 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 
 // newOn returns a Client on the Redis client rc, configured by cfg.
 func newOn(rc rclient.Client, cfg config) (*Client, error) {
+	if cfg.noScripts {
+		if cfg.wait.N > 0 {
+			return nil, errs.Op(errors.ErrUnsupported, nil, "New: WithWaitReplicas with WithoutScripts")
+		}
+		b, err := protocol.NewPlain(protocol.NewNode(rc, cfg.scripts))
+		if err != nil {
+			return nil, errs.Op(nil, err, "New: WithoutScripts")
+		}
+		return newClient(b, cfg, "New", make(chan struct{}))
+	}
 	b, err := protocol.WithWait(protocol.NewNode(rc, cfg.scripts), cfg.wait)
 	if err != nil {
 		return nil, errs.Op(nil, err, "New: WithWaitReplicas(%d, %v)", cfg.wait.N, cfg.wait.Timeout)
@@ -91,10 +101,14 @@ func newClient(b protocol.Backend, cfg config, op string, closing chan struct{})
 		note:    notify.New(b, bg.doSoon, cfg.logger, closing, cfg.notify),
 		id:      hexID,
 		own:     ":" + hexID,
+		listen:  ":" + hexID,
 		name:    cfg.clientName,
 		nameKey: clientKey(cfg.prefix, hexID),
 
 		recordEvery: cfg.recordEvery,
+	}
+	if e.traits.WakeAll {
+		e.listen = ""
 	}
 	if e.name == "" {
 		e.name = defaultClientName()
@@ -183,7 +197,9 @@ func (c *Client) Close() error {
 // Check suits a readiness probe. Like the Client's first use, it also reads
 // what Redis says of its data (INFO: its run id, replication id, counts of
 // evictions and flushes), by which an Unlock sent again after a lost reply
-// tells its own release from a hold Redis lost.
+// tells its own release from a hold Redis lost. Like any answer from Redis,
+// a successful Check shows the Client's address leads to it: a waiting call
+// rides out a later outage (see the package's Outages).
 func (c *Client) Check(ctx context.Context) error {
 	switch {
 	case c == nil || c.e == nil:

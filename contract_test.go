@@ -126,6 +126,9 @@ type contractKind struct {
 	// resignAgain: a second Unlock reports the first one's outcome (nil)
 	// rather than ErrNotHeld, as Leadership.Resign's doc has it.
 	resignAgain bool
+	// noScripts: the kind's Clients are made with WithoutScripts, on a
+	// server that runs it (Valkey 9.0 or later; plainServer).
+	noScripts bool
 }
 
 func (k contractKind) lockNames(name string) []string {
@@ -211,6 +214,14 @@ var contractKinds = []contractKind{
 		freed: freedAt("dlock:{%s}"),
 		lose:  func(t *testing.T, h handle) { dlocktest.Lose(t, h.(multiHandle).Leases()[1]) },
 		zeros: []handle{multiHandle{nil}, multiHandle{&dlock.MultiLease{}}}},
+	// A Mutex without scripts. dlocktest.Lose does not take its leases:
+	// "taken" takes them away.
+	{name: "Mutex WithoutScripts", members: 1, reenters: true, extends: true, fixed: true, noScripts: true,
+		lock: func(ctx context.Context, c *dlock.Client, n string, opts ...dlock.Option) (handle, error) {
+			return asLease(c.Mutex(n, opts...).Lock(ctx))
+		},
+		rival: mutexRival,
+		freed: freedAt("dlock:{%s}")},
 	// A RedLock's Mutex, on three members. dlocktest.Lose does not take
 	// RedLock leases; "taken" takes them away.
 	{name: "RedLock Mutex", members: 3, reenters: true, extends: true, fixed: true,
@@ -304,11 +315,16 @@ func (h *hookCounts) get(name string) int {
 func newContractEnv(t *testing.T, k contractKind) *contractEnv {
 	t.Helper()
 	e := &contractEnv{t: t, k: k}
-	if k.members == 1 {
+	switch {
+	case k.noScripts:
+		srv, admin, _, password := plainServer(t)
+		e.rdbs = []*redis.Client{admin}
+		e.newClient = func(t *testing.T, opts ...dlock.Option) *dlock.Client { return plainClient(t, srv, password, opts...) }
+	case k.members == 1:
 		rdb := redistest.Start(t).Client(t)
 		e.rdbs = []*redis.Client{rdb}
 		e.newClient = func(t *testing.T, opts ...dlock.Option) *dlock.Client { return clientOn(t, rdb, opts...) }
-	} else {
+	default:
 		_, e.rdbs = redLockNodes(t, k.members)
 		e.newClient = func(t *testing.T, opts ...dlock.Option) *dlock.Client { return redLockOn(t, e.rdbs, opts...) }
 	}

@@ -90,8 +90,11 @@
 // A Lock, RLock, Acquire or CountDownLatch.Wait that waits rides out a Redis
 // that cannot be reached or is changing hands (retrying from 10ms, doubling
 // up to 1s, until its context ends, or for 30s of failures with no
-// deadline). TryLock, Unlock, Extend and the other calls fail with what
-// go-redis returned; a failed Unlock goes on in the background.
+// deadline), once any request of its Client, Check included, has had Redis's
+// answer: a wrong address fails at once. If it gives up, its error says how
+// long Redis had been unavailable and what the last failed request met.
+// TryLock, Unlock, Extend and the other calls fail with what go-redis
+// returned; a failed Unlock goes on in the background.
 //
 // # Eviction
 //
@@ -160,11 +163,16 @@
 //	                            and its total (":total", no expiry) while one is set with SetPermits
 //	CountDownLatch              nothing, but ":opened" for 10s after it opened; armed, its hash,
 //	                            with no expiry, until it reaches zero or Delete removes it
+//	Mutex, WithoutScripts       its fence stream (":fence", empty) until the TTL after its last
+//	                            acquisition; the lock is deleted by its release
 //
 // Each Client in use also keeps one key, "dlock:client:<id>", its name
 // (WithClientName), which expires a minute after its last write and which
 // Close removes. A name and a prefix are each at most MaxNameLen bytes. The
-// [guarantees] page gives every key and what it holds.
+// [guarantees] page gives every key and what it holds. A key that holds
+// what dlock did not write there (another program's, under the same prefix)
+// fails the calls that meet it, before they write anything, with an error
+// that names the key and advises a prefix of dlock's own (WithPrefix).
 //
 // # More
 //

@@ -102,7 +102,7 @@ func (el *Election) Campaign(ctx context.Context, value string) (*Leadership, er
 func (el *Election) Leader(ctx context.Context) (Leader, error) {
 	const op = "leader of"
 	a := el.acquirer()
-	if err := a.check(ctx, op); err != nil {
+	if err := a.checkRead(ctx, op); err != nil {
 		return Leader{}, err
 	}
 	st, err := a.readLeader(ctx)

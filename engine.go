@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,7 +45,11 @@ type engine struct {
 	// own is ":" and id: a lock's wake-up channel stem followed by it is
 	// where this Client's waiters are told of grants.
 	own string
-	seq atomic.Uint64 // makes each acquisition's owner id unique
+	// listen is what follows a lock's wake-up channel stem in the channel
+	// this Client's waiters listen on: own, or nothing where a release
+	// wakes every waiter on the stem (Traits.WakeAll).
+	listen string
+	seq    atomic.Uint64 // makes each acquisition's owner id unique
 
 	// usable: Redis runs what every wait needs (firstUse); unfit, if not
 	// nil, says what it lacks. usableMu serializes the first uses.
@@ -111,17 +116,23 @@ func (e *engine) recorded(rec *protocol.Record) {
 }
 
 // check looks at what Redis runs (commands), its eviction policy and, with
-// WithWaitReplicas, its replicas (Client.Check).
+// WithWaitReplicas, its replicas (Client.Check). A Check that succeeds is a
+// first contact (heard), as a successful acquire is.
 func (e *engine) check(ctx context.Context) error {
 	if err := e.commands(ctx, true); err != nil {
 		return err
 	}
-	return e.checkData(ctx)
+	err := e.checkData(ctx)
+	e.heard(err)
+	return err
 }
 
 // commands returns an error naming the commands every wait needs that
 // Redis does not run (found by trying them: SPUBLISH and, if subscribe is
-// set, SSUBSCRIBE); it logs, and returns nil, if an ACL hides the answer.
+// set, SSUBSCRIBE), with those the backend's requests are made of
+// (protocol.Probed: scripts, if subscribe is set; a Client made with
+// WithoutScripts, SET … IFEQ and DELIFEQ); it logs, and returns nil, if an
+// ACL hides the answer.
 func (e *engine) commands(ctx context.Context, subscribe bool) error {
 	p, ok := e.backend.(protocol.Probed)
 	if !ok {
@@ -131,6 +142,10 @@ func (e *engine) commands(ctx context.Context, subscribe bool) error {
 	switch {
 	case err != nil:
 		return errs.Op(nil, err, "check")
+	case slices.Contains(missing, protocol.MissingScripts):
+		return errs.Op(errors.ErrUnsupported, nil, "check: Redis runs no script for this user (an ACL without @scripting, or a server without Lua): make the Client with dlock.WithoutScripts(), which sends none (it needs Valkey 9.0 or later), or allow the user @scripting")
+	case len(missing) > 0 && e.traits.NoScripts:
+		return errs.Op(errors.ErrUnsupported, nil, "check: Redis does not run %s, which a Client made with dlock.WithoutScripts() needs: SET … IFEQ and DELIFEQ (Valkey 9.0 or later), SPUBLISH and SSUBSCRIBE", strings.Join(missing, " or "))
 	case len(missing) > 0:
 		return errs.Op(errors.ErrUnsupported, nil, "check: Redis does not run %s, which dlock needs: Redis 7.0 or later, or Valkey 7.2 or later, with neither renamed", strings.Join(missing, " or "))
 	case hidden:
@@ -184,6 +199,9 @@ func (e *engine) firstUse(ctx context.Context) error {
 	case e.unfit != nil:
 		return e.unfit
 	}
+	// The probe's answer is no first contact (heard), nor is the background
+	// checkData's: whether the call rides out a failure of its own request
+	// depends on the calls before it, not on a probe made for it or racing it.
 	if err := e.commands(ctx, false); err != nil {
 		if errors.Is(err, errors.ErrUnsupported) {
 			e.unfit = err

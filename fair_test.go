@@ -202,7 +202,8 @@ func TestFairProcessesHammer(t *testing.T) {
 	const procs = 4
 	for _, d := range deployments {
 		t.Run(d.String(), func(t *testing.T) {
-			p := workerParams{Name: "fairhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Fair: true, Deploy: d}
+			t.Parallel() // servers of its own
+			p := workerParams{Name: "fairhammer", TTL: 10 * time.Second, Goroutines: 4, Iterations: 25, Fair: true, Deploy: d}
 			o := hammer(t, "", procs, p)
 			if len(o.workerErrors) > 0 {
 				t.Fatalf("workers failed: %v", o.workerErrors)

@@ -913,7 +913,9 @@ func TestGateEvictedWhileJoined(t *testing.T) {
 	}
 	first := make(chan error, 1)
 	go func() {
-		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		// Long enough to subscribe, and so make its gate, on a loaded
+		// machine (with 200ms, a CI run gave up before it had).
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		_, err := c.Mutex("a").Lock(wctx)
 		first <- err

@@ -353,10 +353,13 @@ func TestGrantWaitReplicas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	primary, rs := replicated(t, 1)
-	opts := []dlock.Option{dlock.WithWaitReplicas(1, 200*time.Millisecond)}
+	// A second for the replica's acknowledgement: on a loaded machine a
+	// healthy replica can take longer than a fifth of one.
+	opts := []dlock.Option{dlock.WithWaitReplicas(1, time.Second)}
 	holder := clientOn(t, primary.Client(t), opts...)
 	waiter := clientOn(t, primary.Client(t), opts...)
 	rdb := primary.Client(t)
+	caughtUp(t, primary)
 	l, err := holder.Mutex("w").Lock(ctx)
 	if err != nil {
 		t.Fatal(err)

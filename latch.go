@@ -65,6 +65,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, count int64) (bool, er
 		return false, errs.Op(nil, nil, "%s %q: count %d, want more than 0", op, l.k.Name, count)
 	}
 	v, err := l.e.latches.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchSet, count)
+	l.e.heard(err)
 	return v == 1, err
 }
 
@@ -75,6 +76,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 		return err
 	}
 	_, err := l.e.latches.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchDown, 0)
+	l.e.heard(err)
 	return err
 }
 
@@ -85,6 +87,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	v, err := l.e.latches.Latch(ctx, l.k, l.e.newOwner(), protocol.LatchDelete, 0)
+	l.e.heard(err)
 	return v == 1, err
 }
 
@@ -93,7 +96,9 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	if err := l.check(ctx, "count of latch"); err != nil {
 		return 0, err
 	}
-	return l.e.latches.LatchCount(ctx, l.k)
+	n, err := l.e.latches.LatchCount(ctx, l.k)
+	l.e.heard(err)
+	return n, err
 }
 
 // Wait blocks until the latch is open, or ctx is done (an error matching
@@ -105,23 +110,25 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 		return err
 	}
 	if ctx.Err() != nil {
-		return l.gaveUp(ctx)
+		return l.gaveUp(ctx, nil)
 	}
 	e, channel := l.e, protocol.LatchChannel(l.k)
 	var out outage
 	// count returns the latch's count, riding out an outage of Redis.
 	count := func() (int64, error) {
 		for {
+			sent := time.Now()
 			n, err := e.latches.LatchCount(ctx, l.k)
 			e.heard(err)
 			if err == nil {
+				out = outage{}
 				return n, nil
 			}
 			switch again, stop := out.ride(ctx, e, l.k, err); {
 			case stop != nil:
-				return 0, l.waitErr(ctx, stop)
+				return 0, l.waitErr(ctx, stop, &out, sent)
 			case !again:
-				return 0, l.waitErr(ctx, out.wrap(err))
+				return 0, l.waitErr(ctx, err, &out, sent)
 			}
 		}
 	}
@@ -132,17 +139,18 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 			return err
 		}
 		var err error
+		sent := time.Now()
 		if g, err = e.note.Join(ctx, l.k, 0, channel); err != nil {
 			g = nil
 			switch {
-			case ctx.Err() != nil:
-				return l.gaveUp(ctx)
+			case ended(ctx):
+				return l.waitErr(ctx, err, &out, sent)
 			case errors.Is(err, ErrClosed):
 				return errs.Op(ErrClosed, nil, "%s %q", op, l.k.Name)
 			}
 			switch again, stop := out.ride(ctx, e, l.k, err); {
 			case stop != nil:
-				return l.waitErr(ctx, stop)
+				return l.waitErr(ctx, stop, &out, sent)
 			case !again:
 				return errs.Op(nil, out.wrap(err), "%s %q", op, l.k.Name)
 			}
@@ -168,28 +176,32 @@ func (l *CountDownLatch) Wait(ctx context.Context) error {
 		case <-timer.C:
 			recheck = min(2*recheck, latchMaxRecheck)
 		case <-ctx.Done():
-			return l.gaveUp(ctx)
+			return l.gaveUp(ctx, nil)
 		case <-e.closing:
 			return errs.Op(ErrClosed, nil, "%s %q", op, l.k.Name)
 		}
 	}
 }
 
-// waitErr is the error of a wait that failed with err, nil if err is nil:
-// the context's if it ended meanwhile.
-func (l *CountDownLatch) waitErr(ctx context.Context, err error) error {
+// waitErr is the error of a wait whose request, sent at sent, failed with
+// err, or whose pause in the outage o was cut short (err is what cut it):
+// the context's if it ended meanwhile, saying so if it ended during an
+// outage.
+func (l *CountDownLatch) waitErr(ctx context.Context, err error, o *outage, sent time.Time) error {
 	switch {
-	case err != nil && ctx.Err() != nil:
-		return l.gaveUp(ctx)
+	case ended(ctx):
+		o.last(err, sent)
+		return l.gaveUp(ctx, o)
 	case errors.Is(err, ErrClosed):
 		return errs.Op(ErrClosed, nil, "wait for latch %q", l.k.Name)
 	}
-	return err
+	return o.wrap(err)
 }
 
-// gaveUp is the error of a wait that ended with its context.
-func (l *CountDownLatch) gaveUp(ctx context.Context) error {
-	return errs.Op(nil, ctxErr(ctx), "wait for latch %q", l.k.Name)
+// gaveUp is the error of a wait that ended with its context, during the
+// outage o if o says so (nil: none).
+func (l *CountDownLatch) gaveUp(ctx context.Context, o *outage) error {
+	return errs.Op(nil, o.cause(ctx), "wait for latch %q", l.k.Name)
 }
 
 // check rejects a call that cannot proceed.

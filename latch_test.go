@@ -514,6 +514,7 @@ func TestLatchProcesses(t *testing.T) {
 	const procs = 4
 	for _, d := range deployments {
 		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel() // servers of its own
 			o := latchProcesses(t, "countdown", procs, d)
 			for _, v := range o.violations(procs) {
 				t.Error(v)
@@ -522,6 +523,7 @@ func TestLatchProcesses(t *testing.T) {
 		})
 	}
 	t.Run("broken-latch-is-caught", func(t *testing.T) {
+		t.Parallel()
 		o := latchProcesses(t, "broken", procs, single)
 		v := o.violations(procs)
 		if len(v) == 0 {

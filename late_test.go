@@ -167,9 +167,9 @@ func TestLeaseAfterLostReply(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const ttl = 600 * time.Millisecond
-	// live checks that l is held and stays held, renewed, for two TTLs,
-	// and that its Unlock says it was held throughout.
-	live := func(t *testing.T, l *dlock.Lease) {
+	// live checks that l, of TTL ttl, is held and stays held, renewed, for
+	// two TTLs, and that its Unlock says it was held throughout.
+	live := func(t *testing.T, l *dlock.Lease, ttl time.Duration) {
 		t.Helper()
 		if closedWithin(l.Done(), 2*ttl) {
 			t.Fatalf("the lease ended: %v", l.Err())
@@ -181,6 +181,10 @@ func TestLeaseAfterLostReply(t *testing.T) {
 	for _, k := range lateKinds {
 		t.Run(k.name+"/taken-by-the-lost-copy", func(t *testing.T) {
 			t.Parallel()
+			// The lease has what the lost copy left of it: a TTL less the
+			// 300 ms read timeout. At 2 s its first renewal has over a
+			// second, which a loaded machine's pauses stay under.
+			const ttl = 2 * time.Second
 			c, p, other, _ := lateSetup(t, dlock.WithTTL(ttl))
 			in := p.Inject(faultproxy.Rule{Match: script(k.script), Fault: faultproxy.DropReply, Times: 1})
 			l, err := k.acquire(ctx, c)
@@ -191,7 +195,7 @@ func TestLeaseAfterLostReply(t *testing.T) {
 			if _, err := k.try(ctx, other); !errors.Is(err, dlock.ErrNotAcquired) {
 				t.Fatalf("another owner while the lease is held: %v, want ErrNotAcquired", err)
 			}
-			live(t, l)
+			live(t, l, ttl)
 		})
 		if k.name == "Mutex/TryLock" {
 			continue
@@ -258,7 +262,7 @@ func TestLeaseAfterLostReply(t *testing.T) {
 			if l == nil {
 				t.FailNow()
 			}
-			live(t, l)
+			live(t, l, ttl)
 		})
 	}
 }
@@ -546,11 +550,11 @@ func TestRedLockLateMemberAcquire(t *testing.T) {
 	rdbs, direct := make([]*redis.Client, len(srvs)), make([]*redis.Client, len(srvs))
 	for i, s := range srvs {
 		proxies[i] = faultproxy.Start(t, s.Addr)
-		rdbs[i] = redis.NewClient(&redis.Options{Addr: proxies[i].Addr(), ReadTimeout: 300 * time.Millisecond})
+		rdbs[i] = redis.NewClient(&redis.Options{Addr: proxies[i].Addr(), ReadTimeout: 600 * time.Millisecond})
 		t.Cleanup(func() { _ = rdbs[i].Close() })
 		direct[i] = s.Client(t)
 	}
-	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(150*time.Millisecond), dlock.WithTTL(10*time.Second))
+	c := redLockOn(t, rdbs, dlock.WithNodeTimeout(300*time.Millisecond), dlock.WithTTL(10*time.Second))
 	other := redLockOn(t, direct, dlock.WithNodeTimeout(time.Second))
 	var err error
 	for range 5 { // dial and load the scripts on every member
@@ -577,7 +581,7 @@ func TestRedLockLateMemberAcquire(t *testing.T) {
 		// The members' clients give up on those requests (their read
 		// timeout) and undo what they may have done; the held copies
 		// arrive after that.
-		time.Sleep(600 * time.Millisecond)
+		time.Sleep(time.Second)
 		for _, in := range held {
 			deliver(t, in)
 		}
@@ -594,7 +598,7 @@ func TestRedLockLateMemberAcquire(t *testing.T) {
 	// member until its part there is undone, so no earlier copy's take is
 	// counted. Its lease must not start out ended.
 	t.Run("waiter with a member in doubt", func(t *testing.T) {
-		short := redLockOn(t, rdbs, dlock.WithNodeTimeout(150*time.Millisecond), dlock.WithTTL(time.Second))
+		short := redLockOn(t, rdbs, dlock.WithNodeTimeout(300*time.Millisecond), dlock.WithTTL(time.Second))
 		holder, err := other.Mutex("waited").Lock(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -636,7 +640,7 @@ func TestRedLockLateMemberAcquire(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(600 * time.Millisecond)
+		time.Sleep(time.Second)
 		deliver(t, in)
 		if n := holders(t, direct, "unlocked"); n != 0 {
 			t.Fatalf("held on %d members after the late acquire ran, after Unlock", n)

@@ -389,6 +389,7 @@ func (h *hold) unlock1(ctx context.Context) (last bool, err error) {
 	ttl := e.ren.Retire(t)
 	cctx, cancel := cleanupContext(ctx, ttl)
 	defer cancel()
+	e.ren.Landed(cctx, t)
 	mode := protocol.ReleaseLast
 	if h.granted {
 		mode = protocol.ReleaseLastQueued

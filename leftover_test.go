@@ -117,7 +117,11 @@ func TestNothingLeftBehind(t *testing.T) {
 	c := clientOn(t, lockSrv.Client(t), dlock.WithTTL(ttl))
 	c2 := clientOn(t, lockSrv.Client(t), dlock.WithTTL(ttl))
 
-	// The names the worker is to wait for, held here.
+	// The names the worker is to wait for, held here by a Client of a
+	// longer TTL: 400 leases of 1s, renewed every 333ms, can all lapse on a
+	// loaded machine, and the worker would then take the names instead of
+	// waiting for them.
+	holder := clientOn(t, lockSrv.Client(t), dlock.WithTTL(5*time.Second))
 	var held []*dlock.Lease
 	var heldMu sync.Mutex
 	hold := func(l *dlock.Lease, err error) error {
@@ -131,10 +135,10 @@ func TestNothingLeftBehind(t *testing.T) {
 	}
 	if err := forEach(waits, func(i int) error {
 		return errorsJoin(
-			hold(c.Mutex(fmt.Sprintf("wm:%d", i)).Lock(ctx)),
-			hold(c.FairMutex(fmt.Sprintf("wf:%d", i)).Lock(ctx)),
-			hold(c.RWMutex(fmt.Sprintf("wr:%d", i)).RLock(ctx)),
-			hold(c.Semaphore(fmt.Sprintf("ws:%d", i), 1).Acquire(ctx, 1)))
+			hold(holder.Mutex(fmt.Sprintf("wm:%d", i)).Lock(ctx)),
+			hold(holder.FairMutex(fmt.Sprintf("wf:%d", i)).Lock(ctx)),
+			hold(holder.RWMutex(fmt.Sprintf("wr:%d", i)).RLock(ctx)),
+			hold(holder.Semaphore(fmt.Sprintf("ws:%d", i), 1).Acquire(ctx, 1)))
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +297,8 @@ func TestNothingLeftBehind(t *testing.T) {
 	slices.Sort(want)
 	t.Logf("%d keys right after use", len(allKeys(t, rdb)))
 	// The records of the latches' openings live 10s; every other key its
-	// TTL (1s) or a waiter's registration (3 keep-alives of TTL/6).
+	// TTL (1s; 5s for the names the worker waited for) or a waiter's
+	// registration (3 keep-alives of TTL/6).
 	if !within(10*time.Second+3*time.Second, func() bool { return slices.Equal(allKeys(t, rdb), want) }) {
 		left := allKeys(t, rdb)
 		extra := slices.DeleteFunc(slices.Clone(left), func(k string) bool { return slices.Contains(want, k) })

@@ -55,6 +55,8 @@ type config struct {
 	nodeTimeout time.Duration
 	// clientName: WithClientName; default: host:pid.
 	clientName string
+	// noScripts: WithoutScripts. Default: false, scripts.
+	noScripts bool
 
 	// Set by tests only (export_test.go), per Client:
 	// scripts: the scripts the Client's nodes run. Default: defaultScripts.
@@ -215,6 +217,34 @@ func WithNodeTimeout(d time.Duration) Option {
 			return fmt.Errorf("dlock: WithNodeTimeout(%v): the timeout must be positive", d)
 		}
 		c.nodeTimeout = d
+		return nil
+	}}
+}
+
+// WithoutScripts makes a Client that sends no command of Redis's @scripting
+// category (EVAL, EVALSHA and their _RO forms, SCRIPT, FUNCTION, FCALL), for
+// servers and ACL users that forbid scripts. Its Mutex keeps, on plain
+// commands and MULTI/EXEC: the lease and its TTL, renewal and release by
+// its owner alone, a fence per acquisition that rises across holders,
+// expiry and a restart, the lost-lease signal, re-entry through the
+// context, and waiting woken by the release. It gives up, against a Client
+// with scripts: order among waiters, hand-off and the rule against barging
+// (a release wakes every waiter, and they race; a newcomer may win); and
+// refusing an acquire that reaches Redis late, after its owner gave up:
+// such a copy may hold the name, never renewed, until at most min(TTL, 2s)
+// after it was sent, by the server's clock as the Client reads it
+// (docs/choosing.md has the table of what each mode keeps). Every other
+// kind (FairMutex, RWMutex, Semaphore, CountDownLatch, Election), Inspect,
+// Locks, ForceRelease, NewRedLock and WithWaitReplicas return an error
+// matching errors.ErrUnsupported. A name is used in one mode: a request of
+// either mode on a lock the other holds fails, naming the option.
+//
+// It needs SET … IFEQ and DELIFEQ (Valkey 9.0 or later): on a server
+// without them, the Client's first use and Check fail, naming what is
+// missing. Client only. Default: scripts.
+func WithoutScripts() Option {
+	return Option{name: "WithoutScripts", clientOnly: true, apply: func(c *config) error {
+		c.noScripts = true
 		return nil
 	}}
 }

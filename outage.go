@@ -26,7 +26,10 @@ type outage struct {
 
 // heard notes that Redis has answered a request, if the request's outcome err
 // says so: it succeeded, or it is a RedLock's that some nodes answered in
-// time, though fewer than a majority.
+// time, though fewer than a majority. Every request a caller's call makes
+// notes its outcome here, whatever the call (Check, Inspect, an acquire that
+// found the lock held): any answer shows that the Client's address leads to
+// Redis, so that a failure later is an outage to ride out.
 func (e *engine) heard(err error) {
 	if err == nil || someAnswered(err) {
 		e.reached.Store(true)
@@ -103,4 +106,31 @@ func (o *outage) wrap(err error) error {
 		return err
 	}
 	return errs.Op(nil, err, "Redis unavailable for %v", time.Since(o.since).Round(time.Millisecond))
+}
+
+// last notes err, the failure of the request a waiting call was making when
+// its context ended: if it says Redis could not be reached or is changing
+// hands, the call gives up during an outage, which began at from if the call
+// was not riding one out already. o may be nil.
+func (o *outage) last(err error, from time.Time) {
+	if o == nil || !protocol.Transient(err) {
+		return
+	}
+	o.err = err
+	if o.since.IsZero() {
+		o.since = from
+	}
+}
+
+// cause is the cause of the error of a waiting call that ended with ctx:
+// ctx's error (and cause), and, if the call gave up during an outage, how
+// long Redis had been unavailable and what the last failed request met. o
+// may be nil: no outage.
+func (o *outage) cause(ctx context.Context) error {
+	if o == nil || o.since.IsZero() {
+		return ctxErr(ctx)
+	}
+	// ctx's error stands where a sentinel would: the error matches it, and
+	// what the failure matches.
+	return errs.Op(ctxErr(ctx), o.err, "Redis unavailable for %v", time.Since(o.since).Round(time.Millisecond))
 }

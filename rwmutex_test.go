@@ -582,8 +582,23 @@ func TestRWMutexCancelLeavesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if keys := stateKeys(rdb, "dlock:rw:*"); len(keys) != 1 {
-		t.Errorf("keys left: %v, want the fence only", keys)
+	// Besides the fence, the fences hash may stay for a while if it holds
+	// only records of owners whose acquire was cut short in flight (its
+	// outcome unknown), each until that acquire's deadline: they expire.
+	for _, k := range stateKeys(rdb, "dlock:rw:*") {
+		switch k {
+		case "dlock:rw:{cancel}:fence":
+			continue
+		case "dlock:rw:{cancel}:fences":
+			fields := rdb.HKeys(ctx, k).Val()
+			voids := !slices.ContainsFunc(fields, func(f string) bool { return !strings.HasPrefix(f, "void:") })
+			if left := rdb.PTTL(ctx, k).Val(); voids && left > 0 && left <= 10*time.Second {
+				continue
+			}
+			t.Errorf("%s left: fields %v, TTL %v; want none, or only records of cut-short acquires, expiring within 10s", k, fields, rdb.PTTL(ctx, k).Val())
+		default:
+			t.Errorf("key left: %s, want the fence only", k)
+		}
 	}
 }
 
@@ -633,7 +648,7 @@ func TestRWMutexReadLease(t *testing.T) {
 	t.Parallel()
 	c, rdb, _ := newClient(t)
 	ctx := context.Background()
-	ttl := 300 * time.Millisecond
+	ttl := time.Second // renewed every 333ms: a loaded machine's pauses lose none
 	r, err := c.RWMutex("lease", dlock.WithTTL(ttl)).RLock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -941,10 +956,11 @@ func rwHammer(t *testing.T, mutant string, procs int, p workerParams) rwOutcome 
 // the same check.
 func TestRWMutexProcesses(t *testing.T) {
 	t.Parallel()
-	p := workerParams{Name: "rwhammer", TTL: 2 * time.Second, Goroutines: 4, Iterations: 40, ReadShare: 80}
+	p := workerParams{Name: "rwhammer", TTL: 10 * time.Second, Goroutines: 4, Iterations: 40, ReadShare: 80}
 	const procs = 4
 	for _, d := range deployments {
 		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel() // servers of its own
 			p := p
 			p.Deploy = d
 			o := rwHammer(t, "", procs, p)
@@ -973,6 +989,7 @@ func TestRWMutexProcesses(t *testing.T) {
 		})
 	}
 	t.Run("broken-rwmutex-is-caught", func(t *testing.T) {
+		t.Parallel()
 		o := rwHammer(t, "rw-writer-ignores-readers", procs, p)
 		if o.violations == 0 {
 			t.Fatalf("writers that ignore readers passed the check: %+v", o)
@@ -1003,7 +1020,11 @@ func TestRWMutexChurn(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for range 4 {
-		c := clientOn(t, srv.Client(t), dlock.WithTTL(600*time.Millisecond))
+		// A grant lease is a tenth of the TTL, and a grantee loses a grant
+		// not lengthened within half of it: 3 s leaves 150 ms, which a
+		// loaded machine's pauses stay under, so no lease is lost and every
+		// Unlock must say nil.
+		c := clientOn(t, srv.Client(t), dlock.WithTTL(3*time.Second))
 		for range 4 {
 			wg.Go(func() {
 				m := c.RWMutex("churn")
@@ -1071,7 +1092,7 @@ func TestRWMutexChurn(t *testing.T) {
 		t.Errorf("%d entries found a writer beside a reader or another writer", violations.Load())
 	}
 	ctx := context.Background()
-	if !within(3*time.Second, func() bool { return len(stateKeys(rdb, "dlock:rw:*")) == 1 }) {
+	if !within(5*time.Second, func() bool { return len(stateKeys(rdb, "dlock:rw:*")) == 1 }) {
 		t.Errorf("keys left: %v; queue %v; alive %v", stateKeys(rdb, "dlock:rw:*"),
 			rdb.ZRange(ctx, "dlock:rw:{churn}:waiters", 0, -1).Val(), rdb.HGetAll(ctx, "dlock:rw:{churn}:alive").Val())
 	}

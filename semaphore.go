@@ -93,7 +93,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (*Lease, error) {
 func (s *Semaphore) try(ctx context.Context, a *acquirer, n int64) (*Lease, error) {
 	const op = "tryacquire"
 	if ctx.Err() != nil {
-		return nil, a.gaveUp(ctx, op)
+		return nil, a.gaveUp(ctx, op, nil)
 	}
 	sent := time.Now()
 	t := &turn{a: a, op: op, owner: a.e.newOwner(), start: sent}
@@ -106,7 +106,7 @@ func (s *Semaphore) try(ctx context.Context, a *acquirer, n int64) (*Lease, erro
 		// The script may have run: give back whatever it took.
 		a.abandon(ctx, t.owner, sent, r.Doubt)
 		if ended(ctx) {
-			return nil, a.gaveUp(ctx, op)
+			return nil, a.gaveUp(ctx, op, nil)
 		}
 		return nil, err
 	case r.Doubt != 0:
@@ -172,7 +172,9 @@ func (s *Semaphore) call(ctx context.Context, op string, mode protocol.SemMode, 
 	if err := a.check(ctx, op); err != nil {
 		return 0, err
 	}
-	return a.e.sems.Semaphore(ctx, a.k, a.e.newOwner(), mode, total)
+	v, err := a.e.sems.Semaphore(ctx, a.k, a.e.newOwner(), mode, total)
+	a.e.heard(err)
+	return v, err
 }
 
 // defaultTotal is the total when Redis holds none: the permits s was made with.

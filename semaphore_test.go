@@ -105,7 +105,8 @@ func TestSemaphoreOrderAndWakeUps(t *testing.T) {
 		l   *dlock.Lease
 	}
 	got := make(chan result, 3)
-	for _, w := range []struct {
+	rdb := srv.Client(t)
+	for i, w := range []struct {
 		who string
 		n   int64
 	}{{"big", 2}, {"small1", 1}, {"small2", 1}} {
@@ -119,7 +120,7 @@ func TestSemaphoreOrderAndWakeUps(t *testing.T) {
 			}
 			got <- result{w.who, l}
 		}()
-		time.Sleep(50 * time.Millisecond)
+		inQueue(t, rdb, "dlock:sem:{o}:waiters", int64(i+1)) // they arrive in this order
 	}
 	if err := full.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -293,10 +294,11 @@ func semHammer(t *testing.T, mutant string, procs int, p workerParams) (peak, ac
 // out permits regardless must be caught by the same check.
 func TestSemaphoreProcesses(t *testing.T) {
 	t.Parallel()
-	p := workerParams{Name: "procs", TTL: 2 * time.Second, Goroutines: 4, Iterations: 25, Permits: 3}
+	p := workerParams{Name: "procs", TTL: 10 * time.Second, Goroutines: 4, Iterations: 25, Permits: 3}
 	const procs = 4
 	for _, d := range deployments {
 		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel() // servers of its own
 			p := p
 			p.Deploy = d
 			peak, acquired := semHammer(t, "", procs, p)
@@ -310,6 +312,7 @@ func TestSemaphoreProcesses(t *testing.T) {
 		})
 	}
 	t.Run("broken-semaphore-is-caught", func(t *testing.T) {
+		t.Parallel()
 		peak, _ := semHammer(t, "sem-ignores-count", procs, p)
 		if peak <= p.Permits {
 			t.Fatalf("a semaphore that ignores its count kept the peak at %d of %d permits", peak, p.Permits)

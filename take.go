@@ -28,7 +28,7 @@ func (a *acquirer) take(ctx context.Context, op string, wait bool, x protocol.Ki
 	if wait {
 		// Subscribed already (others wait for this lock here, or did
 		// lately): every attempt can be followed by a sleep.
-		if t.g = a.e.note.JoinSubscribed(a.k.Channel, a.e.own); t.g != nil {
+		if t.g = a.e.note.JoinSubscribed(a.k.Channel, a.e.listen); t.g != nil {
 			if err := t.enter(); err != nil {
 				return nil, err
 			}
@@ -190,7 +190,9 @@ func (a *acquirer) attempt(ctx context.Context, tn *turn, sent time.Time, regist
 	if r.Already && r.Left >= 0 && r.Left < a.ttl {
 		begun = sent.Add(r.Left - a.ttl)
 	}
-	t, err := e.ren.Begin(&a.k, owner, r.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: begun, FenceArg: r.FenceArg, Doubt: max(r.Doubt, tn.doubt)})
+	// A take whose first expiry is short (r.Short) begins as a grant: the
+	// renewer lengthens it at once.
+	t, err := e.ren.Begin(&a.k, owner, r.Fence, renew.Start{TTL: a.ttl, Renew: a.renew, Sent: begun, Grant: r.Short, FenceArg: r.FenceArg, Doubt: max(r.Doubt, tn.doubt)})
 	if err != nil {
 		a.abandon(ctx, owner, sent, max(r.Doubt, tn.doubt))
 		return nil, 0, r, err
@@ -339,10 +341,10 @@ func (t *turn) try(ctx context.Context, x protocol.KindArgs) (l *Lease, pttl tim
 		if stop != nil {
 			return nil, 0, false, a.interrupted(ctx, t.op, stop, &t.out)
 		}
-		return nil, 0, false, t.failed(ctx, err)
+		return nil, 0, false, t.failed(ctx, err, sent)
 	case err != nil:
 		a.abandon(ctx, t.owner, sent, t.doubt)
-		return nil, 0, false, t.failed(ctx, err)
+		return nil, 0, false, t.failed(ctx, err, sent)
 	case !t.wait:
 		if t.doubt != 0 {
 			// An earlier copy may still take the lock: the owner ends here.
@@ -353,36 +355,40 @@ func (t *turn) try(ctx context.Context, x protocol.KindArgs) (l *Lease, pttl tim
 	return nil, pttl, false, nil
 }
 
-// failed is the error of a call whose attempt failed with err, which was no
-// outage to ride out.
-func (t *turn) failed(ctx context.Context, err error) error {
-	a := t.a
-	if ended(ctx) && t.wait && protocol.Transient(err) {
-		// The context ended while Redis could not be reached: say so.
-		t.out.err = err
-		if t.out.since.IsZero() {
-			t.out.since = t.start
-		}
-		return a.interrupted(ctx, t.op, ctx.Err(), &t.out)
-	}
+// failed is the error of a call whose attempt, sent at sent, failed with
+// err, which was no outage to ride out.
+func (t *turn) failed(ctx context.Context, err error, sent time.Time) error {
 	if ended(ctx) {
-		return a.gaveUp(ctx, t.op)
+		return t.gaveUp(ctx, err, sent)
 	}
 	return t.out.wrap(err)
+}
+
+// gaveUp is the error of a call whose context ended while its request, sent
+// at sent, failed with err (nil if none was in flight). A waiting call gives
+// up during an outage if err is one, or if it was riding one out when its
+// request was cut short (left behind): its error says so.
+func (t *turn) gaveUp(ctx context.Context, err error, sent time.Time) error {
+	if !t.wait {
+		return t.a.gaveUp(ctx, t.op, nil)
+	}
+	t.out.last(err, sent)
+	return t.a.gaveUp(ctx, t.op, &t.out)
 }
 
 // subscribe joins the lock's gate for this Client and enters it, riding out
 // an outage of Redis; nil means try again.
 func (t *turn) subscribe(ctx context.Context) error {
 	a, e := t.a, t.a.e
-	g, err := e.note.Join(ctx, a.k, a.ttl, a.k.Channel+e.own)
+	sent := time.Now()
+	g, err := e.note.Join(ctx, a.k, a.ttl, a.k.Channel+e.listen)
 	if err == nil {
 		t.g = g
 		return t.enter()
 	}
 	switch {
 	case ended(ctx):
-		return a.gaveUp(ctx, t.op)
+		return t.gaveUp(ctx, err, sent)
 	case errors.Is(err, ErrClosed):
 		return errs.Op(ErrClosed, nil, "%s %q", t.op, a.k.Name)
 	}
@@ -415,7 +421,7 @@ func (t *turn) sleep(ctx context.Context, pttl time.Duration) (*Lease, error) {
 		}
 	case <-t.timer.C:
 	case <-ctx.Done():
-		return nil, a.gaveUp(ctx, t.op)
+		return nil, t.gaveUp(ctx, nil, time.Time{})
 	case <-e.closing:
 		return nil, errs.Op(ErrClosed, nil, "%s %q", t.op, a.k.Name)
 	}

@@ -93,7 +93,17 @@ func TestWaitWakesOne(t *testing.T) {
 			l.Unlock(context.Background())
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Every waiter registered, and asleep until woken or a keep-alive
+	// period (5s) has passed: a waiter makes one or two attempts before it
+	// sleeps, each counted once its reply is in, so the count stops moving.
+	inQueue(t, srv.Client(t), "dlock:{one}:waiters", waiters)
+	for last := -1; ; time.Sleep(200 * time.Millisecond) {
+		n := cmds.scripts("acquire")["acquire"]
+		if n == last {
+			break
+		}
+		last = n
+	}
 	cmds.takeScripts()
 	if err := l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
@@ -101,9 +111,11 @@ func TestWaitWakesOne(t *testing.T) {
 	if !within(2*time.Second, func() bool { return acquired.Load() == 1 }) {
 		t.Fatal("no waiter acquired after the release")
 	}
-	time.Sleep(200 * time.Millisecond)
 	// The release granted the lock to one waiter, whose Lock returned on the
-	// message; its renewer lengthened the grant lease. Nobody tried again.
+	// message; its renewer lengthened the grant lease. Nobody tried again
+	// (a little longer, for a stray attempt to show).
+	within(2*time.Second, func() bool { return cmds.scripts("extend")["extend"] > 0 })
+	time.Sleep(100 * time.Millisecond)
 	got := cmds.takeScripts("acquire", "release", "extend")
 	if !maps.Equal(got, map[string]int{"extend": 1}) {
 		t.Errorf("script calls of the waiters' Client after one release: %v, want one lengthening extend", got)

@@ -9,8 +9,10 @@ package dlockrueidis
 // was lost therefore fails once, and dlock decides whether to send it again,
 // as it does on go-redis with its retries off (rclient.Client.Once). A
 // Cluster's MOVED and ASK are followed by rueidis, which the server did not
-// run. Requests give up at their context's end, and rueidis pipelines
-// concurrent callers' commands by itself: no batcher is needed.
+// run. Requests give up at their context's end. rueidis pipelines
+// concurrent callers' commands by itself, but writes them as they come:
+// script calls go through a batcher (rclient.Batcher), whose pipelines let
+// Redis read and answer many calls at once.
 
 import (
 	"context"
@@ -32,6 +34,7 @@ type conn struct {
 	slots    atomic.Pointer[slotMap] // a Cluster's, read by CLUSTER SLOTS
 	loading  atomic.Bool             // a reload of slots is under way
 	loadMu   sync.Mutex              // one CLUSTER SLOTS at a time
+	batch    *rclient.Batcher        // Once's
 }
 
 var _ rclient.Client = (*conn)(nil)
@@ -50,21 +53,32 @@ func newConn(c rueidis.Client) *conn {
 			s.Addr = addr
 		}
 	}
-	return &conn{c: c, settings: s}
+	cn := &conn{c: c, settings: s}
+	cn.batch = rclient.NewBatcher(cn.once, cn.onceMany)
+	return cn
 }
 
 func (c *conn) Settings() rclient.Settings { return c.settings }
 
-// Settle: rueidis answers every call before it returns.
-func (c *conn) Settle() {}
+// Settle waits for the batcher's pipelines, which outlive the calls they
+// carry; rueidis answers every other call before it returns.
+func (c *conn) Settle() { c.batch.Settle() }
 
 func (c *conn) Do(ctx context.Context, args ...any) (any, error) {
 	return result(c.c.Do(ctx, c.build(args)))
 }
 
 func (c *conn) Once(ctx context.Context, args []any) (any, error) {
+	return c.batch.Do(ctx, args)
+}
+
+// once sends a script call alone; onceMany, many in one pipeline (the
+// batcher's).
+func (c *conn) once(ctx context.Context, args []any) (any, error) {
 	return result(c.c.Do(ctx, c.build(args)))
 }
+
+func (c *conn) onceMany(ctx context.Context, cmds []rclient.Cmd) { _ = c.Pipe(ctx, cmds) }
 
 func (c *conn) Pipe(ctx context.Context, cmds []rclient.Cmd) error {
 	multi := make(rueidis.Commands, len(cmds))

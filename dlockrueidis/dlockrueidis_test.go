@@ -20,18 +20,22 @@ func TestMain(m *testing.M) {
 
 // TestPromises runs the promise-level suite on rueidis.
 func TestPromises(t *testing.T) {
-	promises.Run(t, func(t *testing.T, addr, password string, opts ...dlock.Option) *dlock.Client {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Password: password, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rc.Close)
-		c, err := dlockrueidis.New(rc, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	})
+	t.Parallel() // a server of its own
+	promises.Run(t, dial)
+}
+
+// dial is a Client on rueidis connected to addr, closed when t ends.
+func dial(t *testing.T, addr, password string, opts ...dlock.Option) *dlock.Client {
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Password: password, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	c, err := dlockrueidis.New(rc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // TestNilClient: a nil client is an error, not a panic.
@@ -46,6 +50,7 @@ func TestNilClient(t *testing.T) {
 
 // TestPromisesCluster runs the Cluster's promises on rueidis.
 func TestPromisesCluster(t *testing.T) {
+	t.Parallel() // servers of their own
 	promises.RunCluster(t, func(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Client {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
 		if err != nil {
@@ -62,6 +67,7 @@ func TestPromisesCluster(t *testing.T) {
 
 // TestPromisesTLS runs the TLS promises on rueidis.
 func TestPromisesTLS(t *testing.T) {
+	t.Parallel() // servers of their own
 	promises.RunTLS(t, func(t *testing.T, addr string, cfg *tls.Config, opts ...dlock.Option) *dlock.Client {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, TLSConfig: cfg, DisableCache: true})
 		if err != nil {
@@ -78,6 +84,7 @@ func TestPromisesTLS(t *testing.T) {
 
 // TestPromisesSentinel runs the Sentinel promises on rueidis.
 func TestPromisesSentinel(t *testing.T) {
+	t.Parallel() // servers of their own
 	promises.RunSentinel(t, func(t *testing.T, addrs []string, master string, opts ...dlock.Option) *dlock.Client {
 		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, Sentinel: rueidis.SentinelOption{MasterSet: master}, DisableCache: true})
 		if err != nil {
@@ -90,4 +97,11 @@ func TestPromisesSentinel(t *testing.T) {
 		}
 		return c
 	})
+}
+
+// TestPromisesWithoutScripts runs the promises of WithoutScripts on rueidis
+// (Valkey 9.0 or later; it skips elsewhere).
+func TestPromisesWithoutScripts(t *testing.T) {
+	t.Parallel() // a server of its own
+	promises.RunWithoutScripts(t, dial)
 }

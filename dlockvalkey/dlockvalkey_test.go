@@ -22,18 +22,22 @@ func TestMain(m *testing.M) {
 
 // TestPromises runs the promise-level suite on valkey.
 func TestPromises(t *testing.T) {
-	promises.Run(t, func(t *testing.T, addr, password string, opts ...dlock.Option) *dlock.Client {
-		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Password: password, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rc.Close)
-		c, err := dlockvalkey.New(rc, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	})
+	t.Parallel() // a server of its own
+	promises.Run(t, dial)
+}
+
+// dial is a Client on valkey-go connected to addr, closed when t ends.
+func dial(t *testing.T, addr, password string, opts ...dlock.Option) *dlock.Client {
+	rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Password: password, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	c, err := dlockvalkey.New(rc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // TestNilClient: a nil client is an error, not a panic.
@@ -48,6 +52,7 @@ func TestNilClient(t *testing.T) {
 
 // TestPromisesCluster runs the Cluster's promises on valkey.
 func TestPromisesCluster(t *testing.T) {
+	t.Parallel() // servers of their own
 	promises.RunCluster(t, func(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Client {
 		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, DisableCache: true})
 		if err != nil {
@@ -64,6 +69,7 @@ func TestPromisesCluster(t *testing.T) {
 
 // TestPromisesTLS runs the TLS promises on valkey.
 func TestPromisesTLS(t *testing.T) {
+	t.Parallel() // servers of their own
 	promises.RunTLS(t, func(t *testing.T, addr string, cfg *tls.Config, opts ...dlock.Option) *dlock.Client {
 		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, TLSConfig: cfg, DisableCache: true})
 		if err != nil {
@@ -80,6 +86,7 @@ func TestPromisesTLS(t *testing.T) {
 
 // TestPromisesSentinel runs the Sentinel promises on valkey.
 func TestPromisesSentinel(t *testing.T) {
+	t.Parallel() // servers of their own
 	promises.RunSentinel(t, func(t *testing.T, addrs []string, master string, opts ...dlock.Option) *dlock.Client {
 		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, Sentinel: valkey.SentinelOption{MasterSet: master}, DisableCache: true})
 		if err != nil {
@@ -92,4 +99,11 @@ func TestPromisesSentinel(t *testing.T) {
 		}
 		return c
 	})
+}
+
+// TestPromisesWithoutScripts runs the promises of WithoutScripts on valkey-go
+// (Valkey 9.0 or later; it skips elsewhere).
+func TestPromisesWithoutScripts(t *testing.T) {
+	t.Parallel() // a server of its own
+	promises.RunWithoutScripts(t, dial)
 }

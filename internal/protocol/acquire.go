@@ -41,6 +41,11 @@ type AcquireResult struct {
 	// it comes sooner, passes it on (ReleaseArgs.Void), so that such a copy
 	// takes nothing. Set with an error too.
 	Doubt int64
+	// Short, if above 0, is how long the lease taken is sure to last from
+	// when the request was sent: its first expiry, short and absolute, which
+	// bounds what a late copy can hold (a Plain backend's take). The lease
+	// begins as a grant does, lengthened to the TTL at once.
+	Short time.Duration
 	// Expired: the request reached Redis after its deadline, or after its
 	// owner ended, and changed nothing. Acquire sends a new one; a RedLock's
 	// member may answer so.
@@ -75,7 +80,7 @@ func (n *Node) Acquire(ctx context.Context, k Keys, owner string, ttl, register 
 		if rep.doubt {
 			doubt = dl
 		}
-		r, err := n.acquired(k, rep)
+		r, err := n.acquired(ctx, k, rep)
 		r.Doubt = doubt
 		if err == nil && r.Expired && tries < expiredTries && ctx.Err() == nil {
 			continue
@@ -94,7 +99,7 @@ const expiredTries = 3
 // acquire.
 func (n *Node) Reenter(ctx context.Context, k Keys, owner string, ttl time.Duration, count int, x KindArgs) (AcquireResult, error) {
 	_, dl := n.clock.deadline()
-	r, err := n.acquired(k, n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", acquireArgs(k, owner, ttl, dl, reenterMode, int64(count), x)...))
+	r, err := n.acquired(ctx, k, n.eval(ctx, n.scripts[k.Kind.acquire], k.AcquireKeys, "", acquireArgs(k, owner, ttl, dl, reenterMode, int64(count), x)...))
 	if err == nil && r.Expired {
 		// Its deadline passed on the way: the count is set again by the next
 		// re-entry or release that reaches Redis; the hold is there.
@@ -127,7 +132,7 @@ func acquireArgs(k Keys, owner string, ttl time.Duration, deadline any, mode acq
 
 // acquired decodes the reply of k's acquire script, or its error, and learns
 // the server's clock from it where it tells it.
-func (n *Node) acquired(k Keys, rep evalReply) (AcquireResult, error) {
+func (n *Node) acquired(ctx context.Context, k Keys, rep evalReply) (AcquireResult, error) {
 	var r AcquireResult
 	err := rep.err
 	if err == nil {
@@ -135,7 +140,7 @@ func (n *Node) acquired(k Keys, rep evalReply) (AcquireResult, error) {
 	}
 	if err != nil {
 		n.Failed(err)
-		return AcquireResult{}, errs.Op(nil, err, "acquire %q", k.Name)
+		return AcquireResult{}, errs.Op(nil, n.foreign(ctx, k, err), "acquire %q", k.Name)
 	}
 	if r.At > 0 {
 		n.clock.learn(r.At)

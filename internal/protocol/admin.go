@@ -63,7 +63,11 @@ func (n *Node) Strings(ctx context.Context, keys []string) ([]string, error) {
 func (n *Node) Inspect(ctx context.Context, keys []string, code string, limit int) (State, error) {
 	v, err := sliceOf(n.run(ctx, n.scripts[scriptInspect], true, keys, code, limit))
 	if err != nil {
-		return State{}, err
+		kind := map[string]*Layout{"fair": MutexKind, "rw": RWReadKind, "sem": SemKind, "latch": LatchKind}[code]
+		if kind == nil || len(keys) == 0 {
+			return State{}, err
+		}
+		return State{}, n.foreignKeys(ctx, kind, keys[0], keys, err)
 	}
 	return decodeState(v)
 }
@@ -223,7 +227,41 @@ func configValue(v any, name string) (string, bool) {
 // wait needs: it returns those the server does not run (Redis before 7.0,
 // or renamed away), and hidden if the ACL user may not send one, so that
 // the server does not tell.
+//
+// Asked for all of it (subscribe, Client.Check), it also tries EVALSHA of a
+// script no server knows, then EVALSHA_RO, which a server that runs scripts
+// for the user answers NOSCRIPT: one that refuses both (an ACL without
+// @scripting, or no Lua) is named as missing (MissingScripts). A Client's first
+// use does not ask: its first script call meets the same refusal, whose
+// error says the same (refused).
 func (n *Node) Missing(ctx context.Context, channel string, subscribe bool) (missing []string, hidden bool, err error) {
+	if missing, hidden, err = n.missingPubSub(ctx, channel, subscribe); err != nil || !subscribe {
+		return missing, hidden, err
+	}
+	for _, cmd := range []string{"evalsha", "evalsha_ro"} {
+		// A user refused EVALSHA but allowed EVALSHA_RO is one that reads
+		// (docs/acl.md's on-call user): it runs the scripts it needs.
+		_, err = n.c.Do(ctx, cmd, probeSHA, 0)
+		switch {
+		case err == nil, noScript(err):
+			return missing, hidden, nil
+		case noPerm(err), unknownCommand(err):
+		default:
+			return nil, false, errs.Op(nil, err, "%s", cmd)
+		}
+	}
+	return append(missing, MissingScripts), hidden, nil
+}
+
+// probeSHA is the SHA1 of no script: EVALSHA of it runs nothing.
+const probeSHA = "0000000000000000000000000000000000000000"
+
+// MissingScripts is what Missing names when the server runs no script for
+// the user.
+const MissingScripts = "scripts (EVALSHA)"
+
+// missingPubSub is Missing's SPUBLISH and SSUBSCRIBE.
+func (n *Node) missingPubSub(ctx context.Context, channel string, subscribe bool) (missing []string, hidden bool, err error) {
 	_, err = n.c.Do(ctx, "spublish", channel, "")
 	switch {
 	case err == nil:

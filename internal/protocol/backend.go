@@ -201,6 +201,13 @@ type Traits struct {
 	// Release sent it, without asking again (not so if acquisitions must
 	// wait for replicas, or if the release only tells).
 	GrantWake bool
+	// WakeAll: a release wakes every waiter of the lock, in every Client,
+	// with "*" on the lock's channel stem (Keys.Channel), where waiters
+	// listen, for it cannot know who waits; otherwise each Client listens on
+	// a channel of its own.
+	WakeAll bool
+	// NoScripts: the backend sends no script (dlock.WithoutScripts).
+	NoScripts bool
 	// Slow is how long a request may take by design beyond its round trip:
 	// a WAIT's timeout, a RedLock's per-node timeout.
 	Slow time.Duration

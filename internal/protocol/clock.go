@@ -42,6 +42,11 @@ func (c *serverClock) learn(serverMicros int64) {
 	}
 }
 
+// now returns the server's time as c knows it, in ms.
+func (c *serverClock) now() int64 {
+	return time.Now().UnixMilli() + c.offset.Load()
+}
+
 // deadline returns the deadline of a request sent now, in the server's
 // milliseconds, and the same as a script argument.
 func (c *serverClock) deadline() (int64, any) {

@@ -44,7 +44,7 @@ func (n *Node) Leader(ctx context.Context, k Keys) (LeaderState, error) {
 	v, err := sliceOf(n.run(ctx, n.scripts[ScriptLeader], true, []string{k.AcquireKeys[0], LeaderKey(k)}))
 	if err != nil {
 		n.Failed(err)
-		return LeaderState{}, errs.Op(nil, err, "read the leader of %q", k.Name)
+		return LeaderState{}, errs.Op(nil, n.foreign(ctx, k, err), "read the leader of %q", k.Name)
 	}
 	st, err := decodeLeader(v)
 	if err != nil {
@@ -82,7 +82,7 @@ func (n *Node) Proclaim(ctx context.Context, k Keys, owner string, term int64, s
 		owner, term, strconv.FormatUint(seq, 10), value).Int64()
 	if err != nil {
 		n.Failed(err)
-		return 0, errs.Op(nil, err, "proclaim %q", k.Name)
+		return 0, errs.Op(nil, n.foreign(ctx, k, err), "proclaim %q", k.Name)
 	}
 	return code, nil
 }

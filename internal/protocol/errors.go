@@ -36,7 +36,19 @@ func refused(err error) error {
 		strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") {
 		return errs.Op(nil, err, "Redis refuses the client: no password or a wrong one (the Redis client's username and password: go-redis's Options.Username and Password)")
 	}
+	if scriptsRefused(msg) {
+		return errs.Op(nil, err, "Redis runs no script for this user (an ACL without @scripting, or a server without Lua): a Client made with dlock.WithoutScripts() sends none (it needs Valkey 9.0 or later)")
+	}
 	return err
+}
+
+// scriptsRefused reports whether msg, an error reply, refuses a script
+// call itself: the ACL user may not send EVALSHA or EVAL, or the server
+// does not know them.
+func scriptsRefused(msg string) bool {
+	m := strings.ToLower(msg)
+	return (strings.HasPrefix(m, "noperm") || strings.HasPrefix(m, "err unknown command")) &&
+		(strings.Contains(m, "'evalsha'") || strings.Contains(m, "'eval'"))
 }
 
 // noScript reports whether err is the server's answer to an EVALSHA of a

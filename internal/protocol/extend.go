@@ -169,7 +169,7 @@ func (n *Node) TTL(ctx context.Context, k Keys, owner string) (left time.Duratio
 	ms, err := int64Of(n.run(ctx, n.scripts[scriptTTL], false, k.leaseKeys[:1], owner, k.Kind.leaseIn.arg()))
 	switch {
 	case err != nil:
-		return 0, 0, errs.Op(nil, err, "ttl %q", k.Name)
+		return 0, 0, errs.Op(nil, n.foreign(ctx, k, err), "ttl %q", k.Name)
 	case ms == ttlOther:
 		return 0, CodeOther, nil
 	case ms == ttlGone:

@@ -15,7 +15,7 @@ type Keys struct {
 	Kind    *Layout
 	Name    string // as the caller gave it
 	Tag     string // prefix, namespace and {hash tag}: the stem of every key and channel
-	Channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id
+	Channel string // the stem of the wake-up channels; a Client listens on channel + ":" + its id, or on the stem where a release wakes every waiter (Traits.WakeAll)
 	// channelArg is channel as a script argument, boxed once.
 	channelArg                          any
 	AcquireKeys, releaseKeys, leaseKeys []string

@@ -87,7 +87,7 @@ func (n *Node) Release(ctx context.Context, k Keys, a ReleaseArgs) (Released, er
 	code, err := rep.Int64()
 	if err != nil {
 		n.Failed(err)
-		return Released{}, errs.Op(nil, err, "release %q", k.Name)
+		return Released{}, errs.Op(nil, n.foreign(ctx, k, err), "release %q", k.Name)
 	}
 	return Released{Code: code, Retried: rep.retried}, nil
 }

@@ -31,7 +31,7 @@ func (n *Node) Semaphore(ctx context.Context, k Keys, id string, mode SemMode, t
 	v, err := int64Of(n.run(ctx, n.scripts[k.Kind.release], false, k.releaseKeys,
 		id, k.channelArg, string(mode), 0, total, remnantTTLArg))
 	if err != nil {
-		return 0, errs.Op(nil, err, "semaphore %q", k.Name)
+		return 0, errs.Op(nil, n.foreign(ctx, k, err), "semaphore %q", k.Name)
 	}
 	return v, nil
 }
@@ -57,7 +57,7 @@ func (n *Node) SemTotal(ctx context.Context, k Keys) (SemTotal, error) {
 		}
 		v, err := int64Of(c.Reply, c.Err)
 		if err != nil {
-			return SemTotal{}, errs.Op(nil, err, "total of semaphore %q", k.Name)
+			return SemTotal{}, errs.Op(nil, n.foreign(ctx, k, err), "total of semaphore %q", k.Name)
 		}
 		st.Total = v
 		return st, nil
@@ -75,7 +75,7 @@ func (n *Node) Latch(ctx context.Context, k Keys, id string, mode LatchMode, cou
 	v, err := int64Of(n.run(ctx, n.scripts[scriptLatch], false, []string{k.Tag, k.Tag + latchOpenedSuffix},
 		string(mode), LatchChannel(k), count, id, remnantTTLArg))
 	if err != nil {
-		return 0, errs.Op(nil, err, "latch %q", k.Name)
+		return 0, errs.Op(nil, n.foreign(ctx, k, err), "latch %q", k.Name)
 	}
 	return v, nil
 }
@@ -102,7 +102,7 @@ func (n *Node) LatchCount(ctx context.Context, k Keys) (int64, error) {
 		r, err = n.c.Do(ctx, "get", k.Tag)
 	}
 	if err != nil {
-		return 0, errs.Op(nil, err, "count of latch %q", k.Name)
+		return 0, errs.Op(nil, n.foreign(ctx, k, err), "count of latch %q", k.Name)
 	}
 	if r == nil {
 		return 0, nil

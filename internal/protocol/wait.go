@@ -125,7 +125,7 @@ func (w *WaitNode) runAcquireWaited(ctx context.Context, k Keys, args []any) (r 
 		}
 	}
 	if err != nil {
-		return AcquireResult{}, doubt, errs.Op(nil, err, "acquire %q", k.Name)
+		return AcquireResult{}, doubt, errs.Op(nil, w.foreign(ctx, k, err), "acquire %q", k.Name)
 	}
 	if r.At > 0 {
 		w.clock.learn(r.At)

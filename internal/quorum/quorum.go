@@ -746,9 +746,15 @@ func (q *quorum) Release(ctx context.Context, k protocol.Keys, a protocol.Releas
 	if mode == protocol.ReleaseOne {
 		want = protocol.CodeHeld
 	}
+	failed := slices.ContainsFunc(replies, func(r memberReply[protocol.Released]) bool { return r.err != nil })
 	switch {
 	case ok-after >= q.need:
 		return protocol.Released{Code: want, Retried: retried}, nil
+	case ok >= q.need && failed:
+		// Too few released it to tell, and a member that did not answer
+		// may have: its answer, on a try that reaches it, decides (not a
+		// loss told from what the others show).
+		return protocol.Released{}, errs.Op(nil, q.short(ok-after, errsOf(replies)), "release %q (found free of its owner on %d)", k.Name, after)
 	case ok >= q.need:
 		// Members where the lock is free of owner with its fence still
 		// there (a retry of a release that ran, or a member the acquire

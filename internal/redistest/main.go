@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -30,7 +31,9 @@ var IgnoreDialProbe = goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/int
 // REDLOCK_ADDRS. They are stopped once the run ends. A run that passed fails
 // if it left goroutines running (IgnoreDialProbe and opts excepted).
 // go-redis's log is kept out of the output; a run that failed prints its
-// last lines.
+// last lines. Unless -parallel is given, parallel tests run 8 at a time with
+// -short and 4 without (README's command), not one per CPU: they mostly wait
+// for servers, TTLs and faults, not for a CPU.
 func Main(m *testing.M, servers int, opts ...goleak.Option) {
 	os.Exit(run(m, servers, opts))
 }
@@ -67,6 +70,7 @@ func run(m *testing.M, servers int, opts []goleak.Option) int {
 			os.Setenv(EnvRedLockAddrs, strings.Join(addrs, ","))
 		}
 	}
+	defaultParallel()
 	code := m.Run()
 	stop() // before the search for leaks: each server has a goroutine waiting for it
 	if code != 0 {
@@ -78,4 +82,20 @@ func run(m *testing.M, servers int, opts []goleak.Option) int {
 		return 1
 	}
 	return 0
+}
+
+// defaultParallel sets -test.parallel, if the command line did not: 8 with
+// -short, else 4.
+func defaultParallel() {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if given {
+		return
+	}
+	n := "4"
+	if testing.Short() {
+		n = "8"
+	}
+	_ = flag.Set("test.parallel", n)
 }

@@ -328,6 +328,40 @@ func (r *Renewer) Retire(t *Term) time.Duration {
 	return t.ttl
 }
 
+// Landed waits, for at most ctx, until no renewal or Extend of t is in
+// flight, if a release on r's backend refuses no late request
+// (Traits.NoScripts): there a renewal that reached Redis after the release
+// would find, and lengthen to the whole TTL, a late copy of t's acquire,
+// which writes the value the renewal expects. A retired t is never renewed
+// again, so once this returns the release that follows is the last request
+// about t. A renewal whose reply is overdue (stalled) stops the wait too.
+func (r *Renewer) Landed(ctx context.Context, t *Term) {
+	if !r.backend.Traits().NoScripts {
+		return
+	}
+	r.mu.Lock()
+	if r.quiet(ctx, t) {
+		r.mu.Unlock()
+	}
+}
+
+// quiet waits, with r.mu held, until no renewal or Extend of t is in flight
+// or t has ended. It returns true with r.mu held; false, with it released,
+// if ctx ended first.
+func (r *Renewer) quiet(ctx context.Context, t *Term) bool {
+	for t.busy != nil && !t.ended {
+		done := t.busy
+		r.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return false
+		}
+		r.mu.Lock()
+	}
+	return true
+}
+
 // End ends t with cause, once, and reports whether it did. report, if not
 // nil, runs before Done closes, so that whoever sees Done closed also sees
 // what report recorded.
@@ -369,15 +403,8 @@ func (r *Renewer) lost(t *Term, err error) {
 // TTLs from then on, which holds whether or not Redis ran it.
 func (r *Renewer) Extend(ctx context.Context, t *Term, ttl time.Duration) error {
 	r.mu.Lock()
-	for t.busy != nil && !t.ended {
-		done := t.busy
-		r.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return errs.Op(nil, context.Cause(ctx), "extend %q", t.K.Name)
-		}
-		r.mu.Lock()
+	if !r.quiet(ctx, t) {
+		return errs.Op(nil, context.Cause(ctx), "extend %q", t.K.Name)
 	}
 	if t.ended {
 		r.mu.Unlock()

@@ -20,6 +20,8 @@ import (
 type backend struct {
 	protocol.Backend
 
+	traits protocol.Traits // set before the renewer is made
+
 	mu     sync.Mutex
 	delay  time.Duration
 	hang   bool
@@ -62,7 +64,7 @@ func (b *backend) ExtendAll(ctx context.Context, calls [][]protocol.ExtendItem, 
 
 func (b *backend) ShardOf(context.Context, string) (string, error) { return "", nil }
 func (b *backend) Group(string) int                                { return 0 }
-func (b *backend) Traits() protocol.Traits                         { return protocol.Traits{} }
+func (b *backend) Traits() protocol.Traits                         { return b.traits }
 
 func (b *backend) set(f func(b *backend)) {
 	b.mu.Lock()
@@ -245,4 +247,36 @@ func TestRenewDatedFromRequest(t *testing.T) {
 			t.Errorf("deadline %v after the lease began, want %v: a TTL less the drift allowance after the renewal was sent", got, want)
 		}
 	})
+}
+
+// TestLanded: on a backend whose release refuses no late request
+// (NoScripts), Landed waits for a renewal on its way, and returns at once
+// when none is; elsewhere it never waits.
+func TestLanded(t *testing.T) {
+	for _, noScripts := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			b, ev := &backend{codes: map[string]int64{}, traits: protocol.Traits{NoScripts: noScripts}}, &events{lost: map[string]time.Time{}}
+			r := New(b, slog.New(slog.DiscardHandler), ev)
+			defer r.Stop()
+			const ttl, delay = 3 * time.Second, 300 * time.Millisecond
+			b.set(func(b *backend) { b.delay = delay })
+			tm := begin(t, r, 1, ttl)[0]
+			time.Sleep(timing.RenewEvery(ttl) + 10*time.Millisecond) // the renewal is on its way
+			r.Retire(tm)
+			start := time.Now()
+			r.Landed(context.Background(), tm)
+			waited := time.Since(start)
+			if want := delay - 10*time.Millisecond; noScripts && waited != want {
+				t.Errorf("NoScripts: Landed returned after %v, not when the renewal's reply came (%v)", waited, want)
+			}
+			if !noScripts && waited != 0 {
+				t.Errorf("with scripts: Landed waited %v", waited)
+			}
+			start = time.Now()
+			r.Landed(context.Background(), tm)
+			if waited := time.Since(start); waited != 0 {
+				t.Errorf("NoScripts %v: Landed waited %v with no renewal on its way", noScripts, waited)
+			}
+		})
+	}
 }

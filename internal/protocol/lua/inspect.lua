@@ -36,10 +36,10 @@ local holders, waiters = {}, {}
 if kind == 'latch' then
   -- HGET fails on a string (a latch an earlier version armed), which GET
   -- reads: no command but those the other kinds use, so the same read-only
-  -- user reads every kind.
+  -- user reads every kind. GET raises WRONGTYPE on a key of another type.
   local count = redis.pcall('HGET', KEYS[1], 'count')
   if type(count) == 'table' then
-    count = redis.pcall('GET', KEYS[1])
+    count = redis.call('GET', KEYS[1])
   end
   if type(count) ~= 'string' then
     count = '0'

@@ -307,7 +307,9 @@ local function st_read(key, v)
     return nil
   end
   local s = st_parse(v)
-  if not s then
+  if not s and string.sub(v, 1, 3) == 'p1|' then
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds a lock of a Client made with dlock.WithoutScripts(): a name is used in one mode, by every Client'})
+  elseif not s then
     error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
   end
   return s

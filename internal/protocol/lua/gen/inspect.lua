@@ -46,7 +46,9 @@ local function st_read(key, v)
     return nil
   end
   local s = st_parse(v)
-  if not s then
+  if not s and string.sub(v, 1, 3) == 'p1|' then
+    error({err = 'ERR dlock: lock key ' .. key .. ' holds a lock of a Client made with dlock.WithoutScripts(): a name is used in one mode, by every Client'})
+  elseif not s then
     error({err = 'ERR dlock: lock key ' .. key .. ' holds no lock state: another program writes under this prefix (give dlock its own with WithPrefix)'})
   end
   return s
@@ -90,10 +92,10 @@ local holders, waiters = {}, {}
 if kind == 'latch' then
   -- HGET fails on a string (a latch an earlier version armed), which GET
   -- reads: no command but those the other kinds use, so the same read-only
-  -- user reads every kind.
+  -- user reads every kind. GET raises WRONGTYPE on a key of another type.
   local count = redis.pcall('HGET', KEYS[1], 'count')
   if type(count) == 'table' then
-    count = redis.pcall('GET', KEYS[1])
+    count = redis.call('GET', KEYS[1])
   end
   if type(count) ~= 'string' then
     count = '0'
