@@ -1,8 +1,11 @@
 package gocronlock_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/gocronlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/go-co-op/gocron/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -39,6 +43,7 @@ func waitLeader(t *testing.T, e *gocronlock.Elector, bound time.Duration) {
 // TestBadInput: every misuse is an error that says what is wrong, never a
 // panic.
 func TestBadInput(t *testing.T) {
+	t.Parallel() // a server of its own
 	srv := redistest.Start(t)
 	c := newClient(t, srv)
 	closed := newClient(t, srv)
@@ -64,6 +69,17 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s, err := gocron.NewScheduler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	newJob := func(opt gocron.JobOption) func() error {
+		return func() error {
+			_, err := s.NewJob(gocron.DurationJob(time.Second), gocron.NewTask(func() {}), opt)
+			return err
+		}
+	}
 	call := func(f func() error) func() error { return f }
 	for _, tc := range []struct {
 		name string
@@ -74,6 +90,9 @@ func TestBadInput(t *testing.T) {
 		{"NewLocker zero Client", call(func() error { _, err := gocronlock.NewLocker(&dlock.Client{}); return err }), "nil or zero *dlock.Client"},
 		{"NewLocker negative min hold", call(func() error { _, err := gocronlock.NewLocker(c, gocronlock.WithMinHold(-time.Second)); return err }), "negative"},
 		{"NewLocker nil Option", call(func() error { _, err := gocronlock.NewLocker(c, nil); return err }), "nil Option"},
+		{"NewLocker nil logger", call(func() error { _, err := gocronlock.NewLocker(c, gocronlock.WithLogger(nil)); return err }), "WithLogger(nil)"},
+		{"AlignedStart zero interval", newJob(gocronlock.AlignedStart(0)), "AlignedStart(0s): the interval must be positive"},
+		{"AlignedStart negative interval", newJob(gocronlock.AlignedStart(-time.Minute)), "AlignedStart(-1m0s): the interval must be positive"},
 		{"Lock nil Locker", call(func() error { _, err := nilLocker.Lock(ctx, "job"); return err }), "nil or zero Locker"},
 		{"Lock zero Locker", call(func() error { _, err := (&gocronlock.Locker{}).Lock(ctx, "job"); return err }), "nil or zero Locker"},
 		{"Lock nil context", call(func() error { _, err := locker.Lock(nilCtx, "job"); return err }), "nil context"},
@@ -135,6 +154,7 @@ func TestBadInput(t *testing.T) {
 // until then (Close waits for it, and the lock is free once Close has
 // returned); a run that ends after it releases the lock at once.
 func TestLockerMinHold(t *testing.T) {
+	t.Parallel() // a server of its own
 	srv := redistest.Start(t)
 	c := newClient(t, srv)
 	ctx := context.Background()
@@ -188,6 +208,7 @@ func TestLockerMinHold(t *testing.T) {
 // TTL/2 (it would take the TTL if the leadership ran out instead). The
 // other is not the leader until then.
 func TestElectorCloseHandsOver(t *testing.T) {
+	t.Parallel() // a server of its own
 	srv := redistest.Start(t)
 	const ttl = 30 * time.Second
 	c1, c2 := newClient(t, srv, dlock.WithTTL(ttl)), newClient(t, srv, dlock.WithTTL(ttl))
@@ -234,6 +255,7 @@ func TestElectorCloseHandsOver(t *testing.T) {
 // TestElectorClientClosed: closing the dlock Client ends the leadership and
 // the Elector's campaign: IsLeader says why, and Close returns.
 func TestElectorClientClosed(t *testing.T) {
+	t.Parallel() // a server of its own
 	srv := redistest.Start(t)
 	c := newClient(t, srv)
 	e, err := gocronlock.NewElector(c.Election("closing"), "one")
@@ -249,5 +271,144 @@ func TestElectorClientClosed(t *testing.T) {
 	}
 	if err := e.Close(); err != nil {
 		t.Fatalf("Close after the Client's: %v", err)
+	}
+}
+
+// TestLockerWarnsOnce: a Locker logs one warning, at the first refusal
+// that came within the min hold of the job's last firing here, naming the
+// job and the min hold; later refusals log nothing, of that job or
+// another, and their errors say why. A refusal of a job not fired here
+// before, or fired longer than the min hold ago (the run that holds its
+// lock is still going), is not put down to the min hold.
+func TestLockerWarnsOnce(t *testing.T) {
+	t.Parallel() // a server of its own
+	srv := redistest.Start(t)
+	c := newClient(t, srv)
+	ctx := context.Background()
+	newLocker := func(d time.Duration) (*gocronlock.Locker, *bytes.Buffer) {
+		t.Helper()
+		var buf bytes.Buffer
+		l, err := gocronlock.NewLocker(c, gocronlock.WithMinHold(d), gocronlock.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l, &buf
+	}
+	warnings := func(buf *bytes.Buffer) []map[string]any {
+		t.Helper()
+		var out []map[string]any
+		for line := range strings.Lines(buf.String()) {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			out = append(out, rec)
+		}
+		return out
+	}
+	refuse := func(l *gocronlock.Locker, job string, withinMinHold bool) {
+		t.Helper()
+		_, err := l.Lock(ctx, job)
+		if !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("Lock %q: %v, want ErrNotAcquired", job, err)
+		}
+		if strings.Contains(err.Error(), "min hold") != withinMinHold {
+			t.Fatalf("Lock %q: %v: want an error that says the firing was within the min hold: %v", job, err, withinMinHold)
+		}
+	}
+
+	// A run that lasts: refusals of a Locker that never fired the job, or
+	// fired it longer than its min hold ago, log nothing.
+	holder, _ := newLocker(0)
+	long, err := holder.Lock(ctx, "long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, shortLog := newLocker(100 * time.Millisecond)
+	refuse(short, "long", false)
+	time.Sleep(150 * time.Millisecond)
+	refuse(short, "long", false)
+	if err := short.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := long.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if w := warnings(shortLog); len(w) != 0 {
+		t.Fatalf("refusals not within the min hold logged %v", w)
+	}
+
+	// Runs that end at once, each fired again within the min hold.
+	l, log := newLocker(time.Second)
+	for _, job := range []string{"job", "job2"} {
+		run, err := l.Lock(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		refuse(l, job, true)
+		refuse(l, job, true)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w := warnings(log)
+	if len(w) != 1 {
+		t.Fatalf("%d records logged in 4 refusals within the min hold, want 1: %v", len(w), w)
+	}
+	msg, _ := w[0]["msg"].(string)
+	if w[0]["level"] != "WARN" || w[0]["job"] != "job" || w[0]["min_hold"] != "1s" ||
+		!strings.Contains(msg, "interval") || !strings.Contains(msg, "alignment") {
+		t.Fatalf("the warning %v: want level WARN, job \"job\", min_hold \"1s\", and a message that says to check the interval and the alignment", w[0])
+	}
+}
+
+// TestAlignedStart: a DurationJob started with AlignedStart fires first on
+// a multiple of its interval, the first one after the scheduler started
+// (or the job was added to a running scheduler), whatever the interval.
+func TestAlignedStart(t *testing.T) {
+	s, err := gocron.NewScheduler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	type added struct {
+		job           gocron.Job
+		d             time.Duration
+		before, after time.Time // around the job's scheduling: Start, or NewJob once started
+	}
+	var jobs []added
+	add := func(d time.Duration) {
+		t.Helper()
+		before := time.Now()
+		j, err := s.NewJob(gocron.DurationJob(d), gocron.NewTask(func() {}), gocronlock.AlignedStart(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, added{j, d, before, time.Now()})
+	}
+	add(time.Hour)
+	add(7 * time.Minute)
+	before := time.Now()
+	s.Start()
+	after := time.Now()
+	for i := range jobs {
+		jobs[i].before, jobs[i].after = before, after
+	}
+	add(24 * time.Hour)
+	add(90 * time.Second)
+	for _, a := range jobs {
+		next, err := a.job.NextRun()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !next.Equal(next.Truncate(a.d)) || next.Before(a.before) || !next.Before(a.after.Add(a.d)) {
+			t.Errorf("interval %v: the first run at %v, not the first multiple of %v after the job was scheduled (between %v and %v)", a.d, next, a.d, a.before, a.after)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,8 @@ type Option func(*Locker) error
 // WithMinHold sets how long, at least, a Locker keeps a job's lock after the
 // run started, however soon the run ends. Choose it longer than the
 // instances' schedulers can fire the same tick apart, and shorter than the
-// job's interval less that spread (see Locker). Default: DefaultMinHold
+// job's interval less that spread (see Locker): with the default, a job
+// fired every second runs once every 5 or 6 seconds. Default: DefaultMinHold
 // (5s). 0 releases the lock when the run ends; a negative d is an error.
 func WithMinHold(d time.Duration) Option {
 	return func(l *Locker) error {
@@ -33,6 +35,21 @@ func WithMinHold(d time.Duration) Option {
 			return fmt.Errorf("gocronlock: WithMinHold(%v): negative", d)
 		}
 		l.minHold = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger of the Locker's one warning: the first time
+// an instance skips a run because it fired the job again within the min
+// hold of the job's last firing here (see Locker). Default: slog.Default(),
+// since the skip is otherwise seen only in gocron's AfterLockError; a
+// logger with slog.DiscardHandler silences it. A nil l is an error.
+func WithLogger(l *slog.Logger) Option {
+	return func(lk *Locker) error {
+		if l == nil {
+			return errors.New("gocronlock: WithLogger(nil): pass a logger, or omit the option to use slog.Default()")
+		}
+		lk.log = l
 		return nil
 	}
 }
@@ -54,6 +71,20 @@ func WithMinHold(d time.Duration) Option {
 // is longer than the min hold plus that spread, and its runs are shorter
 // than the interval.
 //
+// Two things follow, which the Locker cannot check: gocron gives it the
+// job's name only, never its schedule. Every instance must fire each tick at
+// the same instant, as far as their clocks agree: schedule the job with a
+// gocron.CronJob, or a gocron.DurationJob started on a multiple of its
+// interval (AlignedStart). A DurationJob started with its scheduler fires at
+// that instance's own phase: instances started half a second apart fire
+// every tick half a second apart, and run it twice if that is longer than
+// the min hold. And the job's interval must be longer than the min hold:
+// under the default min hold, a job fired every second runs once every 5 or
+// 6 seconds. What the Locker sees is a refusal of a firing less than the
+// min hold after the job's last firing in this instance: it says so in the
+// error (which gocron's AfterLockError listener gets), and logs a warning
+// the first time (WithLogger), naming the job and the min hold.
+//
 // Each lock is the dlock Mutex "gocron:" + the job's name, taken with
 // TryLock: an instance that finds it held skips the run (gocron's
 // AfterLockError listener is told). Its TTL is the min hold (at least
@@ -69,11 +100,14 @@ type Locker struct {
 	c       *dlock.Client
 	minHold time.Duration
 	opts    []dlock.Option // of every Mutex
+	log     *slog.Logger   // default: slog.Default()
 
 	mu      sync.Mutex
 	closed  bool
-	pending int           // locks unlocked by gocron whose min hold is still running
-	idle    chan struct{} // made by Close, closed once pending is 0
+	pending int                  // locks unlocked by gocron whose min hold is still running
+	idle    chan struct{}        // made by Close, closed once pending is 0
+	fired   map[string]time.Time // by job: when Lock was last called for it
+	warned  bool                 // the min-hold warning was logged
 }
 
 var _ gocron.Locker = (*Locker)(nil)
@@ -84,7 +118,11 @@ func NewLocker(c *dlock.Client, opts ...Option) (*Locker, error) {
 	if c == nil || c.ID() == "" {
 		return nil, errors.New("gocronlock: NewLocker: nil or zero *dlock.Client; make one with dlock.New")
 	}
-	l := &Locker{c: c, minHold: DefaultMinHold}
+	l := &Locker{
+		c: c, minHold: DefaultMinHold,
+		log:   slog.Default(),
+		fired: make(map[string]time.Time),
+	}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("gocronlock: NewLocker: nil Option")
@@ -103,6 +141,10 @@ func NewLocker(c *dlock.Client, opts ...Option) (*Locker, error) {
 // instance holds it, the error matches dlock.ErrNotAcquired and gocron
 // skips the run. ctx bounds the attempt only. The returned Lock's Unlock
 // releases it once the min hold has passed since Lock returned.
+//
+// If the job was fired here (Lock was called for key) less than the min hold
+// before, a refusal is put down to the min hold: the error says so, and the
+// first such refusal of the Locker is logged as a warning.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	switch {
 	case l == nil || l.c == nil:
@@ -112,14 +154,24 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	case key == "":
 		return nil, errors.New("gocronlock: lock: empty job name")
 	}
+	now := time.Now()
 	l.mu.Lock()
 	closed := l.closed
+	last, seen := l.fired[key]
+	if !closed {
+		l.fired[key] = now
+	}
 	l.mu.Unlock()
 	if closed {
 		return nil, fmt.Errorf("gocronlock: lock %q: %w", key, errLockerClosed)
 	}
 	lease, err := l.c.Mutex(namePrefix+key, l.opts...).TryLock(ctx)
 	if err != nil {
+		if since := now.Sub(last); seen && since < l.minHold && errors.Is(err, dlock.ErrNotAcquired) {
+			l.warnMinHold(key, since)
+			return nil, fmt.Errorf("gocronlock: lock job %q, fired %v after its last firing here, within the min hold of %v: %w",
+				key, since.Round(time.Millisecond), l.minHold, err)
+		}
 		return nil, fmt.Errorf("gocronlock: lock job %q: %w", key, err)
 	}
 	// Redis granted the lock before this instant, so holding it until
@@ -129,6 +181,22 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 }
 
 var errLockerClosed = errors.New("the Locker is closed")
+
+// warnMinHold logs, the first time only, that job was refused its lock
+// since after it fired again within the min hold.
+func (l *Locker) warnMinHold(job string, since time.Duration) {
+	l.mu.Lock()
+	first := !l.warned
+	l.warned = true
+	l.mu.Unlock()
+	if !first {
+		return
+	}
+	l.log.Warn("gocronlock: a run was skipped because the job fired again within the min hold of its last firing; check the job's interval and its alignment (logged once)",
+		"job", job, "min_hold", l.minHold.String(), "fired_after", since.Round(time.Millisecond).String(),
+		"interval", "must be longer than the min hold (gocronlock.WithMinHold), or every firing within the min hold of a run is skipped",
+		"alignment", "every instance must fire each tick at the same instant: a gocron.CronJob, or a DurationJob started on a multiple of its interval (gocronlock.AlignedStart)")
+}
 
 // Close waits until the lock of every run that ended has been released,
 // each once its min hold has passed, and makes later Locks fail. It does not

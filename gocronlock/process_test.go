@@ -1,12 +1,16 @@
 package gocronlock_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/gocronlock"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -20,18 +24,39 @@ var (
 const lockerTicks = 3
 
 // lockerRuns runs three Locker workers with min hold d on the schedule
-// above and returns how many times each tick ran. Every instance fired
-// every tick: each either ran it or was refused the lock.
+// above and returns how many times each tick ran.
 func lockerRuns(t *testing.T, d time.Duration) []int {
+	return runLockers(t, params{
+		Schedule: startAt, MinHold: d, Interval: lockerInterval, Ticks: lockerTicks,
+	}, lockerOffsets).counts
+}
+
+// lockerResult is what the Locker workers of runLockers did.
+type lockerResult struct {
+	counts  []int                       // by tick: runs
+	refused map[string]int              // by instance: ticks it was refused the lock of
+	logs    map[string][]map[string]any // by instance: its Locker's log records
+}
+
+// runLockers runs a Locker worker with p (its Base, Name, Job, Addr and
+// LogFile set here) for each offset, and returns what they did. Every
+// instance fired every tick: each either ran it or was refused the lock.
+// Runs and refusals before tick 0 (of a schedule that fires before its
+// first tick) are left out.
+func runLockers(t *testing.T, p params, offsets []time.Duration) lockerResult {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	base := time.Now().Add(2 * time.Second) // after the workers have started
+	dir := t.TempDir()
+	// After the workers have started, a multiple of the interval (the
+	// aligned and cron schedules fire on those).
+	p.Base = time.Now().Add(2*time.Second + p.Interval).Truncate(p.Interval)
+	p.Addr, p.Job = srv.Addr, "report"
 	var ws []*proc
-	for i, off := range lockerOffsets {
-		ws = append(ws, startWorker(t, "locker", params{
-			Addr: srv.Addr, Name: fmt.Sprintf("instance%d", i), Job: "report",
-			MinHold: d, Base: base, Offset: off, Interval: lockerInterval, Ticks: lockerTicks,
-		}, false))
+	for i, off := range offsets {
+		q := p
+		q.Name, q.Offset = fmt.Sprintf("instance%d", i), off
+		q.LogFile = filepath.Join(dir, q.Name+".log")
+		ws = append(ws, startWorker(t, "locker", q, false))
 	}
 	for _, w := range ws {
 		w.stop(t)
@@ -39,29 +64,60 @@ func lockerRuns(t *testing.T, d time.Duration) []int {
 	if t.Failed() {
 		t.FailNow()
 	}
-	counts := make([]int, lockerTicks)
+	r := lockerResult{counts: make([]int, p.Ticks), refused: make(map[string]int), logs: make(map[string][]map[string]any)}
 	var lines []string
-	for _, r := range runs(t, rdb) {
-		k := atoi(t, r[0])
-		if k < 0 || k >= lockerTicks {
-			t.Fatalf("a run of tick %d, by %s: only ticks 0 to %d were due", k, r[1], lockerTicks-1)
+	for _, run := range runs(t, rdb) {
+		k := atoi(t, run[0])
+		if k < 0 {
+			continue
 		}
-		counts[k]++
-		lines = append(lines, r[0]+" by "+r[1])
+		if k >= int64(p.Ticks) {
+			t.Fatalf("a run of tick %d, by %s: only ticks 0 to %d were due", k, run[1], p.Ticks-1)
+		}
+		r.counts[k]++
+		lines = append(lines, run[0]+" by "+run[1])
 	}
-	fired := slices.Clone(counts)
-	for _, r := range list(t, rdb, refusedKey) {
-		if k := atoi(t, r[0]); k >= 0 && k < lockerTicks {
+	fired := slices.Clone(r.counts)
+	for _, ref := range list(t, rdb, refusedKey) {
+		if k := atoi(t, ref[0]); k >= 0 && k < int64(p.Ticks) {
 			fired[k]++
+			r.refused[ref[1]]++
 		}
 	}
-	t.Logf("min hold %v; runs, in the order Redis got them: %s; fired per tick, run or refused: %v", d, strings.Join(lines, ", "), fired)
+	for i := range offsets {
+		name := fmt.Sprintf("instance%d", i)
+		b, err := os.ReadFile(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(b)) {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("%s's log: %q: %v", name, line, err)
+			}
+			r.logs[name] = append(r.logs[name], rec)
+		}
+	}
+	hold := p.MinHold.String()
+	if p.DefaultHold {
+		hold = "the default, " + gocronlock.DefaultMinHold.String()
+	}
+	t.Logf("schedule %s, min hold %s; runs, in the order Redis got them: %s; fired per tick, run or refused: %v; refused per instance: %v",
+		p.Schedule, hold, strings.Join(lines, ", "), fired, r.refused)
 	for k, n := range fired {
-		if n != len(lockerOffsets) {
-			t.Fatalf("tick %d was fired %d times (run or refused), not once by each of the %d instances", k, n, len(lockerOffsets))
+		if n != len(offsets) {
+			t.Fatalf("tick %d was fired %d times (run or refused), not once by each of the %d instances", k, n, len(offsets))
 		}
 	}
-	return counts
+	return r
+}
+
+func sum(counts []int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 // TestLockerOncePerTick: with a min hold of 2s, three instances firing the
@@ -88,6 +144,86 @@ func TestLockerMinHoldTooShort(t *testing.T) {
 	for k, n := range counts {
 		if n > 1 {
 			t.Logf("as expected: tick %d ran %d times (runs per tick: %v)", k, n, counts)
+		}
+	}
+}
+
+// scheduleOffsets are when the schedulers of the tests below start, each
+// an interval before its offset: phases far enough apart that a
+// DurationJob started with its scheduler runs ticks twice under a min hold
+// of 0.5s (a run at phase 0 holds the lock past 0.35, not to 0.7).
+var scheduleOffsets = []time.Duration{0, 350 * time.Millisecond, 700 * time.Millisecond}
+
+// TestLockerSchedules: three instances whose schedulers started 0.35s
+// apart, each firing a job every second through a Locker with a min hold of
+// 0.5s. A CronJob, and a DurationJob started with AlignedStart, fire each
+// tick at the same instant in every instance: each second runs once. A
+// DurationJob started with its scheduler fires at each instance's own
+// phase, up to 0.7s apart, longer than the min hold: some seconds run
+// twice.
+func TestLockerSchedules(t *testing.T) {
+	redistest.Full(t, "three worker processes for 5s per case")
+	t.Parallel()
+	for _, tc := range []struct {
+		schedule string
+		once     bool // each second runs once
+	}{
+		{cron, true},
+		{aligned, true},
+		{started, false},
+	} {
+		t.Run(tc.schedule, func(t *testing.T) {
+			t.Parallel()
+			const ticks = 5
+			r := runLockers(t, params{Schedule: tc.schedule, MinHold: 500 * time.Millisecond, Interval: time.Second, Ticks: ticks}, scheduleOffsets)
+			runs := sum(r.counts)
+			twice := slices.ContainsFunc(r.counts, func(n int) bool { return n > 1 })
+			switch {
+			case tc.once && twice:
+				t.Errorf("a second ran more than once (runs per second: %v)", r.counts)
+			case tc.once && runs < ticks/2:
+				t.Errorf("%d runs in %d seconds (runs per second: %v): the Locker refused most of them", runs, ticks, r.counts)
+			case !tc.once && !twice:
+				t.Errorf("every second ran at most once (runs per second: %v), though the instances fired each tick up to 0.7s apart under a min hold of 0.5s", r.counts)
+			}
+		})
+	}
+}
+
+// TestLockerMinHoldWarning: a CronJob every second under the default min
+// hold of 5s runs at most twice in 6 seconds (its lock is kept 5s after
+// each run starts), and each instance's Locker logs one warning, at its
+// first skip within the min hold, naming the min hold and what to check,
+// though it skipped more than once.
+func TestLockerMinHoldWarning(t *testing.T) {
+	redistest.Full(t, "three worker processes for 6s and the 5s min hold")
+	t.Parallel()
+	const ticks = 6
+	r := runLockers(t, params{Schedule: cron, DefaultHold: true, Interval: time.Second, Ticks: ticks}, scheduleOffsets)
+	if runs := sum(r.counts); runs > 2 {
+		t.Errorf("%d runs in %d seconds (runs per second: %v), under a min hold of 5s", runs, ticks, r.counts)
+	}
+	for i := range scheduleOffsets {
+		name := fmt.Sprintf("instance%d", i)
+		if r.refused[name] < 2 {
+			t.Errorf("%s was refused %d times: too few to tell one warning from one per refusal", name, r.refused[name])
+		}
+		var warnings []map[string]any
+		for _, rec := range r.logs[name] {
+			if rec["level"] == "WARN" {
+				warnings = append(warnings, rec)
+			}
+		}
+		if len(warnings) != 1 {
+			t.Errorf("%s logged %d warnings in %d refusals, want 1: %v", name, len(warnings), r.refused[name], warnings)
+			continue
+		}
+		w := warnings[0]
+		msg, _ := w["msg"].(string)
+		if w["job"] != "report" || w["min_hold"] != gocronlock.DefaultMinHold.String() ||
+			!strings.Contains(msg, "interval") || !strings.Contains(msg, "alignment") ||
+			!strings.Contains(fmt.Sprint(w["alignment"]), "CronJob") {
+			t.Errorf("%s's warning does not name the job, the min hold (%v), the interval and the alignment: %v", name, gocronlock.DefaultMinHold, w)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -42,9 +43,14 @@ type params struct {
 	Name string // the instance, as recorded in its runs
 	Job  string // the job's name (and so its lock's), or the Election's
 
-	// The Locker's worker: its job fires first at Base+Offset, then every
-	// Interval, Ticks times; tick k was due at Base+k×Interval.
+	// The Locker's worker: its job fires every Interval, Ticks times, on
+	// Schedule (see lockerWorker); tick k was due at Base+k×Interval. Its
+	// Locker has min hold MinHold, or the default if DefaultHold, and logs
+	// to LogFile, as JSON lines.
 	MinHold          time.Duration
+	DefaultHold      bool
+	LogFile          string
+	Schedule         string
 	Base             time.Time
 	Offset, Interval time.Duration
 	Ticks            int
@@ -78,6 +84,24 @@ func runWorker(role string) int {
 	return 0
 }
 
+// The Locker worker's schedules.
+const (
+	// startAt: a DurationJob that fires first at Base+Offset
+	// (gocron.WithStartDateTime), then every Interval.
+	startAt = "start-at"
+	// started: a DurationJob whose scheduler starts at
+	// Base+Offset-Interval: it fires at Base+Offset, then every Interval,
+	// as in a service started then.
+	started = "started"
+	// aligned: as started, with AlignedStart: it fires at Base, then every
+	// Interval (Base is a multiple of Interval).
+	aligned = "aligned"
+	// cron: a CronJob every second (Interval is 1s), its scheduler started
+	// at Base+Offset-Interval: it fires at Base, then every second (Base is
+	// a whole second).
+	cron = "cron"
+)
+
 // lockerWorker fires the job p.Ticks times through a Locker, recording
 // "tick instance" for each run, and exits once its last tick has fired and
 // its locks are released.
@@ -87,7 +111,19 @@ func lockerWorker(rdb *redis.Client, p params) error {
 		return err
 	}
 	defer c.Close()
-	locker, err := gocronlock.NewLocker(c, gocronlock.WithMinHold(p.MinHold))
+	opts := []gocronlock.Option{gocronlock.WithMinHold(p.MinHold)}
+	if p.DefaultHold {
+		opts = nil
+	}
+	if p.LogFile != "" {
+		f, err := os.Create(p.LogFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		opts = append(opts, gocronlock.WithLogger(slog.New(slog.NewJSONHandler(f, nil))))
+	}
+	locker, err := gocronlock.NewLocker(c, opts...)
 	if err != nil {
 		return err
 	}
@@ -97,6 +133,9 @@ func lockerWorker(rdb *redis.Client, p params) error {
 	}
 	record := func(key string) error {
 		tick := time.Since(p.Base) / p.Interval
+		if time.Now().Before(p.Base) {
+			tick = -1
+		}
 		return rdb.RPush(context.Background(), key, fmt.Sprintf("%d %s", tick, p.Name)).Err()
 	}
 	refused := gocron.AfterLockError(func(_ uuid.UUID, _ string, err error) {
@@ -105,10 +144,31 @@ func lockerWorker(rdb *redis.Client, p params) error {
 		}
 		_ = record(refusedKey)
 	})
-	first := p.Base.Add(p.Offset)
-	if _, err := s.NewJob(gocron.DurationJob(p.Interval), gocron.NewTask(record, runsKey),
-		gocron.WithName(p.Job), gocron.WithStartAt(gocron.WithStartDateTime(first)),
-		gocron.WithEventListeners(refused)); err != nil {
+	// The job's definition and start option, when the scheduler starts, and
+	// when the job fires first.
+	def := gocron.DurationJob(p.Interval)
+	var startOpt []gocron.JobOption
+	start, first := p.Base.Add(p.Offset-p.Interval), p.Base.Add(p.Offset)
+	switch p.Schedule {
+	case startAt:
+		startOpt = []gocron.JobOption{gocron.WithStartAt(gocron.WithStartDateTime(first))}
+		start = time.Now()
+	case started:
+	case aligned:
+		startOpt = []gocron.JobOption{gocronlock.AlignedStart(p.Interval)}
+		first = p.Base
+	case cron:
+		if p.Interval != time.Second {
+			return fmt.Errorf("a cron schedule with interval %v: only 1s is supported", p.Interval)
+		}
+		def = gocron.CronJob("* * * * * *", true)
+		first = p.Base
+	default:
+		return fmt.Errorf("unknown schedule %q", p.Schedule)
+	}
+	time.Sleep(time.Until(start))
+	if _, err := s.NewJob(def, gocron.NewTask(record, runsKey),
+		append(startOpt, gocron.WithName(p.Job), gocron.WithEventListeners(refused))...); err != nil {
 		return err
 	}
 	s.Start()

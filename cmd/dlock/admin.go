@@ -6,6 +6,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -30,6 +32,57 @@ type conn struct {
 	cluster bool
 	prefix  string
 	timeout time.Duration
+	tls     tlsFlags
+}
+
+// tlsFlags are the TLS settings of the connection: a rediss:// URL, or any
+// of them with host:port addresses, turns TLS on.
+type tlsFlags struct {
+	on       bool
+	caCert   string // PEM file of the CA that signed the server's certificate
+	cert     string // PEM file of the client's certificate (mutual TLS)
+	key      string // its key
+	insecure bool   // no check of the server's certificate
+}
+
+// set reports whether any TLS flag was given.
+func (f *tlsFlags) set() bool {
+	return f.on || f.caCert != "" || f.cert != "" || f.key != "" || f.insecure
+}
+
+// config returns the TLS configuration the flags ask for, on top of base (a
+// rediss:// URL's, which names the server), or nil if they ask for none.
+func (f *tlsFlags) config(base *tls.Config) (*tls.Config, error) {
+	if base == nil && !f.set() {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if base != nil {
+		cfg = base.Clone()
+	}
+	if f.caCert != "" {
+		pem, err := os.ReadFile(f.caCert)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca-cert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca-cert %s: no PEM certificate in it", f.caCert)
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case f.cert != "" && f.key != "":
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert, --tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	case f.cert != "" || f.key != "":
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	cfg.InsecureSkipVerify = f.insecure
+	return cfg, nil
 }
 
 // prefixEnv names the environment variable that sets --prefix when the
@@ -53,6 +106,11 @@ func (c *conn) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.cluster, "cluster", false, "--redis lists nodes of a Redis Cluster")
 	fs.StringVar(&c.prefix, "prefix", defaultPrefix(), "the `prefix` of the Clients' keys (their WithPrefix); "+prefixEnv+" sets it for every command")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long each request to Redis may take")
+	fs.BoolVar(&c.tls.on, "tls", false, "connect with TLS (implied by a rediss:// URL and by the other --tls flags)")
+	fs.StringVar(&c.tls.caCert, "tls-ca-cert", "", "a PEM `file` of the CA that signed the server's certificate (a private CA)")
+	fs.StringVar(&c.tls.cert, "tls-cert", "", "a PEM `file` of the client's certificate, for a server that asks for one (tls-auth-clients)")
+	fs.StringVar(&c.tls.key, "tls-key", "", "a PEM `file` of the client certificate's key")
+	fs.BoolVar(&c.tls.insecure, "tls-insecure", false, "do not check the server's certificate (tests only: anyone in between can read and change everything)")
 }
 
 // open connects as c says. REDIS_USERNAME and REDIS_PASSWORD log in (an
@@ -76,6 +134,9 @@ func (c *conn) open(cmd string) (*dlock.Client, func(), error) {
 			opt.Password = pass
 		}
 		opt.ReadTimeout, opt.WriteTimeout, opt.DialTimeout = c.timeout, c.timeout, c.timeout
+		if opt.TLSConfig, err = c.tls.config(opt.TLSConfig); err != nil {
+			return nil, nil, usagef("%s: %v", cmd, err)
+		}
 		rdb = redis.NewClient(opt)
 	} else {
 		addrs := strings.Split(c.redis, ",")
@@ -85,8 +146,13 @@ func (c *conn) open(cmd string) (*dlock.Client, func(), error) {
 		if c.master != "" && c.cluster {
 			return nil, nil, usagef("%s: --master and --cluster: choose one", cmd)
 		}
+		tlsConfig, err := c.tls.config(nil)
+		if err != nil {
+			return nil, nil, usagef("%s: %v", cmd, err)
+		}
 		rdb = redis.NewUniversalClient(&redis.UniversalOptions{
-			Addrs: addrs, MasterName: c.master, IsClusterMode: c.cluster,
+			TLSConfig: tlsConfig,
+			Addrs:     addrs, MasterName: c.master, IsClusterMode: c.cluster,
 			Username: user, Password: pass,
 			SentinelUsername: os.Getenv("REDIS_SENTINEL_USERNAME"), SentinelPassword: os.Getenv("REDIS_SENTINEL_PASSWORD"),
 			ReadTimeout: c.timeout, WriteTimeout: c.timeout, DialTimeout: c.timeout,
@@ -124,12 +190,13 @@ func parseKind(cmd, s string) (dlock.Kind, error) {
 	return "", usagef("%s: --kind %q: want one of %v", cmd, s, dlock.Kinds)
 }
 
-// parseFlags parses args into fs, printing its usage (with synopsis) for -h.
-// It returns the positional arguments.
+// parseFlags parses args into fs, flags before or after the positional
+// arguments (flagsFirst), printing its usage (with synopsis) for -h. It
+// returns the positional arguments.
 func parseFlags(fs *flag.FlagSet, args []string, synopsis string, stdout io.Writer) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(flagsFirst(fs, args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stdout, "Usage: %s\n\nFlags:\n", synopsis)
 			fs.SetOutput(stdout)
@@ -139,6 +206,53 @@ func parseFlags(fs *flag.FlagSet, args []string, synopsis string, stdout io.Writ
 		return nil, usagef("%s: %v (run '%s -h' for its flags)", fs.Name(), err, fs.Name())
 	}
 	return fs.Args(), nil
+}
+
+// flagsFirst returns args with the flags of fs moved before the positional
+// arguments, and "--" between them, so that fs.Parse, which stops at the
+// first argument that is not a flag, sees every flag, and fs.Args() is the
+// positional arguments in their order: people type "dlock inspect order:42
+// -json" as often as "dlock inspect -json order:42". A flag is read as
+// fs.Parse reads it: "-name" or "--name", with "=value", or else, unless it
+// is a bool flag, with the next argument as its value. "--" still ends the
+// flags: what follows it is positional, also if it starts with '-'. A flag
+// fs does not define is kept as a flag, for fs.Parse to refuse, and so is a
+// flag that wants a value and comes last, with no "--" after it, so that
+// fs.Parse says it needs one.
+func flagsFirst(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			pos = append(pos, args[i+1:]...)
+			i = len(args)
+		case len(a) < 2 || a[0] != '-':
+			pos = append(pos, a)
+		default:
+			flags = append(flags, a)
+			name := strings.TrimPrefix(a[1:], "-")
+			if strings.Contains(name, "=") {
+				continue
+			}
+			f := fs.Lookup(name)
+			if f == nil || isBoolFlag(f) {
+				continue
+			}
+			if i+1 == len(args) {
+				return flags
+			}
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return append(append(flags, "--"), pos...)
+}
+
+// isBoolFlag reports whether f takes no value, as the flag package tells.
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // oneName returns the one NAME of a command about one lock, rest its
@@ -186,7 +300,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dlock ls", flag.ContinueOnError)
 	var cn conn
 	cn.flags(fs)
-	asJSON := fs.Bool("json", false, "print one JSON object per lock, one per line")
+	asJSON := fs.Bool("json", false, "print one JSON object per lock, one per line (durations in whole milliseconds, in fields named ..._ms)")
 	rest, err := parseFlags(fs, args, "dlock ls [flags] [PATTERN]\n\nLists the locks whose names match PATTERN (a Redis glob, default *), one line each: kind, name, holders with their hold counts, the shortest TTL left, waiters, last fence. Uses SCAN, never KEYS.", stdout)
 	if err != nil || len(rest) > 1 {
 		return firstErr(err, usagef("dlock ls: one PATTERN at most, got %q", rest))
@@ -226,7 +340,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if *asJSON {
-			if err := enc.Encode(s); err != nil {
+			if err := enc.Encode(toLockJSON(s)); err != nil {
 				return err
 			}
 			continue
@@ -346,7 +460,7 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	var cn conn
 	cn.flags(fs)
 	kindS := kindFlag(fs)
-	asJSON := fs.Bool("json", false, "print the lock as one JSON object (one per line if the name has several kinds)")
+	asJSON := fs.Bool("json", false, "print the lock as one JSON object (one per line if the name has several kinds; durations in whole milliseconds, in fields named ..._ms)")
 	rest, err := parseFlags(fs, args, "dlock inspect [flags] NAME\n\nPrints everything Redis holds about the lock NAME: its holders (owner, holds, fence, since when, TTL left), its waiters in the order they will be served, the last fence; a Semaphore's permits, a CountDownLatch's count.", stdout)
 	if err != nil {
 		return err
@@ -369,7 +483,7 @@ func runInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	for i, s := range states {
 		if *asJSON {
-			if err := json.NewEncoder(stdout).Encode(s); err != nil {
+			if err := json.NewEncoder(stdout).Encode(toLockJSON(s)); err != nil {
 				return err
 			}
 			continue
@@ -428,7 +542,7 @@ func printState(w io.Writer, s *dlock.LockState) {
 		fmt.Fprintf(w, " (%d live listed)", len(s.Waiters))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "    #\tOWNER\tWANTS\tWAITING\tREGISTERED FOR")
+	fmt.Fprintln(tw, "    #\tOWNER\tWANTS\tWAITING\tREGISTRATION LEFT")
 	for i, wt := range s.Waiters {
 		wants := "lock"
 		switch {
@@ -560,8 +674,10 @@ func runPermits(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if n == 0 {
 		if before.Permits == 0 {
-			return fmt.Errorf("dlock permits: Redis holds no total for a Semaphore named %q under the prefix %q (the prefix is --prefix, else $%s): the first process to acquire it will use the permits it gave Client.Semaphore; to set one for every process: dlock permits %s N",
+			// An answer, not a failure: as leader's "nobody leads".
+			fmt.Fprintf(stdout, "Semaphore %q: no total under the prefix %q (the prefix is --prefix, else $%s): the first process to acquire it will use the permits it gave Client.Semaphore; to set one for every process: dlock permits %s N\n",
 				name, cn.prefix, prefixEnv, quoteName(name))
+			return nil
 		}
 		printPermits(stdout, before)
 		return nil

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -279,18 +281,40 @@ func TestWatchPiped(t *testing.T) {
 		done <- run(wctx, append([]string{"watch", "--kind", "Mutex", "--interval", "20ms"}, append(flags, "w")...), nil, pw, io.Discard)
 		pw.Close()
 	}()
-	lines := bufio.NewScanner(pr)
-	next := func(want ...string) string {
-		t.Helper()
-		if !lines.Scan() {
-			t.Fatalf("watch ended: %v", lines.Err())
-		}
-		for _, w := range want {
-			if !strings.Contains(lines.Text(), w) {
-				t.Fatalf("watch printed %q, want %q in it", lines.Text(), w)
+	// Every line watch prints, in order, until the test stops reading; the
+	// rest is drained, so that watch is never blocked on the pipe.
+	printed, stop := make(chan string), make(chan struct{})
+	go func() {
+		defer close(printed)
+		lines := bufio.NewScanner(pr)
+		for lines.Scan() {
+			select {
+			case printed <- lines.Text():
+			case <-stop:
 			}
 		}
-		return lines.Text()
+	}()
+	// next skips the lines printed before the state changed (a line whose
+	// rate changed, or printed just before the Lock or Unlock that follows
+	// it) and returns the first that shows all of want.
+	next := func(want ...string) string {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		last := ""
+		for {
+			select {
+			case line, ok := <-printed:
+				if !ok {
+					t.Fatalf("watch ended; its last line %q", last)
+				}
+				if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
+					return line
+				}
+				last = line
+			case <-timeout:
+				t.Fatalf("watch printed no line with %q within 5s; its last %q", want, last)
+			}
+		}
 	}
 	next("holders=-", "handoffs=0")
 	l, err := c.Mutex("w").Lock(ctx)
@@ -307,8 +331,8 @@ func TestWatchPiped(t *testing.T) {
 	next("holders="+owner(t, c, dlock.KindMutex, "w"), "handoffs=2")
 	l2.Unlock(ctx)
 	next("holders=-")
+	close(stop)
 	cancel()
-	go io.Copy(io.Discard, pr)
 	if err := <-done; err != nil {
 		t.Errorf("watch: %v", err)
 	}
@@ -578,10 +602,70 @@ func TestPermitsCommand(t *testing.T) {
 	if v, _ := rdb.Get(ctx, "dlock:sem:{pool}:total").Result(); v != "3" {
 		t.Errorf("total in Redis after bad input: %q, want 3", v)
 	}
-	if _, err := permits("nothing"); err == nil || !strings.Contains(err.Error(), `no total for a Semaphore named "nothing" under the prefix "dlock:"`) {
-		t.Errorf("permits of a Semaphore Redis holds nothing of: %v", err)
+}
+
+// TestTLS: a lock held through a TLS connection to a server whose
+// certificate a private CA signed, and which asks for client certificates,
+// is listed and force-released by the commands over TLS, given by a
+// rediss:// URL or by --tls-* flags with host:port. Without the CA the
+// command fails saying to give it; a half-given client certificate is a
+// usage error.
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ts := redistest.StartTLSFiles(t, true)
+	rdb := redis.NewClient(&redis.Options{Addr: ts.Addr, TLSConfig: ts.Config})
+	t.Cleanup(func() { rdb.Close() })
+	c := newLockClient(t, rdb, dlock.WithTTL(2*time.Second)) // renewed, so told of the release, every 2/3 s
+	l, err := c.Mutex("over-tls").Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if keys := rdb.Keys(ctx, "*nothing*").Val(); len(keys) != 0 {
-		t.Errorf("keys written by reading a total: %q", keys)
+	holder := owner(t, c, dlock.KindMutex, "over-tls")
+	certs := []string{"--tls-ca-cert", ts.CAFile, "--tls-cert", ts.CertFile, "--tls-key", ts.KeyFile}
+	for _, redisFlag := range []string{"rediss://" + ts.Addr, ts.Addr} {
+		args := append([]string{"ls", "--redis", redisFlag}, certs...)
+		out, err := runCmd(t, "", args...)
+		if err != nil || !strings.Contains(out, "over-tls") || !strings.Contains(out, holder) {
+			t.Errorf("dlock %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	// A host that does not trust the CA is told what to give.
+	_, err = runCmd(t, "", "ls", "--redis", "rediss://"+ts.Addr, "--tls-cert", ts.CertFile, "--tls-key", ts.KeyFile)
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); !ok || !strings.Contains(err.Error(), "--tls-ca-cert FILE") {
+		t.Errorf("ls without the CA: %v, want the unknown authority and the --tls-ca-cert hint", err)
+	}
+	// --tls-insecure skips the check (the server still wants a certificate).
+	if _, err := runCmd(t, "", "ls", "--redis", ts.Addr, "--tls-insecure", "--tls-cert", ts.CertFile, "--tls-key", ts.KeyFile); err != nil {
+		t.Errorf("ls --tls-insecure: %v", err)
+	}
+	// A server that asks for a client certificate refuses a client without.
+	if _, err := runCmd(t, "", "ls", "--redis", ts.Addr, "--tls-ca-cert", ts.CAFile); err == nil {
+		t.Error("ls without a client certificate succeeded on a server that asks for one")
+	}
+	var ue *usageError
+	for _, half := range [][]string{{"--tls-cert", ts.CertFile}, {"--tls-key", ts.KeyFile}} {
+		_, err := runCmd(t, "", append([]string{"ls", "--redis", ts.Addr}, half...)...)
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "go together") {
+			t.Errorf("ls %v: %v, want a usage error", half, err)
+		}
+	}
+	if _, err := runCmd(t, "", "ls", "--redis", ts.Addr, "--tls-ca-cert", filepath.Join(t.TempDir(), "none.pem")); !errors.As(err, &ue) {
+		t.Errorf("ls with a missing CA file: %v, want a usage error", err)
+	}
+
+	// The lock is released over TLS as by any connection: its holder hears.
+	args := append([]string{"release", "--force", "-y", "--redis", "rediss://" + ts.Addr}, append(certs, "over-tls")...)
+	if out, err := runCmd(t, "", args...); err != nil {
+		t.Fatalf("dlock %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder of a lock released over TLS was not told")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLockLost) {
+		t.Errorf("the released holder's Err: %v, want ErrLockLost", l.Err())
 	}
 }

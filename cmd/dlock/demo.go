@@ -118,7 +118,7 @@ func parseDemoFlags(args []string, stdout io.Writer) (*demoConfig, error) {
 	fs.StringVar(&strategies, "strategies", strings.Join(allStrategies, ","),
 		"comma-separated `list` of strategies to run, in order: "+strings.Join(allStrategies, ", "))
 
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(flagsFirst(fs, args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printDemoUsage(stdout, fs)
 			return nil, nil
@@ -284,6 +284,9 @@ func connect(ctx context.Context, rawURL string, stderr io.Writer) (rdb *redis.C
 	}
 	if _, ok := errors.AsType[redis.Error](probeErr); ok {
 		// Something answered: it is a Redis, and it refused.
+		if err := authHint("dlock demo: Redis at "+opt.Addr, probeErr, demoLoginHint); err != probeErr {
+			return nil, "", nil, err
+		}
 		return nil, "", nil, fmt.Errorf("dlock demo: Redis at %s: %w", opt.Addr, probeErr)
 	}
 

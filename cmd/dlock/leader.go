@@ -13,29 +13,29 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// election is an election as leader prints it.
+// election is an election as leader prints it (toElectionJSON for -json).
 type election struct {
-	Name string    `json:"name"`
-	Time time.Time `json:"time"` // the Redis server's clock when it was read
+	Name string
+	Time time.Time // the Redis server's clock when it was read
 	// Leader is nil when nobody leads.
-	Leader *leader `json:"leader"`
+	Leader *leader
 	// Candidates are the live candidates in line, first to lead first (at
 	// most dlock.InspectLimit). Queued counts the entries of the line as
 	// LockState.Queued does: lapsed registrations no request has dropped yet
 	// included, and the leader's own while it leads, if a Resign or an
 	// ended term handed it the lease (it keeps its place, as a FairMutex's
 	// grantee does).
-	Candidates []dlock.Waiter `json:"candidates"`
-	Queued     int            `json:"queued"`
+	Candidates []dlock.Waiter
+	Queued     int
 }
 
 type leader struct {
-	Owner      string        `json:"owner"`
-	ClientName string        `json:"client_name,omitempty"` // as dlock.Holder's
-	Term       int64         `json:"term"`
-	Since      time.Time     `json:"since"`
-	Value      string        `json:"value"`
-	TTL        time.Duration `json:"ttl"` // what its lease has left unless renewed
+	Owner      string
+	ClientName string // as dlock.Holder's
+	Term       int64
+	Since      time.Time
+	Value      string
+	TTL        time.Duration // what its lease has left unless renewed
 }
 
 // runLeader prints who leads an election.
@@ -43,7 +43,7 @@ func runLeader(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("dlock leader", flag.ContinueOnError)
 	var cn conn
 	cn.flags(fs)
-	asJSON := fs.Bool("json", false, "print the election as one JSON object")
+	asJSON := fs.Bool("json", false, "print the election as one JSON object (durations in whole milliseconds, in fields named ..._ms)")
 	rest, err := parseFlags(fs, args, "dlock leader [flags] NAME\n\nPrints who leads the election NAME (dlock.Election): the leader's owner id, term, since when, value and TTL left; and the candidates in line, in the order they will lead.", stdout)
 	if err != nil || len(rest) != 1 {
 		return firstErr(err, usagef("dlock leader: want one NAME, got %q", rest))
@@ -58,7 +58,7 @@ func runLeader(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(el)
+		return json.NewEncoder(stdout).Encode(toElectionJSON(el))
 	}
 	printElection(stdout, el)
 	return nil
@@ -114,7 +114,7 @@ func printElection(w io.Writer, el *election) {
 		fmt.Fprintf(w, "  candidates  %d in line\n", len(el.Candidates))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "    #\tOWNER\tWAITING\tREGISTERED FOR")
+	fmt.Fprintln(tw, "    #\tOWNER\tWAITING\tREGISTRATION LEFT")
 	for i, c := range el.Candidates {
 		waiting := "-"
 		if !c.Since.IsZero() {

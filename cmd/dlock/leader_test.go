@@ -77,7 +77,14 @@ func TestLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var el election
+	var el struct {
+		Leader *struct {
+			Owner, Value string
+			Term         int64
+			Since        time.Time
+		}
+		Candidates []struct{ Owner string }
+	}
 	if err := json.Unmarshal([]byte(out), &el); err != nil {
 		t.Fatalf("-json: %v\n%s", err, out)
 	}

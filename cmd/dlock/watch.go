@@ -149,6 +149,7 @@ func (w *watcher) failed(err error) bool {
 		w.failing = false
 		return false
 	}
+	err = authHint("Redis", err, loginHint)
 	if w.tty {
 		fmt.Fprintf(w.out, "\x1b[H\x1b[2Jdlock watch: %v\n(retrying every %v)\n", err, w.every)
 	} else if !w.failing {
