@@ -60,6 +60,19 @@ func allVariants() []variant {
 	}
 }
 
+// scriptFree returns dlock's Mutex on a Client made WithoutScripts, as a
+// variant of its own, where the server at addr runs what that needs (SET …
+// IFEQ and DELIFEQ: Valkey 9.0 or later); elsewhere an error saying why.
+func scriptFree(addr string) (variant, error) {
+	v := variant{lib: "dlock", name: "noscripts", open: openDlock(dlock.WithoutScripts())}
+	lk, err := v.open(addr, nil)
+	if err != nil {
+		return v, err
+	}
+	defer lk.close()
+	return v, lk.(*dlockLocker).c.Check(context.Background())
+}
+
 // ---- dlock ----
 
 type dlockLocker struct {

@@ -184,6 +184,11 @@ func main() {
 	defer cfg.admin.Close()
 	began := time.Now()
 	vs := allVariants()
+	if v, err := scriptFree(cfg.addr); err == nil {
+		vs = append(vs, v)
+	} else {
+		fmt.Fprintln(os.Stderr, "dlock/noscripts (WithoutScripts) left out:", err)
+	}
 	var res []result
 
 	var (
