@@ -21,7 +21,7 @@
 --          met. Expires with the queue.
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
--- ARGV[3]  deadline: the server time (ms) after which this request changes
+-- ARGV[3]  deadline: the server time (ms) from which this request changes
 --          nothing (a copy whose reply was lost may reach Redis late)
 -- ARGV[4]  mode: "0" to acquire; "1" to re-enter the hold of ARGV[1], read or write,
 --          whichever it is
@@ -77,7 +77,7 @@ local me = ARGV[1]
 local t, now = server_time() -- also the arrival time of a caller queued below
 local reading = ARGV[6] == 'r'
 local void = tonumber(redis.call('HGET', KEYS[6], 'void:' .. me)) -- raises WRONGTYPE before any write
-if now > tonumber(ARGV[3]) or (void and void > now) then
+if now >= tonumber(ARGV[3]) or (void and void > now) then
   return {0, micros(t)}
 end
 

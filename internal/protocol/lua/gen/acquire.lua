@@ -41,7 +41,7 @@ end
 --          and that lapses with it
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
--- ARGV[3]  deadline: the server time (ms) after which this request changes
+-- ARGV[3]  deadline: the server time (ms) from which this request changes
 --          nothing: a copy whose reply was lost may reach Redis late, even
 --          after its owner's Unlock
 -- ARGV[4]  mode: (optional: "0" if absent) "0" to take the lock; "1" to
@@ -105,7 +105,7 @@ local v = redis.call('GET', KEYS[1])
 if ARGV[4] ~= '1' and not KEYS[4] and (not v or string.find(v, '^%d+$')) then
   if v or redis.call('EXISTS', KEYS[2]) == 0 then
     local t = redis.call('TIME')
-    if t[1] * 1000 + t[2] / 1000 > tonumber(ARGV[3]) then
+    if t[1] * 1000 + t[2] / 1000 >= tonumber(ARGV[3]) then
       return {0, t[1] * 1000000 + t[2]}
     end
     local f, n = st_fence(v and v + 0, t)
@@ -519,7 +519,7 @@ end
 
 local s = st_read(KEYS[1], v)
 local t, now = server_time()
-if now > tonumber(ARGV[3]) or (s and st_record(s, me, now)) then
+if now >= tonumber(ARGV[3]) or (s and st_record(s, me, now)) then
   return {0, micros(t)}
 end
 if ARGV[4] == '1' then

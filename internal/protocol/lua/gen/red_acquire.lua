@@ -148,7 +148,7 @@ end
 --          when the last entry would
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL in milliseconds
--- ARGV[3]  deadline: the server time (ms) after which this request changes
+-- ARGV[3]  deadline: the server time (ms) from which this request changes
 --          nothing (a copy whose reply was lost may reach Redis late)
 -- ARGV[4]  mode: "0" to take the lock; "1" to re-enter a hold of ARGV[1]
 -- ARGV[5]  register: taking, "0" not to register, else how long (ms) the caller stays
@@ -187,7 +187,7 @@ if ARGV[4] ~= '1' then
   pttl = redis.call('PTTL', KEYS[1])
   if pttl == -2 then
     local t = redis.call('TIME')
-    if t[1] * 1000 + t[2] / 1000 > tonumber(ARGV[3]) then
+    if t[1] * 1000 + t[2] / 1000 >= tonumber(ARGV[3]) then
       return {0, t[1] * 1000000 + t[2]}
     end
     if ARGV[5] ~= '0' then
@@ -267,7 +267,7 @@ end
 
 local t, now = server_time()
 local _, recs = fence_parse(redis.call('GET', KEYS[2]))
-if now > tonumber(ARGV[3]) or rec_find(recs, me, now) then
+if now >= tonumber(ARGV[3]) or rec_find(recs, me, now) then
   return {0, micros(t)}
 end
 if ARGV[4] == '1' then

@@ -251,7 +251,7 @@ end
 -- KEYS[6]  total: the total set with SetPermits, with no expiry
 -- ARGV[1]  owner: the owner id
 -- ARGV[2]  ttl: the TTL of the lease in milliseconds
--- ARGV[3]  deadline: the server time (ms) after which this request changes
+-- ARGV[3]  deadline: the server time (ms) from which this request changes
 --          nothing (a copy whose reply was lost may reach Redis late)
 -- ARGV[4]  mode: "0" (an acquisition is never a re-entry)
 -- ARGV[5]  register: "0" not to queue; "-1" not to queue either, and to have an
@@ -299,7 +299,7 @@ redis.call('HLEN', KEYS[4])
 redis.call('ZCARD', KEYS[5])
 local t, now = server_time() -- also the arrival time of a caller queued below
 local void = tonumber(redis.call('HGET', KEYS[1], 'void:' .. me))
-if now > tonumber(ARGV[3]) or (void and void > now) then
+if now >= tonumber(ARGV[3]) or (void and void > now) then
   return {0, micros(t)}
 end
 
