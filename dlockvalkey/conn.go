@@ -38,6 +38,8 @@ type conn struct {
 	loadMu   sync.Mutex              // one CLUSTER SLOTS at a time
 	batch    *rclient.Batcher        // Once's
 	lone     atomic.Bool             // a call is on the dedicated connection (once)
+	lc       loneCall                // that call, while lone is set
+	loneFn   func(valkey.DedicatedClient) error
 }
 
 var _ rclient.Client = (*conn)(nil)
@@ -58,6 +60,7 @@ func newConn(c valkey.Client) *conn {
 	}
 	cn := &conn{c: c, settings: s}
 	cn.batch = rclient.NewBatcher(cn.once, cn.onceMany)
+	cn.loneFn = cn.runLone
 	return cn
 }
 
@@ -88,16 +91,30 @@ func (c *conn) Once(ctx context.Context, args []any) (any, error) {
 // against 0.9× so). Concurrent calls share the pipeline.
 func (c *conn) once(ctx context.Context, args []any) (any, error) {
 	if c.settings.Topology != rclient.Cluster && c.lone.CompareAndSwap(false, true) {
-		defer c.lone.Store(false)
-		var v any
-		var err error
-		_ = c.c.Dedicated(func(d valkey.DedicatedClient) error {
-			v, err = result(d.Do(ctx, c.build(args)))
-			return nil
-		})
+		c.lc.ctx, c.lc.args = ctx, args
+		_ = c.c.Dedicated(c.loneFn)
+		v, err := c.lc.v, c.lc.err
+		c.lc = loneCall{}
+		c.lone.Store(false)
 		return v, err
 	}
 	return result(c.c.Do(ctx, c.build(args)))
+}
+
+// runLone sends the lone call c.lc on d; the caller holds c.lone. (A
+// func made once and the call's fields on conn: a closure per call would
+// cost allocations.)
+func (c *conn) runLone(d valkey.DedicatedClient) error {
+	c.lc.v, c.lc.err = result(d.Do(c.lc.ctx, c.build(c.lc.args)))
+	return nil
+}
+
+// loneCall is the call on the dedicated connection, and its outcome.
+type loneCall struct {
+	ctx  context.Context
+	args []any
+	v    any
+	err  error
 }
 
 func (c *conn) onceMany(ctx context.Context, cmds []rclient.Cmd) { _ = c.Pipe(ctx, cmds) }
