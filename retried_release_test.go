@@ -62,8 +62,10 @@ func TestRetriedReleaseAfterLockMovedOn(t *testing.T) {
 		lost bool
 		// pause: the proxy forwards nothing while apply runs, so the
 		// release is sent again once it is done, not while the server
-		// restarts (a copy sent meanwhile fails, and Unlock gives up on
-		// Redis after a few).
+		// restarts; and the Client sends it up to 10 more times, for
+		// every connection of the Redis client's pool that led to the
+		// server that went fails a copy (a few such copies, and Unlock
+		// gives up on Redis).
 		pause bool
 		apply func(t *testing.T, srv *redistest.Server, direct *redis.Client, other *dlock.Client, k kind)
 	}
@@ -123,11 +125,11 @@ func TestRetriedReleaseAfterLockMovedOn(t *testing.T) {
 				// The release is sent again once its reply is given up on:
 				// after the read timeout, or, for a restart, when the proxy
 				// resumes and finds the server's end of the connection gone.
-				timeout := time.Second
+				o := &redis.Options{Addr: p.Addr(), ReadTimeout: time.Second}
 				if b.pause {
-					timeout = 30 * time.Second
+					o.ReadTimeout, o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff = 30*time.Second, 10, 20*time.Millisecond, 200*time.Millisecond
 				}
-				rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: timeout})
+				rdb := redis.NewClient(o)
 				t.Cleanup(func() { _ = rdb.Close() })
 				c := clientOn(t, rdb)
 				// The Client has read what Redis says of its data before
