@@ -394,7 +394,8 @@ func (p *Proxy) Cut() int {
 }
 
 // Refuse, while on, makes the proxy accept new connections and close them at
-// once. Open connections are not affected.
+// once, and close those accepted before that are still being opened (a Cut
+// right after Refuse leaves none open). Open connections are not affected.
 func (p *Proxy) Refuse(on bool) {
 	p.mu.Lock()
 	p.refuse = on
@@ -502,7 +503,9 @@ func (p *Proxy) serve(client net.Conn) {
 		forwardable: make(chan struct{}, 1),
 	}
 	p.mu.Lock()
-	if p.closed {
+	if p.closed || p.refuse {
+		// Accepted before Refuse (or Close), and not yet open when Cut
+		// closed the open ones: it must not outlive them.
 		p.mu.Unlock()
 		_ = client.Close()
 		_ = server.Close()
