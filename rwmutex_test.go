@@ -425,14 +425,21 @@ func TestRWMutexWriterNotStarved(t *testing.T) {
 	t.Logf("a writer trying without queueing got in %d times in %d tries", wins, tries)
 
 	// The bound: the readers inside when the writer queued leave within
-	// 15ms; a few round trips more, and room for a slow machine.
-	const bound = time.Second
+	// 15ms, and a few round trips more. A writer the readers starve waits
+	// as long as they keep coming, so the bound is set far above that, where
+	// a loaded machine's pauses (a second and more on CI) do not reach.
+	const bound = 5 * time.Second
 	var waits []time.Duration
 	var overtook []int64
 	for range 5 {
 		start := time.Now()
 		before := reads.Load()
-		l, err := w.Lock(ctx)
+		lctx, cancel := context.WithTimeout(ctx, bound)
+		l, err := w.Lock(lctx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the writer did not get in within %v behind a stream of readers (earlier waits %v)", bound, waits)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
