@@ -28,7 +28,7 @@ type Record struct {
 // Sentinel or Cluster deployment is a Node; WithWait wraps a Node in a
 // WaitNode; a RedLock is quorum.New of member Backends. What a deployment
 // can do beyond these, the layers above ask by type assertion, for one of
-// the capabilities below (Semaphores, Latches, Elections, Admin, Sharded,
+// the capabilities below (Semaphores, Latches, Elections, Groups, Admin, Sharded,
 // Replicated, Kinds), never by the Backend's type; what differs in how it
 // does them, through Traits.
 type Backend interface {
@@ -181,6 +181,8 @@ func KindOn(b Backend, k *Layout) *Layout {
 		_, ok = b.(Latches)
 	case ElectionKind:
 		_, ok = b.(Elections)
+	case GroupKind:
+		_, ok = b.(Groups)
 	default:
 		ok = true
 	}

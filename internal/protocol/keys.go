@@ -131,6 +131,8 @@ func (k *Keys) InspectArgs() ([]string, string) {
 	case ElectionKind:
 		return k.AcquireKeys[:3], "fair"
 	}
+	// A Group key is read as a FairMutex: its runner holds the lease, the
+	// callers that wait for its result wait in line.
 	return k.AcquireKeys, "fair"
 }
 

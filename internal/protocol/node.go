@@ -53,6 +53,7 @@ var (
 	_ Semaphores = (*Node)(nil)
 	_ Latches    = (*Node)(nil)
 	_ Elections  = (*Node)(nil)
+	_ Groups     = (*Node)(nil)
 	_ Admin      = (*Node)(nil)
 	_ Sharded    = (*Node)(nil)
 	_ Probed     = (*Node)(nil)

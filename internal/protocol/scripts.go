@@ -50,6 +50,10 @@ var (
 	LeaderLua string
 	//go:embed lua/gen/proclaim.lua
 	ProclaimLua string
+	//go:embed lua/gen/group_result.lua
+	GroupResultLua string
+	//go:embed lua/gen/group_share.lua
+	GroupShareLua string
 
 	// DefaultScripts are the embedded scripts, which every node runs unless
 	// its Client was made with others (tests that show a check catches a
@@ -79,6 +83,9 @@ var (
 
 		ScriptLeader:   NewScript(LeaderLua),
 		ScriptProclaim: NewScript(ProclaimLua),
+
+		scriptGroupResult: NewScript(GroupResultLua),
+		scriptGroupShare:  NewScript(GroupShareLua),
 	}
 )
 
@@ -103,6 +110,8 @@ const (
 	scriptInspect
 	ScriptLeader
 	ScriptProclaim
+	scriptGroupResult
+	scriptGroupShare
 	numScripts
 )
 
