@@ -23,10 +23,11 @@ const (
 	KindSemaphore      Kind = "Semaphore"
 	KindCountDownLatch Kind = "CountDownLatch"
 	KindElection       Kind = "Election"
+	KindGroup          Kind = "Group"
 )
 
 // Kinds lists every Kind, in the order Locks reports them for one name.
-var Kinds = []Kind{KindMutex, KindFairMutex, KindRWMutex, KindSemaphore, KindCountDownLatch, KindElection}
+var Kinds = []Kind{KindMutex, KindFairMutex, KindRWMutex, KindSemaphore, KindCountDownLatch, KindElection, KindGroup}
 
 // adminKinds maps each Kind to the layout of its keys.
 var adminKinds = map[Kind]*protocol.Layout{
@@ -36,6 +37,7 @@ var adminKinds = map[Kind]*protocol.Layout{
 	KindSemaphore:      protocol.SemKind,
 	KindCountDownLatch: protocol.LatchKind,
 	KindElection:       protocol.ElectionKind,
+	KindGroup:          protocol.GroupKind,
 }
 
 // LockID names one lock: its kind and the name its callers gave it.
@@ -294,7 +296,7 @@ var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`
 
 // stateSuffixes are the key suffixes that hold a lock's state; a key with
 // another makes no lock appear.
-var stateSuffixes = []string{"", ":fence", ":waiters", ":alive", ":holders", ":total", ":readers", ":fences", ":writers", ":leader"}
+var stateSuffixes = []string{"", ":fence", ":waiters", ":alive", ":holders", ":total", ":readers", ":fences", ":writers", ":leader", ":result"}
 
 // parseKey returns the lock a key under prefix belongs to, if it holds some
 // of its state.

@@ -221,6 +221,16 @@ func (c *Client) acquirer(k *protocol.Layout, name string, opts []Option) acquir
 		// Made before the keys: a name too long is never copied into them.
 		return acquirer{k: protocol.Keys{Kind: k, Name: name}, err: err}
 	}
+	cfg, err := c.cfg, error(nil)
+	if len(opts) > 0 { // with makes a copy of the config escape
+		cfg, err = c.cfg.with(opts, false)
+	}
+	return c.acquirerWith(k, name, cfg, err)
+}
+
+// acquirerWith is acquirer for a name known to be valid, with the
+// configuration cfg, or the error of its options.
+func (c *Client) acquirerWith(k *protocol.Layout, name string, cfg config, err error) acquirer {
 	unsupported := false
 	if rk := protocol.KindOn(c.e.backend, k); rk != nil {
 		k = rk
@@ -228,10 +238,6 @@ func (c *Client) acquirer(k *protocol.Layout, name string, opts []Option) acquir
 		unsupported = true
 	}
 	a := acquirer{e: c.e, k: protocol.NewKeys(c.cfg.prefix, k, name)}
-	cfg, err := c.cfg, error(nil)
-	if len(opts) > 0 { // with makes a copy of the config escape
-		cfg, err = c.cfg.with(opts, false)
-	}
 	switch {
 	case unsupported:
 		a.err = c.e.unsupported(k.Name, name)

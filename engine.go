@@ -58,7 +58,8 @@ type engine struct {
 	unfit    error
 	reached  atomic.Bool // a request has had its answer from Redis
 
-	totals semTotals // of the Semaphores it acquired, as Redis holds them
+	totals  semTotals // of the Semaphores it acquired, as Redis holds them
+	flights flights   // its Groups' calls in flight
 
 	// name is the Client's (WithClientName), kept in Redis at nameKey while
 	// the Client is in use (announce); announced is when it was last sent

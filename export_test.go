@@ -159,6 +159,7 @@ func ScriptSource(op string) string {
 		"latch":       protocol.LatchLua,
 		"inspect":     protocol.InspectLua,
 		"leader":      protocol.LeaderLua, "proclaim": protocol.ProclaimLua,
+		"group_result": protocol.GroupResultLua, "group_share": protocol.GroupShareLua,
 	}[op]
 	if !ok {
 		panic("ScriptSource: no script " + op)

@@ -156,6 +156,9 @@ func TestScriptHeaders(t *testing.T) {
 	other := clientOn(t, rdb)
 	exerciseScripts(t, c, other)
 	exerciseElection(t, c, other)
+	if _, _, err := c.Group("grp").Do(context.Background(), "k", func(context.Context) ([]byte, error) { return []byte("v"), nil }); err != nil {
+		t.Fatal(err)
+	}
 	// raise_fence runs on the nodes of a RedLock.
 	_, nodes := redLockNodes(t, 3)
 	for _, n := range nodes {

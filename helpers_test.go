@@ -378,8 +378,9 @@ func loadScripts(t *testing.T, rdb *redis.Client) {
 	if err := c.CountDownLatch("s").CountDown(ctx); err != nil {
 		t.Fatalf("load the scripts: %v", err)
 	}
-	// What no lock above ran: a waiter's giving up, ForceRelease.
-	for _, op := range []string{"leave", "evict"} {
+	// What no lock above ran: a waiter's giving up, ForceRelease, a
+	// Group's result.
+	for _, op := range []string{"leave", "evict", "group_result", "group_share"} {
 		if err := rdb.ScriptLoad(ctx, dlock.ScriptSource(op)).Err(); err != nil {
 			t.Fatalf("load the scripts: %v", err)
 		}

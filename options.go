@@ -36,6 +36,7 @@ const (
 type Option struct {
 	name       string
 	clientOnly bool
+	groupOnly  bool
 	apply      func(*config) error
 }
 
@@ -57,6 +58,10 @@ type config struct {
 	clientName string
 	// noScripts: WithoutScripts. Default: false, scripts.
 	noScripts bool
+	// A Group's: WithResultTTL (default 0) and WithMaxResultLen (default
+	// DefaultMaxResultLen).
+	resultTTL    time.Duration
+	maxResultLen int
 
 	// Set by tests only (export_test.go), per Client:
 	// scripts: the scripts the Client's nodes run. Default: defaultScripts.
@@ -75,6 +80,8 @@ func defaultConfig() config {
 		ttl:    DefaultTTL,
 		renew:  true,
 
+		maxResultLen: DefaultMaxResultLen,
+
 		scripts:     &protocol.DefaultScripts,
 		notify:      notify.DefaultConfig,
 		recordEvery: recordEvery,
@@ -84,12 +91,21 @@ func defaultConfig() config {
 // with returns a copy of cfg with opts applied. forClient tells whether the
 // options configure a Client or a single primitive.
 func (cfg config) with(opts []Option, forClient bool) (config, error) {
+	return cfg.apply(opts, forClient, false)
+}
+
+// apply is with, for a Group too: forGroup allows the options of a Group's
+// own.
+func (cfg config) apply(opts []Option, forClient, forGroup bool) (config, error) {
 	for _, o := range opts {
 		if o.apply == nil {
 			return cfg, errors.New("dlock: zero Option value; build options with the With… functions")
 		}
 		if o.clientOnly && !forClient {
 			return cfg, fmt.Errorf("dlock: %s applies to a Client only: pass it to dlock.New", o.name)
+		}
+		if o.groupOnly && !forGroup {
+			return cfg, fmt.Errorf("dlock: %s applies to a Group only: pass it to Client.Group", o.name)
 		}
 		if err := o.apply(&cfg); err != nil {
 			return cfg, err
@@ -106,6 +122,33 @@ func WithTTL(ttl time.Duration) Option {
 			return fmt.Errorf("dlock: WithTTL(%v): the TTL must be at least %v", ttl, MinTTL)
 		}
 		c.ttl = ttl
+		return nil
+	}}
+}
+
+// WithResultTTL sets how long a Group keeps serving a result after its
+// function returned: a caller of the key that arrives within d of that gets
+// the result without running the function. Group only. Default: 0, a result
+// goes only to the callers that were waiting for it.
+func WithResultTTL(d time.Duration) Option {
+	return Option{name: "WithResultTTL", groupOnly: true, apply: func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("dlock: WithResultTTL(%v): a negative TTL", d)
+		}
+		c.resultTTL = d
+		return nil
+	}}
+}
+
+// WithMaxResultLen sets the longest value, in bytes, a Group shares: a longer
+// one is an error for the callers of the process that made it, and is not
+// kept in Redis. Group only. Default: DefaultMaxResultLen (1 MiB).
+func WithMaxResultLen(n int) Option {
+	return Option{name: "WithMaxResultLen", groupOnly: true, apply: func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("dlock: WithMaxResultLen(%d): a negative length", n)
+		}
+		c.maxResultLen = n
 		return nil
 	}}
 }

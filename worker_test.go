@@ -236,6 +236,8 @@ func runWorker(role string) int {
 		err = rwHoldWorker(c, p)
 	case "candidate", "observer":
 		err = electionWorker(role, c, resRDB, p)
+	case "group":
+		err = groupWorker(c, resRDB, p)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}

@@ -270,7 +270,7 @@ func oneName(cmd string, rest []string) (string, error) {
 
 // kindFlag adds --kind to fs.
 func kindFlag(fs *flag.FlagSet) *string {
-	return fs.String("kind", "", "the lock's `kind`: Mutex, FairMutex, RWMutex, Semaphore, CountDownLatch or Election (default: every kind that has the name)")
+	return fs.String("kind", "", "the lock's `kind`: Mutex, FairMutex, RWMutex, Semaphore, CountDownLatch, Election or Group (default: every kind that has the name)")
 }
 
 // find returns the state of every lock named name, of kind or of any kind

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,7 @@ func Run(t *testing.T, dial Dial) {
 	t.Run("LostUnlockReply", s.lostUnlockReply)
 	t.Run("LateAcquire", s.lateAcquire)
 	t.Run("Election", s.election)
+	t.Run("Group", s.group)
 }
 
 type suite struct {
@@ -363,6 +365,64 @@ func (s *suite) election(t *testing.T) {
 	}
 	if err := lb.Resign(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// group: of the callers of a key in three Clients, one runs the function
+// and the others get its result without running it, also when the reply
+// of the runner's write of the result is lost and the write is sent again.
+func (s *suite) group(t *testing.T) {
+	t.Parallel()
+	ctx := timeout(t)
+	p := faultproxy.Start(t, s.srv.Addr)
+	runner := s.client(t, p)
+	others := []*dlock.Client{s.client(t, nil), s.client(t, nil)}
+	in := p.Inject(faultproxy.Rule{Match: faultproxy.Script(protocol.GroupShareLua), Fault: faultproxy.DropReply, Times: 1})
+	var runs atomic.Int64
+	fn := func(ctx context.Context) ([]byte, error) {
+		runs.Add(1)
+		waitQueued(t, ctx, others[0], dlock.KindGroup, "g/k", len(others))
+		return []byte("v"), nil
+	}
+	type call struct {
+		v      []byte
+		shared bool
+		err    error
+	}
+	calls := make(chan call, 1+len(others))
+	do := func(c *dlock.Client) {
+		v, shared, err := c.Group("g").Do(ctx, "k", fn)
+		calls <- call{v, shared, err}
+	}
+	go do(runner)
+	for {
+		st, err := others[0].Inspect(ctx, dlock.KindGroup, "g/k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Holders) == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, c := range others {
+		go do(c)
+	}
+	unshared := 0
+	for range 1 + len(others) {
+		c := <-calls
+		if c.err != nil || string(c.v) != "v" {
+			t.Errorf("a caller got %q, %v", c.v, c.err)
+		}
+		if !c.shared {
+			unshared++
+		}
+	}
+	if runs.Load() != 1 || unshared != 1 {
+		t.Errorf("the function ran %d times and %d callers ran it; want 1 and 1", runs.Load(), unshared)
+	}
+	if in.Hits() != 1 {
+		t.Errorf("the fault applied %d times, want 1", in.Hits())
 	}
 }
 
