@@ -303,11 +303,25 @@ func resignRounds(s electionSystem, rounds int) ([]time.Duration, error) {
 // ---- kill rounds: candidates in processes of their own ----
 
 // workerEnv, when set, makes the bench binary a worker: "election" is a
-// candidate process of the kill rounds.
+// candidate process of the kill rounds, "singleflight" a process of callers
+// of the singleflight section.
 const workerEnv = "DLOCK_BENCH_WORKER"
 
 // runWorker runs the worker role and returns the exit status.
 func runWorker(role string, args []string) int {
+	if role == "singleflight" {
+		fs := flag.NewFlagSet("singleflight worker", flag.ContinueOnError)
+		system := fs.String("system", "", "dlock or poll")
+		addr := fs.String("addr", "", "redis-server host:port")
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		if err := sfWorker(*system, *addr); err != nil {
+			fmt.Printf("error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			return 1
+		}
+		return 0
+	}
 	if role != "election" {
 		fmt.Fprintf(os.Stderr, "bench worker: no role %q\n", role)
 		return 2

@@ -83,9 +83,13 @@ type result struct {
 	// sent (a script's includes the commands it calls), per op.
 	RedisWorkUsPerOp  *float64 `json:"redis_work_us_per_op,omitempty"`
 	ReplicaCPUusPerOp *float64 `json:"replica_cpu_us_per_op,omitempty"` // cluster-parallel: the replicas' CPU; RedisCPUusPerOp is the primaries'
-	MutexOK           *bool    `json:"mutex_ok,omitempty"`
-	Samples           int      `json:"samples,omitempty"`     // slices or rounds the medians are over
-	NotCounted        []string `json:"not_counted,omitempty"` // fields left out because they could not be counted
+	// RunsPerBurst (singleflight): the median over bursts of how many times
+	// the function ran for one burst of callers; RunsPerBurstMax the most.
+	RunsPerBurst    *float64 `json:"runs_per_burst,omitempty"`
+	RunsPerBurstMax *float64 `json:"runs_per_burst_max,omitempty"`
+	MutexOK         *bool    `json:"mutex_ok,omitempty"`
+	Samples         int      `json:"samples,omitempty"`     // slices or rounds the medians are over
+	NotCounted      []string `json:"not_counted,omitempty"` // fields left out because they could not be counted
 
 	errors      int64
 	gapP99      float64
@@ -115,10 +119,10 @@ func main() {
 	jsonPath := flag.String("json", "results/latest.json", "write JSON results here (empty: skip)")
 	svgPath := flag.String("svg", "results/latest.svg", "write the SVG chart here (empty: skip)")
 	stall := flag.Duration("stall", 0, "stop with every goroutine's stack when one section runs this long (0: 20m, 5m with -quick)")
-	only := flag.String("only", "", `run one section alone: "etcd" (results/latest.json and latest.svg are then left alone unless -json or -svg is given)`)
+	only := flag.String("only", "", `run one section alone: "etcd" or "singleflight" (results/latest.json and latest.svg are then left alone unless -json or -svg is given)`)
 	flag.Parse()
-	if *only != "" && *only != "etcd" {
-		fatal(fmt.Errorf("-only %q: the section that runs alone is \"etcd\"", *only))
+	if *only != "" && *only != "etcd" && *only != "singleflight" {
+		fatal(fmt.Errorf("-only %q: the sections that run alone are \"etcd\" and \"singleflight\"", *only))
 	}
 	if *only != "" {
 		given := map[string]bool{}
@@ -132,7 +136,7 @@ func main() {
 	}
 	// The etcd section cannot run without etcd: say so now, not after the
 	// sections before it.
-	if _, err := etcdBinary(); err != nil {
+	if _, err := etcdBinary(); err != nil && *only != "singleflight" {
 		fatal(fmt.Errorf("etcd section: %w", err))
 	}
 
@@ -238,6 +242,16 @@ func main() {
 		if err != nil {
 			exitErr(err)
 		}
+		section("singleflight")
+		bursts := 20
+		if *quick {
+			bursts = 5
+		}
+		r, err = runSingleflight(cfg, bursts, stops)
+		if err != nil {
+			exitErr(fmt.Errorf("singleflight: %w", err))
+		}
+		res = append(res, r...)
 		section("scale")
 		sd, err := runScale(cfg, "dlock", "default", openDlock(dlock.WithTTL(3*time.Second)), time.Second)
 		if err != nil {
@@ -298,12 +312,24 @@ func main() {
 		}
 		res = append(res, r...)
 	}
-	section("etcd")
-	r, eo, err := runEtcd(cfg, stops, etcdN)
-	if err != nil {
-		exitErr(fmt.Errorf("etcd: %w", err))
+	var eo *etcdOut
+	if *only == "singleflight" {
+		section("singleflight")
+		r, err := runSingleflight(cfg, 20, stops)
+		if err != nil {
+			exitErr(fmt.Errorf("singleflight: %w", err))
+		}
+		res = append(res, r...)
+	} else {
+		section("etcd")
+		var r []result
+		var err error
+		r, eo, err = runEtcd(cfg, stops, etcdN)
+		if err != nil {
+			exitErr(fmt.Errorf("etcd: %w", err))
+		}
+		res = append(res, r...)
 	}
-	res = append(res, r...)
 	section("report")
 
 	ctx := context.Background()
@@ -324,8 +350,11 @@ func main() {
 		Etcd:     eo,
 	}
 	md := report(o, scales)
-	if *only != "" {
+	switch *only {
+	case "etcd":
 		md = etcdReport(o)
+	case "singleflight":
+		md = "# dlock bench: the singleflight section alone\n\n" + environment(o) + sfSection(o)
 	}
 	fmt.Print(md)
 	if *out != "" {

@@ -174,6 +174,7 @@ func report(o output, scales []scaleResult) string {
 	}
 	w("%s", multiSection(o))
 	w("%s", queuesSection(o))
+	w("%s", sfSection(o))
 	w("\n## 5. Scale: %d locks held at once by one process, TTL 3 s (renewal period 1 s)\n\n", cfgLocks(scales))
 	w("| library | variant | goroutines added (fewest over a period) | heap added MB | acquire all, s | client requests / period | client round trips / period | round trips per 100 locks / period | Redis commands / period (incl. in scripts) | leases lost |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range scales {
