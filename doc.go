@@ -3,7 +3,8 @@
 // Redis, renewed while held, a lost-lease signal, waiting woken by pub/sub
 // and a fencing token on every acquisition; and, on the same engine, a
 // FairMutex, an RWMutex, a Semaphore, a CountDownLatch, a MultiLock over
-// several names, an Election of one leader, and RedLock over independent
+// several names, an Election of one leader, a Group that runs a function once
+// for the callers of a key across processes, and RedLock over independent
 // Redis primaries (NewRedLock).
 //
 // # Use
@@ -150,7 +151,8 @@
 // string that holds the holder, its hold count and the last fence, and
 // while anyone waits "dlock:{N}:waiters" and "dlock:{N}:alive". Other kinds
 // use their own namespaces ("dlock:fair:", "dlock:rw:", "dlock:sem:",
-// "dlock:latch:", "dlock:election:"). Keys grow with names, never with
+// "dlock:latch:", "dlock:election:", "dlock:group:", whose lock for key K of
+// the Group G is named G/K). Keys grow with names, never with
 // calls, and every key expires within its TTL (a waiter's: its
 // registration) after its last use, except the state a caller sets on
 // purpose. A Mutex name in use keeps at most three keys (the lock, the
@@ -158,6 +160,8 @@
 // (nobody holds or waits) keeps, per kind:
 //
 //	Mutex, FairMutex, Election  at most its lock, free, with its last fence, until the last lease it fenced would have ended (or a record it keeps, of an acquire in doubt, lapses: 10s at most)
+//	Group key                   its lock likewise, and its latest result (":result") for the runner's TTL or
+//	                            WithResultTTL, whichever is longer
 //	RWMutex                     at most its fence, likewise
 //	Semaphore                   its fence likewise; its hash for 10s after a SetPermits or a Delete;
 //	                            and its total (":total", no expiry) while one is set with SetPermits

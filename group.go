@@ -119,8 +119,8 @@ func (g *Group) Name() string {
 // share one wait in Redis, and the options of the Group whose call came
 // first; they return when
 // the result is in, or when their own ctx ends (an error matching
-// ErrNotAcquired and ctx.Err()). fn runs on a goroutine of its own, which
-// ends the call once no caller waits for it. A value longer than
+// ErrNotAcquired and ctx.Err()). fn runs on a goroutine of its own; its ctx
+// also ends once no caller in this process waits for it. A value longer than
 // WithMaxResultLen is an error for this process's callers and is not
 // shared. The callers of a key in one process get copies of one value.
 func (g *Group) Do(ctx context.Context, key string, fn func(ctx context.Context) ([]byte, error)) (val []byte, shared bool, err error) {
