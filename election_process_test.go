@@ -162,36 +162,10 @@ func startElectionProc(t *testing.T, name, role, mutant string, lockSrv, resSrv 
 	t.Helper()
 	cmd := worker(t, role, mutant, lockSrv, resSrv, p)
 	cmd.Stderr = &testWriter{t: t, prefix: name + ": "}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ep := &electionProc{name: name, cmd: cmd, stdin: stdin, events: make(chan electionEvent, 1000)}
-	go func() {
-		defer close(ep.events)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var e electionEvent
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				e = electionEvent{Ev: "error", Err: "unreadable line " + sc.Text()}
-			}
-			ep.events <- e
-		}
-	}()
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	stdin, events := startEvents(t, cmd, func(line string) electionEvent {
+		return electionEvent{Ev: "error", Err: "unreadable line " + line}
 	})
-	return ep
+	return &electionProc{name: name, cmd: cmd, stdin: stdin, events: events}
 }
 
 func (ep *electionProc) send(t *testing.T, line string) {

@@ -149,36 +149,10 @@ type groupProc struct {
 func startGroupProc(t *testing.T, lockSrv, resSrv *redistest.Server, p workerParams) *groupProc {
 	t.Helper()
 	cmd := worker(t, "group", "", lockSrv, resSrv, p)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	gp := &groupProc{cmd: cmd, stdin: stdin, events: make(chan groupEvent, 10000)}
-	go func() {
-		defer close(gp.events)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var e groupEvent
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				e = groupEvent{Ev: "error", Err: "unreadable line " + sc.Text()}
-			}
-			gp.events <- e
-		}
-	}()
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	stdin, events := startEvents(t, cmd, func(line string) groupEvent {
+		return groupEvent{Ev: "error", Err: "unreadable line " + line}
 	})
-	return gp
+	return &groupProc{cmd: cmd, stdin: stdin, events: events}
 }
 
 // groupBurst is what the test saw of one burst.

@@ -382,6 +382,45 @@ func workerOn(t *testing.T, role, mutant, lockAddr string, resSrv *redistest.Ser
 	return cmd
 }
 
+// startEvents starts cmd, a worker that reads commands on its stdin and
+// prints one JSON event of type E a line on its stdout: it returns the
+// worker's stdin and its events, a line that is not one coming as
+// unreadable(line). The worker is resumed (if stopped) and killed when t
+// ends.
+func startEvents[E any](t *testing.T, cmd *exec.Cmd, unreadable func(line string) E) (io.WriteCloser, chan E) {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan E, 10000)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var e E
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				e = unreadable(sc.Text())
+			}
+			events <- e
+		}
+	}()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return stdin, events
+}
+
 // killAfterFirstLine starts a worker, waits for the first line it prints (it
 // has the lock by then), kills it with SIGKILL and returns that line and when
 // it was killed. The worker's stdin is held open until then.
