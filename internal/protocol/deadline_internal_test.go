@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/dlock-go/dlock/internal/rclient/goredis"
-	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // TestAcquireAtItsDeadline: an acquire that reaches Redis in the very
@@ -26,13 +23,7 @@ import (
 func TestAcquireAtItsDeadline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	c, err := goredis.New(rdb, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := NewNode(c, &DefaultScripts)
+	n, rdb := testNode(t)
 	kinds := []struct {
 		k *Layout
 		x KindArgs

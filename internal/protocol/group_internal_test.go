@@ -4,9 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/dlock-go/dlock/internal/rclient/goredis"
-	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // TestShareRetriedAndLate: a Group's result is left by its runner only,
@@ -15,13 +12,7 @@ import (
 func TestShareRetriedAndLate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	c, err := goredis.New(rdb, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := NewNode(c, &DefaultScripts)
+	n, rdb := testNode(t)
 	k := NewKeys("dlock:", GroupKind, "g/k")
 	ttl := 10 * time.Second
 	take := func(owner string) AcquireResult {
