@@ -281,6 +281,37 @@ func exerciseACL(t *testing.T, admin redis.UniversalClient, prefix string, a, b 
 	must(ml.Unlock(ctx))
 
 	aclElection(t, admin, prefix, a, b)
+	aclGroup(t, a, b)
+}
+
+// aclGroup runs a Group key through a and b: a runs the function while b
+// waits for its result, which b then gets without running it.
+func aclGroup(t *testing.T, a, b *dlock.Client) {
+	t.Helper()
+	ctx := context.Background()
+	running, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _, err := a.Group("g").Do(ctx, "k", func(ctx context.Context) ([]byte, error) {
+			close(running)
+			for {
+				st, err := a.Inspect(ctx, dlock.KindGroup, "g/k")
+				if err != nil || st.Queued == 1 {
+					return []byte("v"), err
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+		if err != nil {
+			t.Errorf("the runner's Do: %v", err)
+		}
+	}()
+	<-running
+	v, shared, err := b.Group("g").Do(ctx, "k", func(context.Context) ([]byte, error) { return []byte("b ran it"), nil })
+	if err != nil || !shared || string(v) != "v" {
+		t.Fatalf("the waiting caller's Do: %q, shared %v, %v; want the runner's result", v, shared, err)
+	}
+	<-done
 }
 
 // aclElection runs an Election through a and b as exerciseACL does:
