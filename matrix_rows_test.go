@@ -25,6 +25,7 @@ const (
 	mxCountDown  mxNext = "CountDown, armed again"
 	mxSetPermits mxNext = "SetPermits"
 	mxOtherTakes mxNext = "another owner's acquire"
+	mxNextRun    mxNext = "another owner's run of the key"
 )
 
 // mxMoreRequests are these rows.
@@ -49,6 +50,7 @@ func mxMoreRequests() []mxRequest {
 	rows = append(rows,
 		mxRequest{name: "Proclaim", kind: kind("Election"), match: one(script("proclaim")), nexts: []mxNext{mxProclaim}, run: mxProclaimRow},
 		mxRequest{name: "CountDown", kind: mxKind{name: "CountDownLatch"}, match: one(script("latch")), nexts: []mxNext{mxCountDown}, run: mxCountDownRow},
+		mxRequest{name: "Share", kind: mxKind{name: "Group"}, match: one(script("group_share")), nexts: []mxNext{mxNextRun}, run: mxShareRow},
 		mxRequest{name: "SetPermits", kind: kind("Semaphore"), match: one(faultproxy.And(script("sem_release"), faultproxy.HasArg("3"))), nexts: []mxNext{mxSetPermits}, run: mxSetPermitsRow},
 	)
 	for _, k := range []string{"Mutex", "RWMutex", "Semaphore", "Election"} {
@@ -137,6 +139,45 @@ func mxProclaimRow(e *mxEnv, f mxFault, _ mxNext, cp *mxCopies) error {
 	l, err := e.other.Election(e.name).Leader(e.ctx)
 	if err != nil || l.Value != "c" || l.Term != ld.Term() {
 		return fmt.Errorf("leader after the late Proclaim: %+v, %v; want the newer value c", l, err)
+	}
+	return nil
+}
+
+// mxShareRow: a Group runner's write of its result is faulted; then the
+// other Client runs the key again and shares its own. A lost reply's
+// retry leaves the result once; a late copy leaves the later run's result;
+// a dropped write leaves none, and the runner's Do returns its value all
+// the same.
+func mxShareRow(e *mxEnv, f mxFault, _ mxNext, cp *mxCopies) error {
+	result := func() string {
+		return e.direct.HGet(e.ctx, "dlock:group:{g/"+e.name+"}:result", "v").Val()
+	}
+	run := func(c *dlock.Client, v string) error {
+		got, shared, err := c.Group("g").Do(e.ctx, e.name, func(context.Context) ([]byte, error) { return []byte(v), nil })
+		if err != nil || string(got) != v || shared {
+			return fmt.Errorf("a run alone: %q, shared %v, %v; want its own %q", got, shared, err, v)
+		}
+		return nil
+	}
+	if err := run(e.c, "a"); err != nil {
+		return err
+	}
+	if err := cp.ran(); err != nil {
+		return err
+	}
+	want := "a"
+	if f == mxDropped {
+		want = ""
+	}
+	if got := result(); got != want {
+		return fmt.Errorf("the result after the run: %q, want %q", got, want)
+	}
+	if err := run(e.other, "b"); err != nil {
+		return err
+	}
+	cp.deliverLate()
+	if got := result(); got != "b" {
+		return fmt.Errorf("the result after the late copy: %q, want the later run's b", got)
 	}
 	return nil
 }
