@@ -146,45 +146,60 @@ func TestGroupErrorShared(t *testing.T) {
 }
 
 // TestGroupRunnerGivesUp: the runner's callers all leave (their contexts
-// end) while fn runs: fn's context ends, its error is not shared, and the
-// caller next in line runs fn.
+// end), or its Client is closed, while fn runs: fn's context ends, its
+// error is not shared, and the caller next in line runs fn.
 func TestGroupRunnerGivesUp(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	c1, c2 := clientOn(t, srv.Client(t)), clientOn(t, srv.Client(t))
-	started := make(chan struct{})
-	ctx1, cancel1 := context.WithCancel(context.Background())
-	done1 := make(chan error, 1)
-	go func() {
-		_, _, err := c1.Group("g").Do(ctx1, "k", func(ctx context.Context) ([]byte, error) {
-			close(started)
-			<-ctx.Done()
-			return nil, ctx.Err()
+	for _, how := range []string{"callers leave", "Client closed"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			c1, c2 := clientOn(t, srv.Client(t)), clientOn(t, srv.Client(t))
+			started := make(chan struct{})
+			ctx1, cancel1 := context.WithCancel(context.Background())
+			defer cancel1()
+			done1 := make(chan error, 1)
+			go func() {
+				_, _, err := c1.Group("g").Do(ctx1, "k", func(ctx context.Context) ([]byte, error) {
+					close(started)
+					<-ctx.Done()
+					return nil, ctx.Err()
+				})
+				done1 <- err
+			}()
+			<-started
+			done2 := make(chan groupCall, 1)
+			go func() {
+				v, shared, err := c2.Group("g").Do(context.Background(), "k", func(ctx context.Context) ([]byte, error) {
+					return []byte("second"), nil
+				})
+				done2 <- groupCall{v, shared, err}
+			}()
+			if err := queuedFor(t, c1, "g/k", 1); err != nil {
+				t.Fatal(err)
+			}
+			if how == "Client closed" {
+				if err := c1.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-done1; !errors.Is(err, dlock.ErrClosed) {
+					t.Errorf("the runner's caller after its Client closed: %v, want ErrClosed", err)
+				}
+			} else {
+				cancel1()
+				if err := <-done1; !errors.Is(err, context.Canceled) || !errors.Is(err, dlock.ErrNotAcquired) {
+					t.Errorf("the runner's caller: %v, want ErrNotAcquired and context.Canceled", err)
+				}
+			}
+			select {
+			case r := <-done2:
+				if r.err != nil || string(r.val) != "second" || r.shared {
+					t.Errorf("the caller next in line got %q, shared %v, %v; want its own run's value", r.val, r.shared, r.err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the caller next in line did not run the function")
+			}
 		})
-		done1 <- err
-	}()
-	<-started
-	done2 := make(chan groupCall, 1)
-	go func() {
-		v, shared, err := c2.Group("g").Do(context.Background(), "k", func(ctx context.Context) ([]byte, error) {
-			return []byte("second"), nil
-		})
-		done2 <- groupCall{v, shared, err}
-	}()
-	if err := queuedFor(t, c1, "g/k", 1); err != nil {
-		t.Fatal(err)
-	}
-	cancel1()
-	if err := <-done1; !errors.Is(err, context.Canceled) || !errors.Is(err, dlock.ErrNotAcquired) {
-		t.Errorf("the runner's caller: %v, want ErrNotAcquired and context.Canceled", err)
-	}
-	select {
-	case r := <-done2:
-		if r.err != nil || string(r.val) != "second" || r.shared {
-			t.Errorf("the caller next in line got %q, shared %v, %v; want its own run's value", r.val, r.shared, r.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the caller next in line did not run the function")
 	}
 }
 
