@@ -117,12 +117,12 @@ func (g *Group) Name() string {
 //
 // Callers of key in one process (of the Groups of one name and Client)
 // share one wait in Redis, and the options of the Group whose call came
-// first; they return when
-// the result is in, or when their own ctx ends (an error matching
-// ErrNotAcquired and ctx.Err()). fn runs on a goroutine of its own; its ctx
-// also ends once no caller in this process waits for it. A value longer than
-// WithMaxResultLen is an error for this process's callers and is not
-// shared. The callers of a key in one process get copies of one value.
+// first; they return when the result is in, or when their own ctx ends (an
+// error matching ErrNotAcquired and ctx.Err()). fn runs on a goroutine of
+// its own; its ctx also ends once no caller in this process waits for it.
+// A value longer than WithMaxResultLen is an error for this process's
+// callers and is not shared. The callers of a key in one process get
+// copies of one value.
 func (g *Group) Do(ctx context.Context, key string, fn func(ctx context.Context) ([]byte, error)) (val []byte, shared bool, err error) {
 	if err := g.check(ctx, key, fn); err != nil {
 		return nil, false, err
@@ -163,11 +163,9 @@ func (g *Group) check(ctx context.Context, key string, fn func(context.Context) 
 	case len(g.name)+1+len(key) > MaxNameLen:
 		return errs.Op(nil, nil, "Group %q: Do: a key of %d bytes: the name, '/' and the key must be at most MaxNameLen (%d) bytes", g.name, len(key), MaxNameLen)
 	}
-	if h := heldIn(ctx); h != nil {
-		for ; h != nil; h = h.next {
-			if h.l != nil && h.l.h.e == g.c.e && h.l.h.t.K.Kind == protocol.GroupKind && h.l.h.t.K.Name == g.lockName(key) {
-				return errs.Op(ErrNotAcquired, nil, "Group %q: Do %q within its own function: it would wait for itself", g.name, key)
-			}
+	for h := heldIn(ctx); h != nil; h = h.next {
+		if h.l != nil && h.l.h.e == g.c.e && h.l.h.t.K.Kind == protocol.GroupKind && h.l.h.t.K.Name == g.lockName(key) {
+			return errs.Op(ErrNotAcquired, nil, "Group %q: Do %q within its own function: it would wait for itself", g.name, key)
 		}
 	}
 	return nil
@@ -210,7 +208,7 @@ func (fl *flights) drop(name string, f *flight) {
 	}
 }
 
-// run gets f's result: from Redis, if a run that began after f asked left
+// run gets f's result: from Redis, if a run that ended after f asked left
 // one there, else by running fn once the key's lease is f's.
 func (g *Group) run(ctx context.Context, f *flight, key string, fn func(context.Context) ([]byte, error)) {
 	defer func() {
