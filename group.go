@@ -110,10 +110,12 @@ func (g *Group) Name() string {
 // ends if the lease is lost. The callers waiting when fn returns get its
 // value or error without running fn, woken by Redis in the order they
 // came; an error from another process is a *ResultError. If the runner
-// dies, is paused past its lease or loses it, or its Client is closed, or
-// fn returns because its ctx ended, nothing is shared and the next caller in
-// line runs fn. A caller that arrives after fn returned runs it again,
-// unless WithResultTTL keeps results for later callers.
+// dies, is paused past its lease or loses it, or its Client is closed,
+// nothing is shared and the next caller in line runs fn; the runner's own
+// callers do not wait for an fn whose lease has ended: they get in line
+// again (lease lost) or return the error (Client closed). A caller that
+// arrives after fn returned runs it again, unless WithResultTTL keeps
+// results for later callers.
 //
 // Callers of key in one process (of the Groups of one name and Client)
 // share one wait in Redis, and the options of the Group whose call came
@@ -266,35 +268,49 @@ func (g *Group) run1(ctx context.Context, key string, fn func(context.Context) (
 }
 
 // runLeased runs fn under the lease l and shares its result. again is true
-// if the run ended for a reason of this process's own (the lease lost) and
-// the flight should get in line again.
+// if the lease was lost while fn ran and the flight's callers still wait:
+// the flight gets in line again at once, without waiting for fn, whose
+// context has ended and whose result nobody takes.
 func (g *Group) runLeased(ctx context.Context, l *Lease, a *acquirer, fn func(context.Context) ([]byte, error), op func(error) error) (val []byte, again bool, err error) {
 	lctx, cancel := l.Context(ctx)
-	val, err = fn(lctx)
-	own := lctx.Err() != nil // the lease lost, the flight's callers gone, the Client closed
-	lost := errors.Is(l.Err(), ErrLockLost)
-	cancel()
+	defer cancel()
+	type ran struct {
+		val []byte
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		v, err := fn(lctx)
+		done <- ran{v, err}
+	}()
+	var r ran
+	select {
+	case r = <-done:
+	case <-lctx.Done():
+	}
 	uctx := context.WithoutCancel(ctx)
-	if own {
+	if lctx.Err() != nil {
+		// The lease ended (lost, or the Client closed) or the flight's
+		// callers all left before fn returned: nothing of fn's is shared,
+		// and nobody waits for fn.
+		lost := errors.Is(l.Err(), ErrLockLost)
 		uerr := l.Unlock(uctx)
 		if lost && ctx.Err() == nil && !a.e.closed() {
 			return nil, true, nil
 		}
-		if err == nil {
-			err = lctx.Err()
-		}
-		return nil, false, errors.Join(err, uerr)
+		return nil, false, errors.Join(context.Cause(lctx), uerr)
 	}
+	val, err = r.val, r.err
 	if err == nil && len(val) > g.cfg.maxResultLen {
 		err = op(fmt.Errorf("a result of %d bytes: at most %d are shared (WithMaxResultLen)", len(val), g.cfg.maxResultLen))
 		return nil, false, errors.Join(err, l.Unlock(uctx))
 	}
-	r := protocol.Result{Value: string(val)}
+	res := protocol.Result{Value: string(val)}
 	if err != nil {
-		r = protocol.Result{Failed: true, Value: err.Error()}
+		res = protocol.Result{Failed: true, Value: err.Error()}
 	}
 	groups := a.e.backend.(protocol.Groups)
-	if _, serr := groups.Share(uctx, a.k, l.Owner(), l.Fence(), r, g.keep()); serr != nil {
+	if _, serr := groups.Share(uctx, a.k, l.Owner(), l.Fence(), res, g.keep()); serr != nil {
 		a.e.log.Warn("dlock: a Group's result was not shared; the callers waiting run the function again", "group", g.name, "key", a.k.Name, "err", serr)
 	}
 	if uerr := l.Unlock(uctx); uerr != nil {

@@ -273,14 +273,14 @@ func TestGroupResultTTL(t *testing.T) {
 		}
 	}
 	runs.Store(0)
-	g = c.Group("ttl", dlock.WithResultTTL(300*time.Millisecond))
+	g = c.Group("ttl", dlock.WithResultTTL(3*time.Second))
 	want := []struct {
 		val    string
 		shared bool
 	}{{"run 1", false}, {"run 1", true}, {"run 2", false}}
 	for i, w := range want {
 		if i == 2 {
-			time.Sleep(400 * time.Millisecond)
+			time.Sleep(3200 * time.Millisecond)
 		}
 		v, shared, err := g.Do(ctx, "k", fn)
 		if err != nil || shared != w.shared || string(v) != w.val {
@@ -501,10 +501,10 @@ func TestGroupFaults(t *testing.T) {
 	})
 }
 
-// TestGroupNothingLeftBehind: keys used once leave nothing in Redis after
-// the TTL of their runner's lease, or their result TTL if longer; a key
-// keeps two keys while idle (its free lock and its result), whatever the
-// number of calls.
+// TestGroupNothingLeftBehind: keys used several times leave nothing in
+// Redis after the TTL of their runner's lease, or their result TTL if
+// longer; a key keeps at most two keys while idle (its free lock and its
+// result), whatever the number of calls.
 func TestGroupNothingLeftBehind(t *testing.T) {
 	t.Parallel()
 	c, rdb, _ := newClient(t, dlock.WithTTL(time.Second))
@@ -529,14 +529,16 @@ func TestGroupNothingLeftBehind(t *testing.T) {
 		}
 		return ks
 	}
-	if n := len(groupKeys("short")); n != 200 {
-		t.Errorf("%d keys for 100 keys used 3 times each, want 200 (a free lock and a result each)", n)
+	// Upper bounds, and expiries after the last use: on a loaded machine the
+	// loop can outlast the keys it began with.
+	if n := len(groupKeys("short")); n > 200 {
+		t.Errorf("%d keys for 100 keys used 3 times each, want at most 200 (a free lock and a result each)", n)
 	}
 	if !within(2*time.Second, func() bool { return len(groupKeys("short")) == 0 }) {
 		t.Errorf("%d keys left 2s after the last use, with a TTL of 1s", len(groupKeys("short")))
 	}
-	if n := len(groupKeys("long")); n != 100 {
-		t.Errorf("%d keys of a result TTL of 5s after the lock's TTL, want the 100 results", n)
+	if n := len(groupKeys("long")); n == 0 || n > 100 {
+		t.Errorf("%d keys of a result TTL of 5s after the lock's TTL, want the results (at most 100)", n)
 	}
 	if !within(5*time.Second, func() bool { return len(groupKeys("long")) == 0 }) {
 		t.Errorf("%d keys left 5s after the last use, with a result TTL of 5s", len(groupKeys("long")))
