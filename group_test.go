@@ -304,9 +304,20 @@ func TestGroupMaxResultLen(t *testing.T) {
 		}
 		return bytes.Repeat([]byte("x"), 11), nil
 	}
-	calls := burst(t, []*dlock.Group{c1.Group("g", dlock.WithMaxResultLen(10)), c2.Group("g", dlock.WithMaxResultLen(11))}, 1, "k", fn)
+	// c1's caller runs first; c2's waits behind it.
+	calls := make(chan groupCall, 2)
+	do := func(g *dlock.Group) {
+		v, shared, err := g.Do(context.Background(), "k", fn)
+		calls <- groupCall{v, shared, err}
+	}
+	go do(c1.Group("g", dlock.WithMaxResultLen(10)))
+	if err := queuedFor(t, c2, "g/k", 0); err != nil {
+		t.Fatal(err)
+	}
+	go do(c2.Group("g", dlock.WithMaxResultLen(11)))
 	ok, tooLong := 0, 0
-	for _, call := range calls {
+	for range 2 {
+		call := <-calls
 		switch {
 		case call.err == nil && len(call.val) == 11 && !call.shared:
 			ok++
