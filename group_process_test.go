@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultproxy"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -148,9 +149,9 @@ type groupProc struct {
 	events chan groupEvent
 }
 
-func startGroupProc(t *testing.T, lockSrv, resSrv *redistest.Server, p workerParams) *groupProc {
+func startGroupProc(t *testing.T, lockAddr string, resSrv *redistest.Server, p workerParams) *groupProc {
 	t.Helper()
-	cmd := worker(t, "group", "", lockSrv, resSrv, p)
+	cmd := workerOn(t, "group", "", lockAddr, resSrv, p)
 	stdin, events := startEvents(t, cmd, func(line string) groupEvent {
 		return groupEvent{Ev: "error", Err: "unreadable line " + line}
 	})
@@ -281,21 +282,26 @@ func without(procs []*groupProc, gp *groupProc) []*groupProc {
 	return rest
 }
 
-// TestGroupProcesses: 4 processes × 16 goroutines ask one key in bursts.
-// A burst runs fn once, and every caller gets its value; with the runner
-// killed mid-run, the next caller in line runs it once more and the
-// survivors all get that run's value; with the runner stopped past its
-// lease, the same, and the stopped runner's late write is refused by its
-// fence, its callers getting the second run's value.
+// TestGroupProcesses: 4 processes × 16 goroutines ask one key in bursts,
+// through a fault proxy. A burst runs fn once, and every caller gets its
+// value, also when the runner's write of the result or an acquire loses
+// its reply (the Redis client sends it again), and when the first copy of
+// the write reaches Redis after the next burst's (it leaves the newer
+// result). With the runner killed mid-run, the next caller in line runs fn
+// once more and the survivors all get that run's value; with the runner
+// stopped past its lease, the same, and the stopped runner's late write is
+// refused by its fence, its callers getting the second run's value.
 func TestGroupProcesses(t *testing.T) {
 	t.Parallel()
 	lockSrv, resSrv := redistest.Start(t), redistest.Start(t)
-	res := resSrv.Client(t)
+	res, lock := resSrv.Client(t), lockSrv.Client(t)
+	loadScripts(t, lock)
+	proxy := faultproxy.Start(t, lockSrv.Addr)
 	const procs, goroutines = 4, 16
 	p := workerParams{Name: "cache", TTL: 2 * time.Second, Goroutines: goroutines}
 	var all []*groupProc
 	for range procs {
-		all = append(all, startGroupProc(t, lockSrv, resSrv, p))
+		all = append(all, startGroupProc(t, proxy.Addr(), resSrv, p))
 	}
 	bursts := []struct {
 		fault string
@@ -303,15 +309,42 @@ func TestGroupProcesses(t *testing.T) {
 		runs  int64
 	}{
 		{"", 50 * time.Millisecond, 1},
+		{"lost share reply", 50 * time.Millisecond, 1},
+		{"lost acquire reply", 50 * time.Millisecond, 1},
+		{"late share", 50 * time.Millisecond, 1},
+		{"", 50 * time.Millisecond, 1}, // the late share reaches Redis after it
 		{"kill", 5 * time.Second, 2},
 		{"", 50 * time.Millisecond, 1},
 		{"stop", 5 * time.Second, 2},
 		{"", 50 * time.Millisecond, 1},
 	}
+	var held *faultproxy.Injection // the late share, until the burst after its own
 	for b, want := range bursts {
 		n := len(all)
+		var in *faultproxy.Injection
+		switch want.fault {
+		case "lost share reply":
+			in = proxy.Inject(faultproxy.Rule{Match: script("group_share"), Fault: faultproxy.DropReply, Times: 1})
+		case "lost acquire reply":
+			in = proxy.Inject(faultproxy.Rule{Match: script("acquire"), Fault: faultproxy.DropReply, Times: 1})
+		case "late share":
+			in = proxy.Inject(faultproxy.Rule{Match: script("group_share"), Fault: faultproxy.HoldRequest, Times: 1})
+		}
 		got, rest := runGroupBurst(t, res, all, b, want.hold, want.fault)
 		all = rest
+		if in != nil {
+			checkHit(t, in)
+		}
+		if held != nil {
+			deliver(t, held)
+			held = nil
+			if v := lock.HGet(context.Background(), "dlock:group:{cache/k}:result", "v").Val(); v != fmt.Sprintf("burst %d run 1", b) {
+				t.Errorf("burst %d: after the previous burst's late share the result is %q, want this burst's", b, v)
+			}
+		}
+		if want.fault == "late share" {
+			held = in
+		}
 		if want.fault == "kill" {
 			n--
 		}
