@@ -26,7 +26,15 @@ func TestPromises(t *testing.T) {
 
 // dial is a Client on rueidis connected to addr, closed when t ends.
 func dial(t *testing.T, addr, password string, opts ...dlock.Option) *dlock.Client {
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Password: password, DisableCache: true})
+	return clientOf(t, rueidis.ClientOption{InitAddress: []string{addr}, Password: password}, opts...)
+}
+
+// clientOf is a Client on a rueidis client made with o (its cache off),
+// the rueidis client closed when t ends.
+func clientOf(t *testing.T, o rueidis.ClientOption, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	o.DisableCache = true
+	rc, err := rueidis.NewClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,16 +60,7 @@ func TestNilClient(t *testing.T) {
 func TestPromisesCluster(t *testing.T) {
 	t.Parallel() // servers of their own
 	promises.RunCluster(t, func(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Client {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rc.Close)
-		c, err := dlockrueidis.New(rc, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return clientOf(t, rueidis.ClientOption{InitAddress: addrs}, opts...)
 	})
 }
 
@@ -69,16 +68,7 @@ func TestPromisesCluster(t *testing.T) {
 func TestPromisesTLS(t *testing.T) {
 	t.Parallel() // servers of their own
 	promises.RunTLS(t, func(t *testing.T, addr string, cfg *tls.Config, opts ...dlock.Option) *dlock.Client {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, TLSConfig: cfg, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rc.Close)
-		c, err := dlockrueidis.New(rc, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return clientOf(t, rueidis.ClientOption{InitAddress: []string{addr}, TLSConfig: cfg}, opts...)
 	})
 }
 
@@ -86,16 +76,7 @@ func TestPromisesTLS(t *testing.T) {
 func TestPromisesSentinel(t *testing.T) {
 	t.Parallel() // servers of their own
 	promises.RunSentinel(t, func(t *testing.T, addrs []string, master string, opts ...dlock.Option) *dlock.Client {
-		rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, Sentinel: rueidis.SentinelOption{MasterSet: master}, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rc.Close)
-		c, err := dlockrueidis.New(rc, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return clientOf(t, rueidis.ClientOption{InitAddress: addrs, Sentinel: rueidis.SentinelOption{MasterSet: master}}, opts...)
 	})
 }
 

@@ -28,7 +28,15 @@ func TestPromises(t *testing.T) {
 
 // dial is a Client on valkey-go connected to addr, closed when t ends.
 func dial(t *testing.T, addr, password string, opts ...dlock.Option) *dlock.Client {
-	rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Password: password, DisableCache: true})
+	return clientOf(t, valkey.ClientOption{InitAddress: []string{addr}, Password: password}, opts...)
+}
+
+// clientOf is a Client on a valkey-go client made with o (its cache off),
+// the valkey-go client closed when t ends.
+func clientOf(t *testing.T, o valkey.ClientOption, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	o.DisableCache = true
+	rc, err := valkey.NewClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,16 +62,7 @@ func TestNilClient(t *testing.T) {
 func TestPromisesCluster(t *testing.T) {
 	t.Parallel() // servers of their own
 	promises.RunCluster(t, func(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Client {
-		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rc.Close)
-		c, err := dlockvalkey.New(rc, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return clientOf(t, valkey.ClientOption{InitAddress: addrs}, opts...)
 	})
 }
 
@@ -71,16 +70,7 @@ func TestPromisesCluster(t *testing.T) {
 func TestPromisesTLS(t *testing.T) {
 	t.Parallel() // servers of their own
 	promises.RunTLS(t, func(t *testing.T, addr string, cfg *tls.Config, opts ...dlock.Option) *dlock.Client {
-		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, TLSConfig: cfg, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rc.Close)
-		c, err := dlockvalkey.New(rc, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return clientOf(t, valkey.ClientOption{InitAddress: []string{addr}, TLSConfig: cfg}, opts...)
 	})
 }
 
@@ -88,16 +78,7 @@ func TestPromisesTLS(t *testing.T) {
 func TestPromisesSentinel(t *testing.T) {
 	t.Parallel() // servers of their own
 	promises.RunSentinel(t, func(t *testing.T, addrs []string, master string, opts ...dlock.Option) *dlock.Client {
-		rc, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, Sentinel: valkey.SentinelOption{MasterSet: master}, DisableCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rc.Close)
-		c, err := dlockvalkey.New(rc, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return clientOf(t, valkey.ClientOption{InitAddress: addrs, Sentinel: valkey.SentinelOption{MasterSet: master}}, opts...)
 	})
 }
 
