@@ -70,6 +70,7 @@ func mxMoreRequests() []mxRequest {
 	rows = append(rows,
 		mxRequest{name: "acquire", kind: redlock, nexts: []mxNext{mxUnlock}, cell: mxRedLockAcquire},
 		mxRequest{name: "undo", kind: redlock, nexts: []mxNext{mxOtherTakes}, cell: mxRedLockUndo},
+		mxRequest{name: "release", kind: redlock, nexts: []mxNext{mxOtherTakes}, cell: mxRedLockRelease},
 		mxRequest{name: "retake", kind: redlock, nexts: []mxNext{mxUnlock}, cell: mxRedLockRetake},
 		mxRequest{name: "acquire", kind: mxKind{name: "Cluster Mutex"}, nexts: []mxNext{mxUnlock}, cell: mxClusterAcquire},
 	)
@@ -411,6 +412,49 @@ func mxRedLockUndo(t *testing.T, f mxFault, _ mxNext) error {
 		return fmt.Errorf("the other owner's lease: %v", err)
 	}
 	return o.Unlock(ctx)
+}
+
+// mxRedLockRelease: one member's release is faulted (member 0): the
+// owner's Unlock says nil, for the other two released it; another owner
+// then takes the lock, and keeps it whatever the faulted copy does; once
+// it unlocks, no member holds the lock (but member 0, where a dropped
+// release leaves the first owner's hold until its TTL).
+func mxRedLockRelease(t *testing.T, f mxFault, _ mxNext) error {
+	ctx := context.Background()
+	r := newMxRedLock(t, f)
+	l, err := r.c.Mutex("cell").Lock(ctx)
+	if err != nil {
+		return fmt.Errorf("Lock: %v", err)
+	}
+	in := r.proxies[0].Inject(mxRule(f, script("red_release")))
+	if err := l.Unlock(ctx); err != nil {
+		return fmt.Errorf("Unlock with one member's release %s: %v", f, err)
+	}
+	if in.Hits() == 0 {
+		return errors.New("the injected fault never applied")
+	}
+	var o *dlock.Lease
+	if !within(2*time.Second, func() bool {
+		o, err = r.other.Mutex("cell").TryLock(ctx)
+		return err == nil
+	}) {
+		return fmt.Errorf("another owner after the Unlock: %v (held on %d members)", err, r.held(t, "cell"))
+	}
+	mxDeliverAll(t, f, []*faultproxy.Injection{in})
+	if err := o.Err(); err != nil {
+		return fmt.Errorf("the other owner's lease after the late release: %v", err)
+	}
+	if err := o.Unlock(ctx); err != nil {
+		return fmt.Errorf("the other owner's Unlock: %v", err)
+	}
+	left := 0
+	if f == mxDropped {
+		left = 1
+	}
+	if !within(2*time.Second, func() bool { return r.held(t, "cell") <= left }) {
+		return fmt.Errorf("held on %d members after both owners unlocked, want at most %d", r.held(t, "cell"), left)
+	}
+	return nil
 }
 
 // mxRedLockRetake: member 0 restarts empty while the lock is held; the
