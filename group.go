@@ -233,17 +233,37 @@ func (g *Group) run1(ctx context.Context, key string, fn func(context.Context) (
 	}
 	groups, _ := a.e.backend.(protocol.Groups)
 	op := func(err error) error { return errs.Op(nil, err, "Group %q: Do %q", g.name, key) }
-	r, err := groups.GroupResult(ctx, a.k)
-	a.e.heard(err)
-	if err != nil {
-		return nil, false, op(err)
+	// A result whose run's fence is above asked was made by a run that
+	// ended after this call got in line: the runs of a key take turns.
+	asked := int64(-1)
+	if g.cfg.resultTTL == 0 {
+		// The key free and nobody in line: this call waited for no run, so
+		// it runs fn at once, with no read of the result (which serves only
+		// the callers that were in line when a run ended).
+		l, err := a.acquire(ctx, "Group.Do", false, protocol.KindArgs{})
+		switch {
+		case err == nil:
+			val, again, err := g.runLeased(ctx, l, &a, fn, op)
+			if !again {
+				return val, true, err
+			}
+			asked = l.Fence() // the runs after this one's lost lease
+		case ctx.Err() != nil || a.e.closed():
+			return nil, false, err
+		}
+		// Held, or in doubt: in line, as below.
 	}
-	if g.cfg.resultTTL > 0 && r.Fence > 0 && r.Age < g.cfg.resultTTL {
-		return g.result(r)
+	if asked < 0 {
+		r, err := groups.GroupResult(ctx, a.k)
+		a.e.heard(err)
+		if err != nil {
+			return nil, false, op(err)
+		}
+		if g.cfg.resultTTL > 0 && r.Fence > 0 && r.Age < g.cfg.resultTTL {
+			return g.result(r)
+		}
+		asked = r.Fence
 	}
-	// A result whose run's fence is above the latest one's now was made by
-	// a run that ended after this call asked: the runs of a key take turns.
-	asked := r.Fence
 	for {
 		l, err := a.acquire(ctx, "Group.Do", true, protocol.KindArgs{})
 		if err != nil {
