@@ -140,13 +140,14 @@ func WithResultTTL(d time.Duration) Option {
 	}}
 }
 
-// WithMaxResultLen sets the longest value, in bytes, a Group shares: a longer
-// one is an error for the callers of the process that made it, and is not
-// kept in Redis. Group only. Default: DefaultMaxResultLen (1 MiB).
+// WithMaxResultLen sets the longest value, in bytes, a Group shares, at
+// least 1: a longer one is an error for the callers of the process that
+// made it, and is not kept in Redis. Group only. Default:
+// DefaultMaxResultLen (1 MiB).
 func WithMaxResultLen(n int) Option {
 	return Option{name: "WithMaxResultLen", groupOnly: true, apply: func(c *config) error {
-		if n < 0 {
-			return fmt.Errorf("dlock: WithMaxResultLen(%d): a negative length", n)
+		if n < 1 {
+			return fmt.Errorf("dlock: WithMaxResultLen(%d): the length must be at least 1 byte (leave the option out for the default, DefaultMaxResultLen)", n)
 		}
 		c.maxResultLen = n
 		return nil
